@@ -1,0 +1,105 @@
+"""Run one real fit under XlaMonitor and print its report as JSON.
+
+Used by tests/test_ground_truth.py in a fresh subprocess, because XLA_FLAGS,
+TF_XLA_FLAGS and TF_CPP_* must be set before TensorFlow is imported.
+
+    python tests/scenario.py SCENARIO JIT [--configure] [--profiler-busy] [--log-dir DIR]
+
+The last line printed is ``XLA_KERAS_REPORT <json>``.
+"""
+
+import argparse
+import json
+import sys
+
+import numpy as np
+
+import xla_keras
+
+SCENARIOS = ("batch_sizes", "partial_batch", "padded", "steps_per_execution", "nested")
+
+
+def mlp(inputs=8):
+    import keras
+    model = keras.Sequential([keras.Input((inputs,)), keras.layers.Dense(32, activation="relu"),
+                              keras.layers.Dense(1)])
+    model.compile("adam", "mse")
+    return model
+
+
+def run(name, jit, log_dir, profiler_busy):
+    import keras
+    import tensorflow as tf
+    rng = np.random.default_rng(0)
+    fit_kwargs = {"epochs": 2, "verbose": 0}
+    if name == "batch_sizes":
+        # One batch of each size 16..23 per epoch: 8 signatures.
+        def gen():
+            for size in range(16, 24):
+                yield rng.random((size, 8), dtype=np.float32), rng.random((size, 1), dtype=np.float32)
+        data = tf.data.Dataset.from_generator(gen, output_signature=(
+            tf.TensorSpec((None, 8), tf.float32), tf.TensorSpec((None, 1), tf.float32)))
+        model, args = mlp(), (data,)
+    elif name == "partial_batch":
+        # 1000 rows at batch 64: 15 full batches and one of 40; validation 300 rows: 64 and 44.
+        x, y = rng.random((1000, 8), dtype=np.float32), rng.random((1000, 1), dtype=np.float32)
+        vx, vy = rng.random((300, 8), dtype=np.float32), rng.random((300, 1), dtype=np.float32)
+        model, args = mlp(), (x, y)
+        fit_kwargs.update(batch_size=64, validation_data=(vx, vy))
+    elif name == "padded":
+        # Batches of 8 sequences of 4..79 tokens: each batch is padded to its own
+        # longest sequence, so the padded length varies from batch to batch.
+        lengths = rng.integers(4, 80, size=96)
+        def gen():
+            for n in lengths:
+                yield rng.integers(1, 100, size=n).astype(np.int32), np.float32(n % 2)
+        data = tf.data.Dataset.from_generator(gen, output_signature=(
+            tf.TensorSpec((None,), tf.int32), tf.TensorSpec((), tf.float32))).padded_batch(8)
+        model = keras.Sequential([keras.Input((None,), dtype="int32"), keras.layers.Embedding(100, 8),
+                                  keras.layers.GlobalAveragePooling1D(), keras.layers.Dense(1)])
+        model.compile("adam", "mse")
+        args = (data,)
+    elif name == "steps_per_execution":
+        x, y = rng.random((1000, 8), dtype=np.float32), rng.random((1000, 1), dtype=np.float32)
+        model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(16), keras.layers.Dense(1)])
+        model.compile("adam", "mse", steps_per_execution=4)
+        args = (x, y)
+        fit_kwargs.update(batch_size=64)
+    elif name == "nested":
+        a = keras.Input((4,), name="a")
+        b = keras.Input((6,), name="b")
+        out = keras.layers.Dense(1)(keras.layers.Concatenate()([a, b]))
+        model = keras.Model({"a": a, "b": b}, out)
+        model.compile("adam", "mse")
+        n = 230
+        args = ({"a": rng.random((n, 4), dtype=np.float32), "b": rng.random((n, 6), dtype=np.float32)},
+                rng.random((n, 1), dtype=np.float32))
+        fit_kwargs.update(batch_size=50, sample_weight=rng.random((n,), dtype=np.float32))
+    else:
+        raise SystemExit(f"scenario must be one of {SCENARIOS}; got {name!r}")
+    if profiler_busy:
+        tf.profiler.experimental.start(log_dir or "/tmp/xla_keras_busy_profiler")
+    monitor = xla_keras.XlaMonitor(log_dir=log_dir, jit=jit, verbose=0)
+    model.fit(*args, callbacks=[monitor], **fit_kwargs)
+    if profiler_busy:
+        tf.profiler.experimental.stop()
+    return monitor.report
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("scenario", choices=SCENARIOS)
+    parser.add_argument("jit")
+    parser.add_argument("--configure", action="store_true",
+                        help="call xla_keras.configure(cpu_autoclustering=True) before any model")
+    parser.add_argument("--profiler-busy", action="store_true")
+    parser.add_argument("--log-dir", default=None)
+    args = parser.parse_args()
+    if args.configure:
+        xla_keras.configure(cpu_autoclustering=True)
+    report = run(args.scenario, args.jit, args.log_dir, args.profiler_busy)
+    sys.stdout.write("XLA_KERAS_REPORT " + json.dumps(report.to_dict()) + "\n")
+
+
+if __name__ == "__main__":
+    main()

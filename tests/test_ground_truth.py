@@ -1,0 +1,120 @@
+"""The monitor's compile ledger against XLA's own account, in fresh processes.
+
+Ground truth: one ``*before_optimizations.txt`` per compiled module in
+``XLA_FLAGS=--xla_dump_to`` and TensorFlow's own "Compilation of XLA
+executable time" lines (``TF_CPP_VMODULE=device_compiler=1``).
+"""
+
+import pytest
+
+pytestmark = pytest.mark.scenario
+
+JIT_ON = ["batch_sizes-on", "partial_batch-on", "padded-on", "steps_per_execution-on", "nested-on"]
+
+
+def _total(report):
+    return sum(report["compilation_count"].values())
+
+
+@pytest.mark.parametrize("key", JIT_ON)
+def test_jit_on_counts_every_dumped_module(scenario_runs, key):
+    run = scenario_runs(key)
+    assert run.dump_modules > 0
+    assert _total(run.report) == run.dump_modules
+    assert len(run.report["compilations"]) == run.dump_modules
+    assert {c["source"] for c in run.report["compilations"]} == {"profiler"}
+    assert run.report["jit_active"] is True
+
+
+@pytest.mark.parametrize("key", JIT_ON)
+def test_jit_on_compile_seconds_match_tensorflow_within_10_percent(scenario_runs, key):
+    run = scenario_runs(key)
+    truth = sum(run.tf_compile_seconds)
+    assert len(run.tf_compile_seconds) == run.dump_modules
+    assert run.report["compile_seconds"] == pytest.approx(truth, rel=0.10)
+
+
+def test_batch_sizes_16_to_23_each_compile_once_at_their_first_step(scenario_runs):
+    report = scenario_runs("batch_sizes-on").report
+    sizes = [c["signature"][0]["shape"][0] for c in report["compilations"]]
+    assert sizes == list(range(16, 24))
+    assert [c["step"] for c in report["compilations"]] == list(range(1, 9))
+    assert report["distinct_signatures"]["train"] == 8
+    assert report["steps"]["train"] == 16  # two epochs, no recompiles in the second
+
+
+def test_partial_batch_compiles_once_more_per_phase(scenario_runs):
+    report = scenario_runs("partial_batch-on").report
+    assert report["compilation_count"] == {"train": 2, "test": 2, "predict": 0}
+    train = [c for c in report["compilations"] if c["phase"] == "train"]
+    assert [c["signature"][0]["shape"] for c in train] == [[64, 8], [40, 8]]
+    assert [c["step"] for c in train] == [1, 16]
+    test = [c for c in report["compilations"] if c["phase"] == "test"]
+    assert [c["signature"][0]["shape"][0] for c in test] == [64, 44]
+    assert report["steady_step_seconds"] is not None and report["steady_step_seconds"] < 0.1
+    assert 0 < report["compile_share"] < 1
+
+
+def test_padded_batches_compile_once_per_padded_length(scenario_runs):
+    report = scenario_runs("padded-on").report
+    lengths = {c["signature"][0]["shape"][1] for c in report["compilations"]}
+    assert len(lengths) == report["distinct_signatures"]["train"] == _total(report)
+    assert len(lengths) >= 4  # the scenario really varies the padded length
+
+
+def test_steps_per_execution_numbers_steps_per_batch(scenario_runs):
+    report = scenario_runs("steps_per_execution-on").report
+    assert [c["step"] for c in report["compilations"]] == [1, 16]
+    assert report["steps"]["train"] == 32
+
+
+def test_nested_inputs_name_every_leaf(scenario_runs):
+    report = scenario_runs("nested-on").report
+    paths = [leaf["path"] for leaf in report["compilations"][0]["signature"]]
+    assert paths == ["x/a", "x/b", "y", "sample_weight"]
+
+
+def test_jit_off_reports_no_compile_and_xla_dumps_none(scenario_runs):
+    run = scenario_runs("partial_batch-off")
+    assert run.dump_modules == 0
+    assert _total(run.report) == 0
+    assert run.report["jit_active"] is False
+    assert run.report["distinct_signatures"]["train"] == 2  # shapes are still seen
+
+
+def test_keep_on_cpu_says_keras_resolved_auto_to_false(scenario_runs):
+    run = scenario_runs("partial_batch-keep")
+    assert run.dump_modules == 0 and _total(run.report) == 0
+    assert run.report["jit_active"] is False
+    assert "resolved jit_compile='auto' to False" in run.report["jit_reason"]
+
+
+@pytest.mark.parametrize("key", ["partial_batch-auto-env", "partial_batch-auto-configure"])
+def test_autoclustering_cluster_compiles_equal_the_dump(scenario_runs, key):
+    run = scenario_runs(key)
+    assert run.dump_modules > 0
+    assert _total(run.report) == run.dump_modules
+    assert run.report["jit_active"] is True
+    assert "cluster" in run.report["jit_reason"]
+    truth = sum(run.tf_compile_seconds)
+    assert run.report["compile_seconds"] == pytest.approx(truth, rel=0.10)
+
+
+def test_autoclustering_without_the_early_flag_reports_zero_and_the_fix(scenario_runs):
+    run = scenario_runs("partial_batch-auto-late")
+    assert run.dump_modules == 0
+    assert _total(run.report) == 0
+    assert run.report["jit_active"] is False
+    assert "xla_keras.configure(cpu_autoclustering=True)" in run.report["jit_reason"]
+    assert "TF_XLA_FLAGS=--tf_xla_cpu_global_jit" in run.report["jit_reason"]
+
+
+def test_busy_profiler_falls_back_to_timing_and_still_counts_exactly(scenario_runs):
+    run = scenario_runs("batch_sizes-on-busy")
+    assert _total(run.report) == run.dump_modules == 8
+    assert {c["source"] for c in run.report["compilations"]} == {"timing"}
+    assert run.report["probe"] == "timing"
+    assert any("profiler was busy" in note for note in run.report["notes"])
+    # A timing estimate is the step minus the steady median: positive, below the step.
+    for c in run.report["compilations"]:
+        assert 0 < c["seconds"] <= c["step_seconds"]

@@ -1,0 +1,280 @@
+"""The ONE place that touches private Keras / TensorFlow APIs.
+
+Every private attribute or module the package relies on is reached through a
+small function here, and ``tests/test_internals.py`` exercises each one
+against the installed versions, so an upgrade that moves something fails
+loudly in CI instead of silently turning the monitor blind.
+
+Tested on tensorflow 2.21 and keras 3.15.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Callable, List, Optional, Tuple
+
+from .compiles import TraceEvent
+
+TESTED_VERSIONS = {"tensorflow": "2.21", "keras": "3.15"}
+
+
+class InternalsMoved(RuntimeError):
+    """A private Keras/TF API this package needs is gone or changed."""
+
+    def __init__(self, what: str, error: Optional[BaseException] = None):
+        super().__init__(
+            f"xla_keras cannot reach {what} in tensorflow {_version('tensorflow')} / keras "
+            f"{_version('keras')} (tested on tensorflow {TESTED_VERSIONS['tensorflow']}, keras "
+            f"{TESTED_VERSIONS['keras']}): {error!r}. Please report this with both versions."
+        )
+
+
+def _version(package: str) -> str:
+    try:
+        from importlib.metadata import version
+        return version(package)
+    except Exception:  # noqa: BLE001 - a version string is best effort
+        return "unknown"
+
+
+def versions() -> dict:
+    from . import __version__
+    return {"tensorflow": _version("tensorflow"), "keras": _version("keras"), "xla_keras": __version__}
+
+
+# --------------------------------------------------------------------------
+# The step function Keras built, and the jit flag it really runs with.
+# Keras's train_function closes over a tf.function named one_step_on_data
+# (keras/src/backend/tensorflow/trainer.py, _make_function); its _jit_compile
+# tells the truth, whatever model.jit_compile says.
+
+_STEP_FUNCTION_NAME = "one_step_on_data"
+
+
+def _is_tf_function(obj: Any) -> bool:
+    return hasattr(obj, "_python_function") and hasattr(obj, "_jit_compile")
+
+
+def _children(obj: Any) -> List[Any]:
+    out = []
+    for attr in ("__wrapped__", "_python_function", "_xla_keras_original"):
+        child = getattr(obj, attr, None)
+        if child is not None:
+            out.append(child)
+    for cell in getattr(obj, "__closure__", None) or ():
+        try:
+            value = cell.cell_contents
+        except ValueError:  # an empty cell
+            continue
+        if callable(value):
+            out.append(value)
+    return out
+
+
+def find_step_function(fn: Any) -> Optional[Any]:
+    """The innermost ``tf.function`` named one_step_on_data reachable from a
+    Keras train/test/predict function, else the outermost tf.function, else
+    None (run_eagerly)."""
+    seen, stack, outer = set(), [fn], None
+    while stack:
+        obj = stack.pop()
+        if id(obj) in seen:
+            continue
+        seen.add(id(obj))
+        if _is_tf_function(obj):
+            if getattr(obj, "__name__", "") == _STEP_FUNCTION_NAME:
+                return obj
+            outer = outer or obj
+        stack.extend(_children(obj))
+    return outer
+
+
+def function_jit_flag(step_fn: Any) -> bool:
+    """Whether the tf.function found by find_step_function compiles with XLA."""
+    if step_fn is None:
+        return False
+    try:
+        return bool(step_fn._jit_compile)
+    except AttributeError as e:
+        raise InternalsMoved("tf.function._jit_compile", e) from e
+
+
+def tracing_count(step_fn: Any) -> Optional[int]:
+    if step_fn is None:
+        return None
+    try:
+        return step_fn.experimental_get_tracing_count()
+    except Exception:  # noqa: BLE001 - only a hint in the report
+        return None
+
+
+# --------------------------------------------------------------------------
+# Batches: the iterator Keras passes in and distribution wrappers.
+
+def data_iterator_types() -> Tuple[type, ...]:
+    import tensorflow as tf
+    return (tf.data.Iterator, tf.distribute.DistributedIterator)
+
+
+def unwrap_distributed(value: Any) -> Any:
+    """PerReplica values carry no shape: their per-replica components do, and
+    those are XLA's cache key. Returns the first replica's component (all
+    replicas of a MirroredStrategy get the same shapes per step)."""
+    try:
+        from tensorflow.python.distribute import values as ds_values
+    except ImportError as e:
+        raise InternalsMoved("tensorflow.python.distribute.values", e) from e
+    if isinstance(value, ds_values.DistributedValues):
+        components = value.values
+        return components[0] if components else None
+    return value
+
+
+def wrap_marker(wrapper: Callable, original: Callable) -> Callable:
+    """Mark our wrapper so a leftover one (from an interrupted fit) is found."""
+    wrapper._xla_keras_original = original
+    return wrapper
+
+
+def unwrap(fn: Any) -> Any:
+    while fn is not None and hasattr(fn, "_xla_keras_original"):
+        fn = fn._xla_keras_original
+    return fn
+
+
+# --------------------------------------------------------------------------
+# Global XLA flags.
+
+def _tf_session_module():
+    try:
+        from tensorflow.python.client import _pywrap_tf_session
+        _pywrap_tf_session.TF_SetTfXlaCpuGlobalJit  # noqa: B018 - presence check
+        return _pywrap_tf_session
+    except (ImportError, AttributeError) as e:
+        raise InternalsMoved("_pywrap_tf_session.TF_SetTfXlaCpuGlobalJit", e) from e
+
+
+def set_cpu_global_jit(enabled: bool) -> bool:
+    """Set TF's CPU global-jit flag; returns the previous value."""
+    return bool(_tf_session_module().TF_SetTfXlaCpuGlobalJit(int(bool(enabled))))
+
+
+def cpu_global_jit() -> bool:
+    """The CPU global-jit flag as TensorFlow holds it now (reads by setting and
+    restoring, the only read the C API offers)."""
+    previous = set_cpu_global_jit(True)
+    set_cpu_global_jit(previous)
+    return previous
+
+
+def devices_initialized() -> bool:
+    """Whether TensorFlow has created its devices (its first op does), after
+    which flags read at device creation no longer take effect."""
+    try:
+        from tensorflow.python.eager import context
+        return bool(context.context()._initialized)
+    except (ImportError, AttributeError) as e:
+        raise InternalsMoved("tensorflow.python.eager.context.context()._initialized", e) from e
+
+
+def env_flag_set(flag: str, env: Optional[dict] = None) -> bool:
+    """Whether ``--flag`` (or ``--flag=true``) is in TF_XLA_FLAGS."""
+    env = os.environ if env is None else env
+    for token in env.get("TF_XLA_FLAGS", "").split():
+        name, _, value = token.lstrip("-").partition("=")
+        if name == flag.lstrip("-"):
+            return value.lower() not in ("false", "0")
+    return False
+
+
+def autoclustering_enabled() -> bool:
+    import tensorflow as tf
+    return tf.config.optimizer.get_jit() == "autoclustering"
+
+
+def set_autoclustering(enabled: bool) -> None:
+    import tensorflow as tf
+    tf.config.optimizer.set_jit("autoclustering" if enabled else False)
+
+
+def has_accelerator() -> bool:
+    import tensorflow as tf
+    return any(d.device_type != "CPU" for d in tf.config.list_physical_devices())
+
+
+# --------------------------------------------------------------------------
+# The in-memory profiler probe.
+
+class ProfilerBusy(RuntimeError):
+    """Another profiler session (e.g. keras.callbacks.TensorBoard's) is running."""
+
+
+def start_probe() -> Any:
+    try:
+        from tensorflow.python.profiler.internal import _pywrap_profiler
+    except ImportError as e:
+        raise InternalsMoved("tensorflow.python.profiler.internal._pywrap_profiler", e) from e
+    import tensorflow as tf
+    session = _pywrap_profiler.ProfilerSession()
+    try:
+        session.start("", {})
+    except tf.errors.AlreadyExistsError as e:
+        raise ProfilerBusy(str(e)) from e
+    return session
+
+
+def stop_probe(session: Any) -> List[TraceEvent]:
+    """Stop a probe and return its trace events (with a duration)."""
+    try:
+        from tensorflow.tsl.profiler.protobuf import trace_events_pb2
+    except ImportError as e:
+        raise InternalsMoved("tensorflow.tsl.profiler.protobuf.trace_events_pb2", e) from e
+    trace = trace_events_pb2.Trace()
+    trace.ParseFromString(session.stop())
+    return [TraceEvent((e.device_id, e.resource_id), e.name, e.timestamp_ps, e.duration_ps)
+            for e in trace.trace_events if e.duration_ps > 0]
+
+
+# --------------------------------------------------------------------------
+# Distribution.
+
+def strategy_facts(model: Any) -> dict:
+    """Name, replica count, multi-worker-ness and chief-ness of the model's strategy."""
+    import tensorflow as tf
+    strategy = model.distribute_strategy
+    extended = strategy.extended
+    multi_worker = isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy)
+    default = type(strategy).__name__ == "_DefaultDistributionStrategy"
+    return {
+        "name": type(strategy).__name__,
+        "default": default,
+        "replicas": int(strategy.num_replicas_in_sync),
+        "multi_worker": multi_worker,
+        "chief": bool(getattr(extended, "should_checkpoint", True)),
+    }
+
+
+def layers_without_jit(model: Any) -> List[str]:
+    """Names of the layers that declare supports_jit=False (Keras then refuses
+    jit_compile=True)."""
+    try:
+        layers = model._flatten_layers()
+    except AttributeError as e:
+        raise InternalsMoved("keras Layer._flatten_layers", e) from e
+    return [layer.name for layer in layers if not getattr(layer, "supports_jit", True)]
+
+
+def op_determinism_enabled() -> bool:
+    try:
+        from tensorflow.python.framework.config import is_op_determinism_enabled
+    except ImportError as e:
+        raise InternalsMoved("tensorflow.python.framework.config.is_op_determinism_enabled", e) from e
+    return bool(is_op_determinism_enabled())
+
+
+def raw_model_jit(model: Any) -> Any:
+    """The model's stored jit_compile, without resolving "auto" (None)."""
+    try:
+        return model._jit_compile
+    except AttributeError as e:
+        raise InternalsMoved("keras Trainer._jit_compile", e) from e

@@ -1,0 +1,77 @@
+"""The ``xla-keras`` command line.
+
+    xla-keras report LOGDIR [--json]   print the report(s) XlaMonitor wrote under LOGDIR
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from typing import List, Optional
+
+from absl import app, flags
+
+from .report import XlaReport
+from .tensorboard import REPORT_FILE
+
+COMMANDS = ("report",)
+
+flags.DEFINE_bool("json", False, "print the report as JSON instead of the human summary")
+FLAGS = flags.FLAGS
+
+
+def find_reports(log_dir: str) -> List[str]:
+    """Every xla_report.json under log_dir (one per monitored log dir)."""
+    found = []
+    for root, _dirs, files in os.walk(log_dir):
+        if REPORT_FILE in files:
+            found.append(os.path.join(root, REPORT_FILE))
+    return sorted(found)
+
+
+def cmd_report(args: List[str], as_json: bool, out=sys.stdout) -> int:
+    if len(args) != 1:
+        print("usage: xla-keras report LOGDIR [--json]", file=sys.stderr)
+        return 2
+    log_dir = args[0]
+    if not os.path.isdir(log_dir):
+        print(f"xla-keras report: {log_dir!r} is not a directory", file=sys.stderr)
+        return 2
+    paths = find_reports(log_dir)
+    if not paths:
+        print(f"xla-keras report: no {REPORT_FILE} under {log_dir!r}; was XlaMonitor(log_dir=...) "
+              "pointed there?", file=sys.stderr)
+        return 1
+    reports = {}
+    for path in paths:
+        with open(path) as f:
+            reports[os.path.dirname(path)] = json.load(f)
+    if as_json:
+        json.dump(reports if len(reports) > 1 else next(iter(reports.values())), out, indent=2,
+                  sort_keys=True)
+        out.write("\n")
+    else:
+        for directory, data in reports.items():
+            if len(reports) > 1:
+                out.write(f"== {directory}\n")
+            out.write(str(XlaReport.from_dict(data)) + "\n")
+    return 0
+
+
+def run(argv: List[str]) -> int:
+    args = argv[1:]
+    if not args or args[0] not in COMMANDS:
+        given = repr(args[0]) if args else "nothing"
+        print(f"xla-keras: command must be one of {', '.join(COMMANDS)}; got {given}",
+              file=sys.stderr)
+        return 2
+    return cmd_report(args[1:], FLAGS.json)
+
+
+def main(argv: Optional[List[str]] = None) -> None:
+    app.run(lambda a: sys.exit(run(a)), argv=argv)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,136 @@
+"""Which steps compiled and for how long.
+
+Two pure pieces, fed by the thin TensorFlow code in ``_internals``:
+
+* :func:`compile_seconds_from_trace` turns the events of a profiler probe into
+  one duration per compiled XLA module;
+* :class:`CompileLedger` decides which steps need a probe (a signature new to
+  the function that runs) and keeps the records, with exact counts and a cap
+  on the detailed records.
+
+Why the probe interval is not simply the compiler events (measured on TF 2.21,
+CPU): ``CpuCompiler::RunBackend`` covers HLO->machine code, and
+``JitCompiler::Compile`` runs nested inside it, but TF->HLO lowering before it
+has no trace event at all. TensorFlow's own "Compilation of XLA executable
+time" line spans both. The op that triggers the compile (the function's kernel
+under ``jit_compile=True``, ``_XlaCompile`` under auto-clustering) starts when
+compilation starts, so a module's compile runs from the start of its innermost
+enclosing non-compiler event to the end of its last compiler event. Measured
+against TF's line: 416/416, 376/379, 342/345 ms (jit on); 296/298, 136/141 ms
+(auto-clustering).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Dict, Iterable, List, NamedTuple, Optional, Tuple
+
+from .signatures import InputSignature, fingerprint
+
+# One per compiled module (CpuCompiler::RunBackend, GpuCompiler::RunBackend...).
+_MODULE_ANCHOR = re.compile(r"^\w*Compiler::RunBackend$")
+_MODULE_ANCHOR_FALLBACK = re.compile(r"^\w*Compiler::Compile\w*Executable$")
+# Events that are part of compiling, never the op that asked for it.
+_COMPILER_EVENT = re.compile(
+    r"Compiler::|^HLO passes|^Codegen$|Pass$|^mlir::|^ThunkEmitter::|^TaskDispatcher::"
+)
+
+
+class TraceEvent(NamedTuple):
+    thread: Tuple[int, int]  # (device id, resource id): one timeline
+    name: str
+    start_ps: int
+    duration_ps: int
+
+    @property
+    def end_ps(self) -> int:
+        return self.start_ps + self.duration_ps
+
+
+def _innermost_enclosing(events: List[TraceEvent], anchor: TraceEvent) -> Optional[TraceEvent]:
+    best = None
+    for e in events:
+        if e.start_ps <= anchor.start_ps and e.end_ps >= anchor.end_ps and e is not anchor \
+                and not _COMPILER_EVENT.search(e.name):
+            if best is None or e.duration_ps < best.duration_ps:
+                best = e
+    return best
+
+
+def compile_seconds_from_trace(events: Iterable[TraceEvent]) -> List[float]:
+    """Seconds spent compiling each XLA module seen in a profiler probe, in
+    the order the modules were compiled. An empty list means no module was
+    compiled during the probe."""
+    by_thread: Dict[Tuple[int, int], List[TraceEvent]] = {}
+    for e in events:
+        if e.duration_ps > 0:
+            by_thread.setdefault(e.thread, []).append(e)
+    anchor_re = _MODULE_ANCHOR
+    if not any(anchor_re.match(e.name) for evs in by_thread.values() for e in evs):
+        anchor_re = _MODULE_ANCHOR_FALLBACK
+    found = []
+    for evs in by_thread.values():
+        evs.sort(key=lambda e: (e.start_ps, -e.duration_ps))
+        anchors = [e for e in evs if anchor_re.match(e.name)]
+        for i, anchor in enumerate(anchors):
+            next_start = anchors[i + 1].start_ps if i + 1 < len(anchors) else None
+            outer = _innermost_enclosing(evs, anchor)
+            limit = outer.end_ps if outer is not None else None
+            end = anchor.end_ps
+            for e in evs:
+                if e.start_ps < anchor.start_ps or not _COMPILER_EVENT.search(e.name):
+                    continue
+                if next_start is not None and e.start_ps >= next_start:
+                    break
+                if limit is None or e.end_ps <= limit:
+                    end = max(end, e.end_ps)
+            start = outer.start_ps if outer is not None else anchor.start_ps
+            previous_end = found[-1][1] if found and found[-1][2] == anchor.thread else None
+            if previous_end is not None and previous_end > start:
+                start = previous_end  # two modules compiled under one op
+            found.append((start, end, anchor.thread))
+    found.sort()
+    return [(end - start) / 1e12 for start, end, _ in found]
+
+
+class CompileLedger:
+    """Per phase: which signatures the running function has already compiled.
+
+    XLA's cache lives as long as the function does, so the set of known
+    signatures is reset whenever the phase's step function is replaced (a
+    rebuilt train function compiles everything again). Distinct signatures
+    over the monitor's lifetime are counted exactly with fingerprints; probe
+    bookkeeping is bounded by the number of distinct signatures.
+    """
+
+    def __init__(self, probes_per_signature: int = 1):
+        self.probes_per_signature = probes_per_signature
+        self._function_token: Dict[str, object] = {}
+        self._occurrences: Dict[str, Dict[int, int]] = {}
+        self._lifetime: Dict[str, set] = {}
+
+    def set_function(self, phase: str, token: object) -> bool:
+        """Declare the function that runs ``phase``; True if it is a new one."""
+        if self._function_token.get(phase) is token:
+            return False
+        self._function_token[phase] = token
+        self._occurrences[phase] = {}
+        return True
+
+    def observe(self, phase: str, signature: InputSignature) -> Tuple[bool, bool]:
+        """Record one batch. Returns (new to this function, worth probing).
+
+        Under auto-clustering a new signature of an already-run cluster
+        compiles only on its second request (TF's lazy compilation), so a
+        signature stays worth probing for its first ``probes_per_signature``
+        occurrences.
+        """
+        fp = fingerprint(signature)
+        self._lifetime.setdefault(phase, set()).add(fp)
+        seen = self._occurrences.setdefault(phase, {})
+        count = seen.get(fp, 0)
+        seen[fp] = count + 1
+        return count == 0, count < self.probes_per_signature
+
+    def distinct_signatures(self) -> Dict[str, int]:
+        return {phase: len(self._lifetime.get(phase, ())) for phase in ("train", "test", "predict")}

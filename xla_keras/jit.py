@@ -1,0 +1,224 @@
+"""JIT modes: resolve, apply, read back what really runs, restore after fit.
+
+The monitor's ``jit=`` choice is applied to the model the way
+``model.compile(jit_compile=...)`` would be: the model keeps it after the fit
+(so a second fit does not rebuild and recompile). Global TensorFlow state the
+monitor changes (the auto-clustering switch, the CPU global-jit flag) is put
+back when the fit ends.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass, field
+from typing import Any, List, Optional
+
+from . import _internals
+
+MODES = ("keep", "on", "off", "autoclustering")
+
+_CPU_FLAG = "tf_xla_cpu_global_jit"
+FIX_CPU_AUTOCLUSTERING = (
+    "call xla_keras.configure(cpu_autoclustering=True) right after import, before any "
+    "model is built, or start Python with TF_XLA_FLAGS=--tf_xla_cpu_global_jit"
+)
+
+# What configure() did, so the monitor can tell an early opt-in from a late one.
+_opt_in = {"cpu_autoclustering": None}  # None: not asked; True: in time; False: too late
+
+
+class XlaKerasWarning(UserWarning):
+    """A configuration that will not do what was asked."""
+
+
+def validate_mode(mode: Any) -> str:
+    if mode not in MODES:
+        raise ValueError(f"jit must be one of {', '.join(repr(m) for m in MODES)}; got {mode!r}")
+    return mode
+
+
+def configure(cpu_autoclustering: bool = False, cache_dir: Optional[str] = None) -> dict:
+    """The early opt-in: call right after ``import xla_keras``, before any model is built.
+
+    TensorFlow reads its CPU global-jit flag when it creates its devices (its
+    first op: building a model is enough). Set later, auto-clustering on CPU
+    silently compiles nothing. This call sets the flag while it can still
+    take effect, and says plainly when it is too late.
+
+    Args:
+        cpu_autoclustering: let ``tf.config.optimizer.set_jit("autoclustering")``
+            (or ``XlaMonitor(jit="autoclustering")``) compile clusters on CPU.
+        cache_dir: reserved for the persistent compilation cache; not yet
+            supported (raises if given).
+
+    Returns:
+        ``{"cpu_autoclustering": bool}``: whether the flag will take effect.
+
+    Example:
+        >>> import xla_keras
+        >>> xla_keras.configure(cpu_autoclustering=True)  # doctest: +SKIP
+        {'cpu_autoclustering': True}
+    """
+    if cache_dir is not None:
+        raise NotImplementedError(
+            "configure(cache_dir=...) is not implemented in this version; set "
+            "TF_XLA_FLAGS=--tf_xla_persistent_cache_directory=DIR before starting Python")
+    result = {}
+    if cpu_autoclustering:
+        in_time = not _internals.devices_initialized()
+        _internals.set_cpu_global_jit(True)
+        _opt_in["cpu_autoclustering"] = in_time
+        if not in_time:
+            warnings.warn(
+                "xla_keras.configure(cpu_autoclustering=True) came too late: TensorFlow has already "
+                "created its devices, so auto-clustering on CPU will compile nothing in this process. "
+                f"Fix: {FIX_CPU_AUTOCLUSTERING}.", XlaKerasWarning, stacklevel=2)
+        result["cpu_autoclustering"] = in_time
+    return result
+
+
+def cpu_autoclustering_effective() -> Optional[bool]:
+    """Whether CPU clusters can compile in this process: True, False, or None
+    when TensorFlow has not created its devices yet (it still can be set)."""
+    if _internals.env_flag_set(_CPU_FLAG):
+        return True
+    if _opt_in["cpu_autoclustering"] is not None:
+        return _opt_in["cpu_autoclustering"]
+    if not _internals.devices_initialized():
+        return None
+    return False
+
+
+@dataclass
+class JitState:
+    """What the monitor asked for, what runs, and why, in words."""
+
+    requested: str
+    active: Optional[bool] = None
+    reason: str = ""
+    autoclustering: bool = False  # clusters may compile (verified by the probe)
+    notes: List[str] = field(default_factory=list)
+
+
+class JitController:
+    """Applies a jit mode to a model and restores the global flags it changed."""
+
+    def __init__(self, mode: str):
+        self.mode = validate_mode(mode)
+        self._saved_autoclustering: Optional[bool] = None
+        self._saved_cpu_flag: Optional[bool] = None
+        self.refusal: Optional[str] = None
+
+    def prepare_early(self) -> None:
+        """Called at monitor construction: if TensorFlow has not created its
+        devices yet, the CPU flag can still be set in time."""
+        if self.mode == "autoclustering" and cpu_autoclustering_effective() is None:
+            self._saved_cpu_flag = _internals.set_cpu_global_jit(True)
+            _opt_in["cpu_autoclustering"] = True
+
+    def apply(self, model: Any) -> bool:
+        """Apply the mode to the model and the global switches.
+
+        Returns True when the auto-clustering switch changed, so every step
+        function must be rebuilt; a function whose jit flag differs from the
+        model's is rebuilt by the caller anyway."""
+        self.refusal = None
+        if self.mode == "keep":
+            return False
+        if model.run_eagerly:
+            self.refusal = (f"jit={self.mode!r} was not applied: the model runs eagerly "
+                            "(run_eagerly=True), so nothing is compiled")
+            return False
+        facts = _internals.strategy_facts(model)
+        if self.mode == "on" and (facts["replicas"] > 1 or facts["multi_worker"]):
+            self.refusal = (
+                f"jit='on' refused under {facts['name']} with {facts['replicas']} replicas: "
+                "jit_compile=True crashes fit there (XLA cannot reach variables on another "
+                "replica's device; CPU collectives are not implemented under XLA) while the flag "
+                "still reads True. Use jit='autoclustering' instead")
+            return False
+        rebuild = False
+        want_model_jit = self.mode == "on"
+        raw = _internals.raw_model_jit(model)
+        if raw is None or bool(raw) != want_model_jit:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # we explain the refusal ourselves
+                model.jit_compile = want_model_jit
+        if self.mode == "on" and not _internals.raw_model_jit(model):
+            blockers = _internals.layers_without_jit(model)
+            why = (f"layers with supports_jit=False: {', '.join(blockers)}" if blockers else
+                   "op determinism is enabled (tf.config.experimental.enable_op_determinism)"
+                   if _internals.op_determinism_enabled() else "Keras's model_supports_jit said no")
+            self.refusal = f"Keras refused jit_compile=True ({why}); the model runs without XLA"
+        want_clusters = self.mode == "autoclustering"
+        if _internals.autoclustering_enabled() != want_clusters:
+            if self._saved_autoclustering is None:
+                self._saved_autoclustering = not want_clusters
+            _internals.set_autoclustering(want_clusters)
+            rebuild = True
+        return rebuild
+
+    def restore(self) -> None:
+        """Put back the global flags this controller changed."""
+        if self._saved_autoclustering is not None:
+            _internals.set_autoclustering(self._saved_autoclustering)
+            self._saved_autoclustering = None
+
+    def restore_all(self) -> None:
+        """At process end or when the monitor is discarded: also the CPU flag."""
+        self.restore()
+        if self._saved_cpu_flag is not None:
+            _internals.set_cpu_global_jit(self._saved_cpu_flag)
+            self._saved_cpu_flag = None
+
+    def read_back(self, model: Any, step_fn: Any) -> JitState:
+        """What really runs, from the step function Keras built."""
+        state = JitState(self.mode)
+        if model.run_eagerly:
+            state.active = False
+            state.reason = self.refusal or "the model runs eagerly (run_eagerly=True): nothing is compiled"
+            return state
+        if _internals.function_jit_flag(step_fn):
+            state.active = True
+            state.reason = ("jit_compile=True on the step function that runs: every step is one "
+                            "XLA program, compiled once per new input signature")
+            return state
+        if _internals.autoclustering_enabled():
+            return self._read_back_autoclustering(state)
+        state.active = False
+        if self.refusal:
+            state.reason = self.refusal
+        elif self.mode == "off":
+            state.reason = "jit='off': the step function runs without XLA"
+        else:
+            state.reason = self._why_keep_is_off(model)
+        return state
+
+    def _read_back_autoclustering(self, state: JitState) -> JitState:
+        if _internals.has_accelerator():
+            state.autoclustering = True
+            state.reason = "auto-clustering: TensorFlow compiles clusters of the graph with XLA"
+            return state
+        if cpu_autoclustering_effective() is False:
+            state.active = False
+            state.reason = (
+                "auto-clustering was requested, but on CPU it compiles nothing unless TensorFlow's "
+                "CPU global-jit flag is set before TensorFlow creates its devices, and it was not "
+                f"(or too late): no cluster compiles in this process. Fix: {FIX_CPU_AUTOCLUSTERING}")
+            return state
+        state.autoclustering = True
+        state.reason = ("auto-clustering on CPU (global-jit flag set in time): TensorFlow compiles "
+                        "clusters of the graph with XLA")
+        return state
+
+    @staticmethod
+    def _why_keep_is_off(model: Any) -> str:
+        facts = _internals.strategy_facts(model)
+        if not facts["default"]:
+            return (f"XLA is OFF for this fit: Keras resolves jit_compile='auto' to False under "
+                    f"tf.distribute ({facts['name']}), and the model's jit_compile is False")
+        if not _internals.has_accelerator():
+            return ("XLA is OFF for this fit: Keras resolved jit_compile='auto' to False (no GPU), "
+                    "or the model was compiled with jit_compile=False. Pass jit='on' to try it")
+        return "XLA is OFF for this fit: the model was compiled with jit_compile=False"
+

@@ -1,0 +1,574 @@
+"""XlaMonitor: the Keras hooks. Wires the parts together, holds no analysis.
+
+How it observes (DESIGN §1): in ``on_train_begin`` (``on_test_begin``,
+``on_predict_begin``) it replaces ``model.train_function`` with a wrapper that
+pulls the step's batches from the tf.data iterator itself, reads their shapes
+(Python attribute reads, no device sync) and hands Keras the batches as a
+list, which Keras runs through the same jitted ``one_step_on_data``. A batch
+whose signature is new to that function is a compile step: the wrapper runs
+it under an in-memory profiler probe and takes the compile time from the XLA
+compiler's events. Everything else is appends and counters.
+"""
+
+from __future__ import annotations
+
+import atexit
+import functools
+import logging
+import time
+import traceback
+import weakref
+from typing import Any, Dict, List, Optional
+
+import keras
+
+from . import _internals
+from .compiles import CompileLedger, compile_seconds_from_trace
+from .jit import JitController, JitState
+from .report import PHASES, Compilation, SlowStep, XlaReport
+from .signatures import signature_of
+from .tensorboard import (TAG_COMPILATIONS, TAG_COMPILE_TIME, TAG_STEP_TIME, SummaryWriters,
+                          write_report_json)
+from .timing import PhaseTiming, excess_over_steady, share
+
+logger = logging.getLogger("xla_keras")
+
+UPDATE_FREQS = ("epoch", "batch")
+_FLUSH_EVERY_SECONDS = 5.0
+# Auto-clustering compiles a new signature of an already-run cluster only on
+# its second request (lazy compilation): probe the first few occurrences.
+_AUTOCLUSTER_PROBES = 3
+_FUNCTION_ATTR = {"train": "train_function", "test": "test_function", "predict": "predict_function"}
+_MAKE_FUNCTION = {"train": "make_train_function", "test": "make_test_function",
+                  "predict": "make_predict_function"}
+
+
+def _guarded(method):
+    """The monitor never kills training by accident: an error of its own is
+    logged once, the monitor disables itself and training goes on."""
+
+    @functools.wraps(method)
+    def run(self, *args, **kwargs):
+        if not self._enabled:
+            return None
+        try:
+            return method(self, *args, **kwargs)
+        except Exception as error:  # noqa: BLE001 - by design, see docstring
+            self._disable(error)
+            return None
+
+    return run
+
+
+class _PhaseState:
+    """Per-phase bookkeeping for the step path: counters and bounded buffers."""
+
+    def __init__(self, max_records: int):
+        self.timing = PhaseTiming()
+        self.step = 0                 # global 1-based step of the last batch run
+        self.steps_run = 0            # batches run under the monitor
+        self.call_start = 0.0
+        self.call_batches = 0
+        self.call_new: List[tuple] = []      # (step, signature) new to the function
+        self.call_modules: Optional[List[float]] = None  # probe result, None = not probed
+        self.call_probe_sig: Optional[tuple] = None
+        self.call_traced = False
+        self.tracing_before: Optional[int] = None
+        self.call_signature: Optional[tuple] = None
+        self.compile_count = 0
+        self.profiler_seconds = 0.0
+        self.timing_count = 0
+        self.timing_step_seconds = 0.0
+        self.records: List[Compilation] = []
+        self.records_dropped = 0
+        self.max_records = max_records
+        self.slow: List[SlowStep] = []
+        self.slow_count = 0
+        self.epoch_steady_sum = 0.0
+        self.epoch_steady_n = 0
+
+    def add_record(self, record: Compilation) -> None:
+        self.compile_count += 1
+        if record.source == "profiler":
+            self.profiler_seconds += record.seconds
+        else:
+            self.timing_count += 1
+            self.timing_step_seconds += record.step_seconds or 0.0
+        if len(self.records) < self.max_records:
+            self.records.append(record)
+        else:
+            self.records_dropped += 1
+
+    def compile_seconds(self) -> float:
+        """Exact total; timing estimates use the final steady median."""
+        median = self.timing.median_seconds
+        estimated = max(0.0, self.timing_step_seconds - self.timing_count * (median or 0.0))
+        return self.profiler_seconds + estimated
+
+
+class XlaMonitor(keras.callbacks.Callback):
+    """Tells whether XLA really ran in `fit`, what compiled and what it cost.
+
+    Args:
+        log_dir: where TensorBoard runs (``train``, ``validation``) and
+            ``xla_report.json`` go; ``None`` writes no files and keeps the
+            report in memory only.
+        jit: ``"keep"`` (leave the model's jit_compile alone and report the
+            truth), ``"on"`` (``jit_compile=True``), ``"off"``, or
+            ``"autoclustering"`` (TensorFlow picks clusters; on CPU it needs
+            the early opt-in ``xla_keras.configure(cpu_autoclustering=True)``).
+            The choice is applied to the model like ``compile(jit_compile=...)``
+            and stays with it; global flags are restored when the fit ends.
+        update_freq: ``"epoch"``, ``"batch"`` or an int N: how often the
+            ``xla/step_time_ms`` scalar is written (compile events are written
+            at the step they happened, whatever this says).
+        verbose: 0 silent, 1 prints the XLA status at the start and the
+            report at the end of each fit.
+        max_records: cap on detailed compile and slow-step records kept per
+            phase; counts and totals stay exact beyond it.
+
+    Example:
+
+    ```python
+    monitor = xla_keras.XlaMonitor(log_dir="logs/xla", jit="on")
+    model.fit(x, y, epochs=3, validation_split=0.2, callbacks=[monitor])
+    print(monitor.report)                  # human summary
+    monitor.report.to_dict()               # JSON-able
+    ```
+    """
+
+    def __init__(self, log_dir: Optional[str] = "logs/xla", jit: str = "keep",
+                 update_freq: Any = "epoch", verbose: int = 1, max_records: int = 1000):
+        super().__init__()
+        if log_dir is not None and not isinstance(log_dir, str):
+            raise TypeError(f"log_dir must be a str or None; got {type(log_dir).__name__}")
+        if not (update_freq in UPDATE_FREQS or (isinstance(update_freq, int)
+                                                 and not isinstance(update_freq, bool) and update_freq >= 1)):
+            raise ValueError(f"update_freq must be one of {', '.join(map(repr, UPDATE_FREQS))} "
+                             f"or an int >= 1; got {update_freq!r}")
+        if verbose not in (0, 1, 2):
+            raise ValueError(f"verbose must be 0, 1 or 2; got {verbose!r}")
+        if not isinstance(max_records, int) or max_records < 1:
+            raise ValueError(f"max_records must be an int >= 1; got {max_records!r}")
+        self.log_dir = log_dir
+        self.jit = jit
+        self._jit = JitController(jit)  # validates jit, naming the choices
+        self.update_freq = 1 if update_freq == "batch" else update_freq
+        self.verbose = verbose
+        self.max_records = max_records
+
+        self._enabled = True
+        self._error: Optional[str] = None
+        self._phases: Dict[str, _PhaseState] = {p: _PhaseState(max_records) for p in PHASES}
+        # Only auto-clustering needs the extra probes (see _before_call).
+        self._ledger = CompileLedger(probes_per_signature=_AUTOCLUSTER_PROBES)
+        self._state = JitState(jit)
+        self._notes: List[str] = []
+        self._noted = set()
+        self._probe_busy = False
+        self._probe_used = False
+        self._active_probe = None
+        self._writers: Optional[SummaryWriters] = None
+        self._chief = True
+        self._in_fit = False
+        self._segment_start: Optional[float] = None
+        self._wall = 0.0
+        self._last_flush = 0.0
+        self._wrapped: Dict[str, Any] = {}
+        self._jit.prepare_early()
+        atexit.register(_flush_at_exit, weakref.ref(self))
+
+    # ------------------------------------------------------------------ hooks
+
+    @_guarded
+    def on_train_begin(self, logs=None):
+        self._in_fit = True
+        self._begin_segment()
+        model = self.model
+        self._chief = _internals.strategy_facts(model)["chief"]
+        if self._jit.apply(model):
+            # The auto-clustering switch changed: every function must be rebuilt.
+            model.test_function = None
+            model.predict_function = None
+            model.make_train_function(force=True)
+        self._install("train")
+        self._state = self._jit.read_back(model, _internals.find_step_function(
+            _internals.unwrap(model.train_function)))
+        optimizer = getattr(model, "optimizer", None)
+        # One read per fit (not per step): the train step equals
+        # optimizer.iterations after that step.
+        self._phases["train"].step = int(optimizer.iterations.numpy()) if optimizer is not None else 0
+        if self.verbose:
+            print(f"xla_keras: jit={self.jit!r} -> XLA {self._active_words()}: {self._state.reason}")
+
+    @_guarded
+    def on_train_batch_begin(self, batch, logs=None):
+        pass  # the step clock starts inside the wrapper, before the batch is pulled
+
+    @_guarded
+    def on_train_batch_end(self, batch, logs=None):
+        self._end_step("train")
+
+    @_guarded
+    def on_epoch_end(self, epoch, logs=None):
+        phase = self._phases["train"]
+        if self.update_freq == "epoch" and phase.epoch_steady_n:
+            self._scalar("train", TAG_STEP_TIME, 1e3 * phase.epoch_steady_sum / phase.epoch_steady_n,
+                         phase.step)
+        phase.epoch_steady_sum, phase.epoch_steady_n = 0.0, 0
+        self._flush()
+
+    @_guarded
+    def on_train_end(self, logs=None):
+        self._unwrap_all()
+        self._jit.restore()
+        self._in_fit = False
+        self._end_segment()
+        self._finish()
+
+    @_guarded
+    def on_test_begin(self, logs=None):
+        self._begin_phase("test")
+
+    @_guarded
+    def on_test_batch_end(self, batch, logs=None):
+        self._end_step("test")
+
+    @_guarded
+    def on_test_end(self, logs=None):
+        self._end_phase("test")
+
+    @_guarded
+    def on_predict_begin(self, logs=None):
+        self._begin_phase("predict")
+
+    @_guarded
+    def on_predict_batch_end(self, batch, logs=None):
+        self._end_step("predict")
+
+    @_guarded
+    def on_predict_end(self, logs=None):
+        self._end_phase("predict")
+
+    # ---------------------------------------------------------------- report
+
+    @property
+    def report(self) -> XlaReport:
+        """The report so far (complete after the fit / evaluate / predict)."""
+        report = XlaReport(jit_mode=self.jit)
+        records: List[Compilation] = []
+        total_compile = 0.0
+        for name, phase in self._phases.items():
+            median = phase.timing.median_seconds
+            for record in phase.records:
+                if record.source == "timing":
+                    record.seconds = excess_over_steady(record.step_seconds or 0.0, median)
+            records.extend(phase.records)
+            report.compilation_count[name] = phase.compile_count
+            report.steps[name] = phase.steps_run
+            report.steady_step_seconds_by_phase[name] = median
+            total_compile += phase.compile_seconds()
+            report.slow_steps.extend(phase.slow)
+            report.slow_step_count += phase.slow_count
+            report.compilations_dropped += phase.records_dropped
+        report.compilations = sorted(records, key=lambda c: (PHASES.index(c.phase), c.step))
+        report.distinct_signatures = self._ledger.distinct_signatures()
+        report.steady_step_seconds = report.steady_step_seconds_by_phase["train"]
+        report.compile_seconds = total_compile
+        report.wall_seconds = self._wall + (time.perf_counter() - self._segment_start
+                                            if self._segment_start is not None else 0.0)
+        report.compile_share = share(total_compile, report.wall_seconds)
+        report.jit_active, report.jit_reason = self._final_jit_state(report)
+        report.probe = ("timing" if self._probe_busy and not self._probe_used else
+                        "profiler+timing" if self._probe_busy else "profiler")
+        report.notes = list(self._notes)
+        if self._error:
+            report.notes.append(self._error)
+        report.log_dir = self.log_dir if self._chief else None
+        report.versions = _internals.versions()
+        return report
+
+    def _final_jit_state(self, report: XlaReport):
+        state = self._state
+        if not state.autoclustering:
+            return state.active, state.reason
+        # Auto-clustering: only compiles actually seen prove that XLA ran.
+        compiled = report.total_compilations
+        if compiled and any(c.source == "profiler" for c in report.compilations):
+            return True, f"{state.reason}; {compiled} cluster module(s) compiled (seen by the profiler)"
+        if self._probe_busy and not self._probe_used:
+            return None, f"{state.reason}; not verified: the profiler was busy"
+        if sum(report.steps.values()):
+            return False, (f"{state.reason}, but no cluster compiled: TensorFlow found nothing worth "
+                           "clustering in this graph")
+        return None, state.reason
+
+    def _xla_expected(self) -> bool:
+        """Whether an unprobed new signature should be counted as a compile."""
+        return bool(self._state.active or self._state.autoclustering)
+
+    def _active_words(self) -> str:
+        return {True: "ON", False: "OFF", None: "pending (auto-clustering: compiles will tell)"}[
+            self._state.active]
+
+    # ------------------------------------------------------------- wrapping
+
+    def _begin_phase(self, phase: str) -> None:
+        if not self._in_fit:
+            self._begin_segment()
+            self._chief = _internals.strategy_facts(self.model)["chief"]
+            if self._jit.apply(self.model):
+                setattr(self.model, _FUNCTION_ATTR[phase], None)
+        self._install(phase)
+        if not self._in_fit:
+            self._state = self._jit.read_back(self.model, _internals.find_step_function(
+                _internals.unwrap(getattr(self.model, _FUNCTION_ATTR[phase]))))
+
+    def _end_phase(self, phase: str) -> None:
+        self._remove(phase)
+        if not self._in_fit:
+            self._jit.restore()
+            self._end_segment()
+            self._finish()
+
+    def _install(self, phase: str) -> None:
+        model = self.model
+        attr = _FUNCTION_ATTR[phase]
+        # An interrupted fit never reached on_train_end: drop any leftover wrapper.
+        original = _internals.unwrap(getattr(model, attr, None))
+        setattr(model, attr, original)
+        step_fn = _internals.find_step_function(original) if original is not None else None
+        if original is None or (self.jit != "keep" and not model.run_eagerly
+                                and _internals.function_jit_flag(step_fn) != bool(model.jit_compile)):
+            getattr(model, _MAKE_FUNCTION[phase])(force=True)
+            original = getattr(model, attr)
+            step_fn = _internals.find_step_function(original)
+        self._ledger.set_function(phase, step_fn)
+        wrapper = self._make_wrapper(phase, original, step_fn)
+        setattr(model, attr, _internals.wrap_marker(wrapper, original))
+        self._wrapped[phase] = wrapper
+
+    def _remove(self, phase: str) -> None:
+        wrapper = self._wrapped.pop(phase, None)
+        attr = _FUNCTION_ATTR[phase]
+        if wrapper is not None and getattr(self.model, attr, None) is wrapper:
+            setattr(self.model, attr, _internals.unwrap(wrapper))
+
+    def _unwrap_all(self) -> None:
+        for phase in list(self._wrapped):
+            self._remove(phase)
+
+    def _make_wrapper(self, phase: str, original: Any, step_fn: Any):
+        state = self._phases[phase]
+        iterator_types = _internals.data_iterator_types()
+        pulls = phase != "predict"  # predict_function already receives a list of batches
+
+        def wrapped(data):
+            if not self._enabled:
+                return original(data)
+            state.call_start = time.perf_counter()
+            if pulls and isinstance(data, iterator_types):
+                batches = _pull(data, self.model.steps_per_execution)
+            elif isinstance(data, list):
+                batches = data
+            else:  # e.g. train_on_batch's generator: run as Keras would, unobserved
+                state.call_batches = 0
+                return original(data)
+            probe = self._before_call(phase, state, batches, step_fn)
+            try:
+                outputs = original(batches)
+            except BaseException:
+                self._abandon_probe(probe)
+                self._flush()
+                raise
+            self._after_call(phase, state, probe, step_fn)
+            return outputs
+
+        return wrapped
+
+    @_guarded
+    def _before_call(self, phase: str, state: _PhaseState, batches: list, step_fn: Any):
+        unwrap = _internals.unwrap_distributed
+        state.call_batches = len(batches)
+        state.call_new = []
+        state.call_probe_sig = None
+        state.call_modules = None
+        probe_wanted = False
+        for i, batch in enumerate(batches):
+            sig = signature_of(batch, unwrap)
+            is_new, worth_probe = self._ledger.observe(phase, sig)
+            if is_new:
+                state.call_new.append((state.step + i + 1, sig))
+            if worth_probe and (is_new or self._state.autoclustering):
+                probe_wanted = True
+                state.call_probe_sig = state.call_probe_sig or (state.step + i + 1, sig)
+            state.call_signature = sig
+        state.call_traced = False
+        if not probe_wanted:
+            return None
+        state.tracing_before = _internals.tracing_count(step_fn)  # did this step also trace?
+        try:
+            session = _internals.start_probe()
+        except _internals.ProfilerBusy:
+            self._probe_busy = True
+            self._note_once("profiler-busy",
+                            "the profiler was busy (another profiling session, e.g. "
+                            "keras.callbacks.TensorBoard(profile_batch=...)): some compile times are "
+                            "estimated from step time minus the steady median")
+            return None
+        self._active_probe = session
+        return session
+
+    def _abandon_probe(self, session) -> None:
+        if session is not None and self._active_probe is session:
+            self._active_probe = None
+            try:
+                session.stop()
+            except Exception:  # noqa: BLE001 - stopping is best effort on the error path
+                pass
+
+    @_guarded
+    def _after_call(self, phase: str, state: _PhaseState, session, step_fn: Any):
+        if session is None:
+            return
+        self._active_probe = None
+        events = _internals.stop_probe(session)
+        self._probe_used = True
+        state.call_modules = compile_seconds_from_trace(events)
+        after = _internals.tracing_count(step_fn)
+        state.call_traced = after is not None and after != getattr(state, "tracing_before", after)
+
+    # ------------------------------------------------------------ step end
+
+    def _end_step(self, phase: str) -> None:
+        state = self._phases[phase]
+        n = state.call_batches
+        if not n:
+            return
+        seconds = time.perf_counter() - state.call_start
+        state.call_batches = 0
+        state.steps_run += n
+        first_step = state.step + 1
+        state.step += n
+        if state.call_modules is not None:
+            self._record_probed(phase, state, seconds)
+        elif state.call_new and self._xla_expected():
+            for step, sig in state.call_new:
+                self._record(phase, Compilation(phase, step, sig, excess_over_steady(
+                    seconds, state.timing.median_seconds), "timing", step_seconds=seconds,
+                    traced=state.call_traced))
+        else:
+            per_step = seconds / n
+            if state.timing.is_slow(per_step):
+                state.slow_count += 1
+                if len(state.slow) < state.max_records:
+                    state.slow.append(SlowStep(phase, first_step, per_step,
+                                               state.timing._median, state.call_signature))
+            else:
+                state.timing.add_steady(per_step)
+                state.epoch_steady_sum += per_step
+                state.epoch_steady_n += 1
+                if isinstance(self.update_freq, int) and state.step % self.update_freq < n:
+                    self._scalar(phase, TAG_STEP_TIME, 1e3 * per_step, state.step)
+        now = time.perf_counter()
+        if now - self._last_flush > _FLUSH_EVERY_SECONDS:
+            self._flush()
+
+    def _record_probed(self, phase: str, state: _PhaseState, seconds: float) -> None:
+        modules = state.call_modules
+        state.call_modules = None
+        owners = state.call_new or ([state.call_probe_sig] if state.call_probe_sig else [])
+        if not modules:
+            return  # the probe saw no compile: nothing compiled (e.g. a lazy cluster)
+        for i, module_seconds in enumerate(modules):
+            step, sig = owners[min(i, len(owners) - 1)]
+            self._record(phase, Compilation(phase, step, sig, module_seconds, "profiler",
+                                            step_seconds=seconds, traced=state.call_traced))
+
+    def _record(self, phase: str, record: Compilation) -> None:
+        state = self._phases[phase]
+        state.add_record(record)
+        self._scalar(phase, TAG_COMPILE_TIME, 1e3 * record.seconds, record.step)
+        self._scalar(phase, TAG_COMPILATIONS, state.compile_count, record.step)
+        self._flush(files_only=True)
+
+    # ---------------------------------------------------------------- output
+
+    def _scalar(self, phase: str, tag: str, value: float, step: int) -> None:
+        if self.log_dir is None or not self._chief:
+            return
+        if self._writers is None:
+            self._writers = SummaryWriters(self.log_dir)
+        self._writers.scalar(phase, tag, value, step)
+
+    def _flush(self, files_only: bool = False) -> None:
+        self._last_flush = time.perf_counter()
+        if self._writers is not None:
+            self._writers.flush()
+        if not files_only and self.log_dir is not None and self._chief:
+            write_report_json(self.log_dir, self.report.to_dict())
+
+    def _finish(self) -> None:
+        self._flush()
+        if self._writers is not None:
+            self._writers.close()
+            self._writers = None
+        if self.verbose:
+            print(self.report)
+
+    def _begin_segment(self) -> None:
+        self._segment_start = time.perf_counter()
+
+    def _end_segment(self) -> None:
+        if self._segment_start is not None:
+            self._wall += time.perf_counter() - self._segment_start
+            self._segment_start = None
+
+    def _note_once(self, key: str, text: str) -> None:
+        if key not in self._noted:
+            self._noted.add(key)
+            self._notes.append(text)
+            logger.warning("xla_keras: %s", text)
+
+    def _disable(self, error: BaseException) -> None:
+        """Log once, stop observing, give back everything we changed."""
+        self._enabled = False
+        self._error = f"the monitor disabled itself after an internal error: {error!r}"
+        logger.error("xla_keras: %s; training goes on unmonitored.\n%s", self._error,
+                     "".join(traceback.format_exception(error)))
+        self._abandon_probe(self._active_probe)
+        try:
+            self._unwrap_all()
+            self._jit.restore()
+            if self._writers is not None:
+                self._writers.flush()
+        except Exception:  # noqa: BLE001 - already failing; never raise from here
+            pass
+
+
+def _pull(iterator: Any, count: int) -> list:
+    """Up to ``count`` batches, as Keras's own graph would pull them."""
+    import tensorflow as tf
+    batches = []
+    for _ in range(count):
+        try:
+            batches.append(next(iterator))
+        except (StopIteration, tf.errors.OutOfRangeError):
+            break
+    if not batches:
+        raise StopIteration
+    return batches
+
+
+def _flush_at_exit(ref) -> None:
+    monitor = ref()
+    if monitor is None:
+        return
+    try:
+        monitor._abandon_probe(monitor._active_probe)
+        if monitor._writers is not None:
+            monitor._writers.flush()
+        if monitor.log_dir is not None and monitor._chief and monitor._segment_start is not None:
+            write_report_json(monitor.log_dir, monitor.report.to_dict())
+    except Exception:  # noqa: BLE001 - interpreter shutdown: best effort
+        pass

@@ -1,0 +1,217 @@
+"""XlaReport and its pieces: plain dataclasses, rendering, JSON round-trip.
+
+Pure: no TensorFlow. ``to_dict()`` keys are a contract (DESIGN §2): add keys,
+never rename or remove them.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional
+
+from .signatures import InputSignature, describe, from_jsonable, to_jsonable
+
+PHASES = ("train", "test", "predict")
+SOURCES = ("profiler", "timing")
+
+
+@dataclass
+class Compilation:
+    """One compiled XLA module.
+
+    Attributes:
+        phase: "train", "test" or "predict".
+        step: 1-based global step of the phase at which it compiled.
+        signature: the input signature that made it compile.
+        seconds: compile time; from the XLA compiler's events when
+            ``source == "profiler"``, else step time minus the steady median.
+        source: "profiler" or "timing".
+        cached: served from the persistent compilation cache.
+        step_seconds: wall time of the whole step that compiled.
+        traced: the step also traced the tf.function (first step of a function),
+            so a timing estimate includes tracing.
+    """
+
+    phase: str
+    step: int
+    signature: InputSignature
+    seconds: float
+    source: str
+    cached: bool = False
+    step_seconds: Optional[float] = None
+    traced: bool = False
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {
+            "phase": self.phase, "step": self.step,
+            "signature": to_jsonable(self.signature),
+            "seconds": self.seconds, "source": self.source, "cached": self.cached,
+            "step_seconds": self.step_seconds, "traced": self.traced,
+        }
+
+    @classmethod
+    def from_dict(cls, d: Dict[str, Any]) -> "Compilation":
+        return cls(d["phase"], d["step"], from_jsonable(d["signature"]), d["seconds"],
+                   d["source"], d.get("cached", False), d.get("step_seconds"), d.get("traced", False))
+
+
+@dataclass
+class SlowStep:
+    """A step whose signature was already compiled but that ran far above the
+    steady median: something cost time that the ledger cannot name."""
+
+    phase: str
+    step: int
+    seconds: float
+    steady_seconds: float
+    signature: InputSignature
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {"phase": self.phase, "step": self.step, "seconds": self.seconds,
+                "steady_seconds": self.steady_seconds, "signature": to_jsonable(self.signature)}
+
+    @classmethod
+    def from_dict(cls, d: Dict[str, Any]) -> "SlowStep":
+        return cls(d["phase"], d["step"], d["seconds"], d["steady_seconds"], from_jsonable(d["signature"]))
+
+
+@dataclass
+class XlaReport:
+    """What XLA did in the monitored calls and what it cost.
+
+    ``str(report)`` is the human summary; ``to_dict()`` is JSON-able.
+    """
+
+    jit_mode: str = "keep"
+    jit_active: Optional[bool] = None
+    jit_reason: str = ""
+    compilations: List[Compilation] = field(default_factory=list)
+    compilation_count: Dict[str, int] = field(default_factory=lambda: dict.fromkeys(PHASES, 0))
+    compilations_dropped: int = 0
+    distinct_signatures: Dict[str, int] = field(default_factory=lambda: dict.fromkeys(PHASES, 0))
+    storms: List[Any] = field(default_factory=list)
+    steps: Dict[str, int] = field(default_factory=lambda: dict.fromkeys(PHASES, 0))
+    steady_step_seconds: Optional[float] = None
+    steady_step_seconds_by_phase: Dict[str, Optional[float]] = field(
+        default_factory=lambda: dict.fromkeys(PHASES))
+    compile_seconds: float = 0.0
+    wall_seconds: float = 0.0
+    compile_share: Optional[float] = None
+    slow_steps: List[SlowStep] = field(default_factory=list)
+    slow_step_count: int = 0
+    break_even_steps: Optional[float] = None
+    cache_saved_seconds: Optional[float] = None
+    probe: str = "profiler"
+    notes: List[str] = field(default_factory=list)
+    log_dir: Optional[str] = None
+    versions: Dict[str, str] = field(default_factory=dict)
+
+    @property
+    def total_compilations(self) -> int:
+        return sum(self.compilation_count.values())
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {
+            "jit_mode": self.jit_mode,
+            "jit_active": self.jit_active,
+            "jit_reason": self.jit_reason,
+            "compilations": [c.to_dict() for c in self.compilations],
+            "compilation_count": dict(self.compilation_count),
+            "compilations_dropped": self.compilations_dropped,
+            "distinct_signatures": dict(self.distinct_signatures),
+            "storms": [s.to_dict() if hasattr(s, "to_dict") else s for s in self.storms],
+            "steps": dict(self.steps),
+            "steady_step_seconds": self.steady_step_seconds,
+            "steady_step_seconds_by_phase": dict(self.steady_step_seconds_by_phase),
+            "compile_seconds": self.compile_seconds,
+            "wall_seconds": self.wall_seconds,
+            "compile_share": self.compile_share,
+            "slow_steps": [s.to_dict() for s in self.slow_steps],
+            "slow_step_count": self.slow_step_count,
+            "break_even_steps": _finite_or_none(self.break_even_steps),
+            "cache_saved_seconds": self.cache_saved_seconds,
+            "probe": self.probe,
+            "notes": list(self.notes),
+            "log_dir": self.log_dir,
+            "versions": dict(self.versions),
+        }
+
+    @classmethod
+    def from_dict(cls, d: Dict[str, Any]) -> "XlaReport":
+        known = {k: v for k, v in d.items() if k in cls.__dataclass_fields__}
+        known["compilations"] = [Compilation.from_dict(c) for c in d.get("compilations", [])]
+        known["slow_steps"] = [SlowStep.from_dict(s) for s in d.get("slow_steps", [])]
+        return cls(**known)
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> "XlaReport":
+        return cls.from_dict(json.loads(text))
+
+    def __str__(self) -> str:
+        return render(self)
+
+
+def _finite_or_none(x: Optional[float]) -> Optional[float]:
+    return None if x is None or math.isinf(x) or math.isnan(x) else x
+
+
+def _ms(seconds: Optional[float]) -> str:
+    if seconds is None:
+        return "n/a"
+    return f"{seconds * 1e3:.3g} ms" if seconds < 1 else f"{seconds:.2f} s"
+
+
+def _active_word(active: Optional[bool]) -> str:
+    return {True: "yes", False: "NO", None: "unknown"}[active]
+
+
+def render(report: XlaReport) -> str:
+    """The short human summary printed at the end of a fit."""
+    phases = [p for p in PHASES if report.steps.get(p)]
+    by_phase: Dict[str, float] = {}
+    sources = set()
+    for c in report.compilations:
+        by_phase[c.phase] = by_phase.get(c.phase, 0.0) + c.seconds
+        sources.add(c.source)
+    lines = ["XLA report (xla_keras)"]
+    lines.append(f"  jit requested   : {report.jit_mode}    XLA active: {_active_word(report.jit_active)}")
+    if report.jit_reason:
+        lines.append(f"  why             : {report.jit_reason}")
+    compiles = ", ".join(
+        f"{p} {report.compilation_count.get(p, 0)}" + (f" ({_ms(by_phase[p])})" if p in by_phase else "")
+        for p in phases) or "none"
+    how = f"  [measured by {'/'.join(sorted(sources))}]" if sources else ""
+    lines.append(f"  compiles        : {compiles}{how}")
+    lines.append("  signatures      : " + (", ".join(
+        f"{p} {report.distinct_signatures.get(p, 0)}" for p in phases) or "none"))
+    lines.append(f"  compile time    : {_ms(report.compile_seconds)}"
+                 + (f" = {report.compile_share:.0%} of {_ms(report.wall_seconds)} monitored"
+                    if report.compile_share is not None else ""))
+    lines.append("  steady step     : " + (", ".join(
+        f"{p} {_ms(report.steady_step_seconds_by_phase.get(p))}" for p in phases) or "n/a"))
+    if report.break_even_steps is not None:
+        lines.append(f"  break-even      : {report.break_even_steps:.0f} steps")
+    if report.slow_step_count:
+        worst = max(report.slow_steps, key=lambda s: s.seconds, default=None)
+        lines.append(f"  slow steps      : {report.slow_step_count} known-signature steps far above the "
+                     f"steady median" + (f" (worst: {worst.phase} step {worst.step}, {_ms(worst.seconds)})"
+                                         if worst else ""))
+    if report.compilations:
+        lines.append("  compiled for    :")
+        shown = report.compilations[:8]
+        for c in shown:
+            lines.append(f"    {c.phase} step {c.step}: {describe(c.signature)}  {_ms(c.seconds)}"
+                         + (" (estimated from step time)" if c.source == "timing" else ""))
+        rest = report.total_compilations - len(shown)
+        if rest > 0:
+            lines.append(f"    ... {rest} more")
+    for note in report.notes:
+        lines.append(f"  note: {note}")
+    if report.log_dir:
+        lines.append(f"  logs            : tensorboard --logdir {report.log_dir}")
+    return "\n".join(lines)

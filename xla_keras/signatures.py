@@ -1,0 +1,168 @@
+"""Input signatures: what XLA keys its compile cache on.
+
+XLA compiles once per distinct concrete input shape and dtype, even when
+``tf.function`` tracing has relaxed the shapes to ``None`` (DESIGN §1). So the
+signature of a batch is the tuple of ``(path, dtype, shape)`` of every input
+leaf, read from Python attributes only: building one never syncs the device.
+
+This module is pure: it duck-types tensors (anything with ``.shape`` and
+``.dtype``) and imports no TensorFlow.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Iterable, NamedTuple, Optional, Tuple
+
+Shape = Tuple[Optional[int], ...]
+
+# Keras unpacks a batch tuple as (x, y, sample_weight): name the top level so.
+_TOP_LEVEL_NAMES = ("x", "y", "sample_weight")
+
+
+class Leaf(NamedTuple):
+    """One input tensor of a batch: where it sits, its dtype and its shape."""
+
+    path: str
+    dtype: str
+    shape: Shape
+
+    def describe(self) -> str:
+        dims = ",".join("?" if d is None else str(d) for d in self.shape)
+        return f"{self.path}:{self.dtype}[{dims}]"
+
+
+InputSignature = Tuple[Leaf, ...]
+
+
+class AxisChange(NamedTuple):
+    """One way two signatures differ. ``axis`` is None for a structural change
+    (a leaf appeared or vanished, its rank or dtype changed)."""
+
+    path: str
+    axis: Optional[int]
+    old: Any
+    new: Any
+
+
+def _dtype_name(dtype: Any) -> str:
+    name = getattr(dtype, "name", None)
+    return name if isinstance(name, str) else str(dtype)
+
+
+def _shape_tuple(shape: Any) -> Shape:
+    dims = []
+    for d in shape:
+        # TensorShape yields ints or None; tf.compat.v1 Dimensions carry .value.
+        d = getattr(d, "value", d)
+        dims.append(None if d is None else int(d))
+    return tuple(dims)
+
+
+def _components(value: Any) -> Optional[list]:
+    """Component tensors of composite tensors, named as TensorFlow names them.
+
+    XLA sees a RaggedTensor as its flat values plus one row-splits vector per
+    ragged dimension, and a SparseTensor as indices, values and dense_shape.
+    """
+    if hasattr(value, "flat_values") and hasattr(value, "nested_row_splits"):
+        parts = [("flat_values", value.flat_values)]
+        parts += [(f"row_splits_{i}", s) for i, s in enumerate(value.nested_row_splits)]
+        return parts
+    if all(hasattr(value, a) for a in ("indices", "values", "dense_shape")):
+        return [("indices", value.indices), ("values", value.values),
+                ("dense_shape", value.dense_shape)]
+    return None
+
+
+def _walk(value: Any, path: str, out: list, unwrap: Callable[[Any], Any]) -> None:
+    value = unwrap(value)
+    if value is None:
+        return
+    if isinstance(value, dict):
+        # Sorted like tf.nest / keras.tree flatten dicts, so the order is stable.
+        for key in sorted(value, key=str):
+            _walk(value[key], f"{path}/{key}" if path else str(key), out, unwrap)
+        return
+    if isinstance(value, (list, tuple)):
+        fields = getattr(value, "_fields", None)  # namedtuple: use field names
+        for i, item in enumerate(value):
+            name = fields[i] if fields else str(i)
+            _walk(item, f"{path}/{name}" if path else name, out, unwrap)
+        return
+    parts = _components(value)
+    if parts is not None:
+        for name, part in parts:
+            _walk(part, f"{path}/{name}", out, unwrap)
+        return
+    if hasattr(value, "shape") and hasattr(value, "dtype"):
+        out.append(Leaf(path, _dtype_name(value.dtype), _shape_tuple(value.shape)))
+        return
+    # Python scalars and strings passed as data have no shape: they are part of
+    # the trace, not of XLA's cache key, so they are left out.
+
+
+def _identity(value: Any) -> Any:
+    return value
+
+
+def signature_of(batch: Any, unwrap: Callable[[Any], Any] = _identity) -> InputSignature:
+    """The signature of one batch as Keras hands it to the step function.
+
+    A tuple batch is named ``x``, ``y``, ``sample_weight`` (Keras's own
+    unpacking); anything else is ``x``. ``unwrap`` turns distribution wrappers
+    (PerReplica values) into plain structures before they are walked.
+
+    Example:
+        >>> class T:  # any object with .shape and .dtype
+        ...     def __init__(self, *shape): self.shape, self.dtype = shape, "float32"
+        >>> [l.describe() for l in signature_of(({"tokens": T(8, 5)}, T(8, 1)))]
+        ['x/tokens:float32[8,5]', 'y:float32[8,1]']
+    """
+    out: list = []
+    batch = unwrap(batch)
+    if isinstance(batch, list):
+        batch = tuple(batch)
+    if isinstance(batch, tuple) and getattr(batch, "_fields", None) is None and 1 <= len(batch) <= 3:
+        for name, part in zip(_TOP_LEVEL_NAMES, batch):
+            _walk(part, name, out, unwrap)
+    else:
+        _walk(batch, "x", out, unwrap)
+    return tuple(out)
+
+
+def fingerprint(signature: InputSignature) -> int:
+    """A small exact key for counting distinct signatures without keeping them."""
+    return hash(signature)
+
+
+def describe(signature: InputSignature) -> str:
+    return " ".join(leaf.describe() for leaf in signature) or "(no tensor inputs)"
+
+
+def diff(old: InputSignature, new: InputSignature) -> list:
+    """Which input and axis changed between two signatures, old vs new size."""
+    changes = []
+    old_by_path = {leaf.path: leaf for leaf in old}
+    new_by_path = {leaf.path: leaf for leaf in new}
+    for path, leaf in new_by_path.items():
+        before = old_by_path.get(path)
+        if before is None:
+            changes.append(AxisChange(path, None, None, leaf.describe()))
+        elif before.dtype != leaf.dtype or len(before.shape) != len(leaf.shape):
+            changes.append(AxisChange(path, None, before.describe(), leaf.describe()))
+        else:
+            for axis, (a, b) in enumerate(zip(before.shape, leaf.shape)):
+                if a != b:
+                    changes.append(AxisChange(path, axis, a, b))
+    for path, leaf in old_by_path.items():
+        if path not in new_by_path:
+            changes.append(AxisChange(path, None, leaf.describe(), None))
+    return changes
+
+
+def to_jsonable(signature: InputSignature) -> list:
+    return [{"path": l.path, "dtype": l.dtype, "shape": list(l.shape)} for l in signature]
+
+
+def from_jsonable(items: Iterable[dict]) -> InputSignature:
+    return tuple(Leaf(i["path"], i["dtype"], tuple(i["shape"])) for i in items)
