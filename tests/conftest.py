@@ -39,7 +39,8 @@ def run_scenario(tmp_root, scenario, jit, *, env_flags="", extra_args=()):
     proc = subprocess.run([sys.executable, SCENARIO, scenario, jit, *extra_args], env=env,
                           capture_output=True, text=True, timeout=600)
     if proc.returncode != 0:
-        raise AssertionError(f"scenario {scenario}/{jit} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}")
+        raise AssertionError(
+            f"scenario {scenario}/{jit} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}")
     line = [ln for ln in proc.stdout.splitlines() if ln.startswith("XLA_KERAS_REPORT ")][-1]
     report = json.loads(line[len("XLA_KERAS_REPORT "):])
     modules = 0

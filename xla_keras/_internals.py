@@ -52,7 +52,11 @@ _STEP_FUNCTION_NAME = "one_step_on_data"
 
 
 def _is_tf_function(obj: Any) -> bool:
-    return hasattr(obj, "_python_function") and hasattr(obj, "_jit_compile")
+    # Keras wraps the tf.function with functools.wraps, which copies its
+    # __dict__ (so _jit_compile too) onto a plain function: insist on the
+    # real tf.function type, reached through __wrapped__.
+    import tensorflow as tf
+    return isinstance(obj, tf.types.experimental.PolymorphicFunction) and hasattr(obj, "_jit_compile")
 
 
 def _children(obj: Any) -> List[Any]:

@@ -27,8 +27,7 @@ from .compiles import CompileLedger, compile_seconds_from_trace
 from .jit import JitController, JitState
 from .report import PHASES, Compilation, SlowStep, XlaReport
 from .signatures import signature_of
-from .tensorboard import (TAG_COMPILATIONS, TAG_COMPILE_TIME, TAG_STEP_TIME, SummaryWriters,
-                          write_report_json)
+from .tensorboard import TAG_COMPILATIONS, TAG_COMPILE_TIME, TAG_STEP_TIME, SummaryWriters, write_report_json
 from .timing import PhaseTiming, excess_over_steady, share
 
 logger = logging.getLogger("xla_keras")

@@ -161,7 +161,7 @@ def diff(old: InputSignature, new: InputSignature) -> list:
 
 
 def to_jsonable(signature: InputSignature) -> list:
-    return [{"path": l.path, "dtype": l.dtype, "shape": list(l.shape)} for l in signature]
+    return [{"path": leaf.path, "dtype": leaf.dtype, "shape": list(leaf.shape)} for leaf in signature]
 
 
 def from_jsonable(items: Iterable[dict]) -> InputSignature:

@@ -1,0 +1,171 @@
+"""Every private Keras/TF API xla_keras relies on, exercised against the
+installed versions: an upgrade that moves one fails here, loudly."""
+
+import numpy as np
+import pytest
+
+tf = pytest.importorskip("tensorflow")
+keras = pytest.importorskip("keras")
+
+from xla_keras import _internals  # noqa: E402
+
+
+def _model(jit):
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)])
+    model.compile("sgd", "mse", jit_compile=jit)
+    return model
+
+
+@pytest.mark.parametrize("jit", [True, False])
+@pytest.mark.parametrize("phase", ["train", "test"])
+def test_find_step_function_reads_the_jit_flag_that_runs(jit, phase):
+    model = _model(jit)
+    getattr(model, f"make_{phase}_function")()
+    step_fn = _internals.find_step_function(getattr(model, f"{phase}_function"))
+    assert step_fn is not None and step_fn.__name__ == "one_step_on_data"
+    assert _internals.function_jit_flag(step_fn) is jit
+
+
+@pytest.mark.parametrize("jit", [True, False])
+def test_find_step_function_in_predict(jit):
+    model = _model(jit)
+    model.make_predict_function()
+    step_fn = _internals.find_step_function(model.predict_function)
+    assert _internals.function_jit_flag(step_fn) is jit
+
+
+def test_run_eagerly_has_no_step_function():
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)])
+    model.compile("sgd", "mse", run_eagerly=True)
+    model.make_train_function()
+    assert _internals.find_step_function(model.train_function) is None
+    assert _internals.function_jit_flag(None) is False
+
+
+def test_list_of_batches_runs_the_jitted_step_and_traces_are_counted():
+    model = _model(True)
+    model.make_train_function()
+    step_fn = _internals.find_step_function(model.train_function)
+    x, y = np.ones((3, 4), "float32"), np.ones((3, 2), "float32")
+    model.train_function([(tf.constant(x), tf.constant(y))])
+    assert _internals.tracing_count(step_fn) == 1
+
+
+def test_wrap_marker_and_unwrap():
+    def original(it):
+        return it
+
+    def wrapper(it):
+        return original(it)
+
+    wrapped = _internals.wrap_marker(wrapper, original)
+    assert _internals.unwrap(wrapped) is original
+    assert _internals.unwrap(original) is original
+    assert _internals.unwrap(None) is None
+
+
+def test_data_iterator_types_match_keras_iterators():
+    it = iter(tf.data.Dataset.range(3))
+    assert isinstance(it, _internals.data_iterator_types())
+
+
+def test_unwrap_distributed_gives_a_per_replica_component():
+    from tensorflow.python.distribute import values as ds_values
+    per_replica = ds_values.PerReplica((tf.ones((2, 3)), tf.ones((2, 3))))
+    assert not hasattr(per_replica, "shape")  # why unwrapping is needed at all
+    assert tuple(_internals.unwrap_distributed(per_replica).shape) == (2, 3)
+    strategy = tf.distribute.MirroredStrategy(["/cpu:0"])
+    data = tf.data.Dataset.from_tensor_slices(tf.ones((4, 3))).batch(2)
+    ds = strategy.experimental_distribute_dataset(data)
+    assert tuple(_internals.unwrap_distributed(next(iter(ds))).shape) == (2, 3)
+    plain = tf.ones((2,))
+    assert _internals.unwrap_distributed(plain) is plain
+
+
+def test_cpu_global_jit_flag_round_trip():
+    before = _internals.cpu_global_jit()
+    try:
+        assert _internals.set_cpu_global_jit(True) is before
+        assert _internals.cpu_global_jit() is True
+        assert _internals.set_cpu_global_jit(False) is True
+        assert _internals.cpu_global_jit() is False
+    finally:
+        _internals.set_cpu_global_jit(before)
+
+
+def test_devices_initialized_after_first_op():
+    tf.constant(1.0)
+    assert _internals.devices_initialized() is True
+
+
+@pytest.mark.parametrize("value, expected", [
+    ("--tf_xla_cpu_global_jit", True),
+    ("--tf_xla_auto_jit=2 --tf_xla_cpu_global_jit=true", True),
+    ("--tf_xla_cpu_global_jit=false", False),
+    ("--tf_xla_auto_jit=2", False),
+    ("", False),
+])
+def test_env_flag_set(value, expected):
+    assert _internals.env_flag_set("tf_xla_cpu_global_jit", {"TF_XLA_FLAGS": value}) is expected
+
+
+def test_autoclustering_switch_round_trip():
+    before = _internals.autoclustering_enabled()
+    try:
+        _internals.set_autoclustering(True)
+        assert tf.config.optimizer.get_jit() == "autoclustering"
+        assert _internals.autoclustering_enabled() is True
+        _internals.set_autoclustering(False)
+        assert _internals.autoclustering_enabled() is False
+    finally:
+        _internals.set_autoclustering(before)
+
+
+def test_probe_sees_a_compile_and_reports_busy_profiler(tmp_path):
+    @tf.function(jit_compile=True)
+    def f(a):
+        return tf.reduce_sum(a * a)
+
+    session = _internals.start_probe()
+    f(tf.ones((7, 3)))
+    events = _internals.stop_probe(session)
+    names = {e.name for e in events}
+    assert any(n.endswith("Compiler::RunBackend") for n in names), sorted(names)[:50]
+
+    tf.profiler.experimental.start(str(tmp_path))
+    try:
+        with pytest.raises(_internals.ProfilerBusy):
+            _internals.start_probe()
+    finally:
+        tf.profiler.experimental.stop()
+
+
+def test_strategy_facts_default_and_mirrored():
+    facts = _internals.strategy_facts(_model(False))
+    assert facts == {"name": "_DefaultDistributionStrategy", "default": True, "replicas": 1,
+                     "multi_worker": False, "chief": True}
+    with tf.distribute.MirroredStrategy(["/cpu:0"]).scope():
+        model = _model(False)
+    facts = _internals.strategy_facts(model)
+    assert facts["name"] == "MirroredStrategy" and facts["default"] is False and facts["chief"] is True
+
+
+def test_layers_without_jit_and_raw_jit():
+    class NoJit(keras.layers.Layer):
+        def __init__(self):
+            super().__init__()
+            self.supports_jit = False
+
+        def call(self, x):
+            return x
+
+    model = keras.Sequential([keras.Input((4,)), NoJit(), keras.layers.Dense(1)])
+    model.compile("sgd", "mse", jit_compile=False)
+    assert _internals.layers_without_jit(model) == [model.layers[0].name]
+    assert _internals.raw_model_jit(model) is False
+    assert _internals.op_determinism_enabled() is False
+
+
+def test_versions_name_the_installed_packages():
+    v = _internals.versions()
+    assert v["tensorflow"].startswith("2.") and v["keras"].startswith("3.")

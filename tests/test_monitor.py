@@ -1,0 +1,240 @@
+"""XlaMonitor in-process: modes, read-back, wrapping, faults and TensorBoard files."""
+
+import json
+import logging
+import os
+import time
+
+import numpy as np
+import pytest
+
+tf = pytest.importorskip("tensorflow")
+keras = pytest.importorskip("keras")
+
+import xla_keras  # noqa: E402
+from xla_keras import _internals  # noqa: E402
+from xla_keras import monitor as monitor_module  # noqa: E402
+
+
+def _data(n=200, features=4, seed=0):
+    rng = np.random.default_rng(seed)
+    return rng.random((n, features), dtype=np.float32), rng.random((n, 1), dtype=np.float32)
+
+
+def _model(jit_compile="auto", run_eagerly=False, layers=()):
+    model = keras.Sequential([keras.Input((4,)), *layers, keras.layers.Dense(8, activation="relu"),
+                              keras.layers.Dense(1)])
+    model.compile("sgd", "mse", jit_compile=jit_compile, run_eagerly=run_eagerly)
+    return model
+
+
+def _events(run_dir):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    acc = EventAccumulator(run_dir, size_guidance={"tensors": 0, "scalars": 0})
+    acc.Reload()
+    out = {}
+    for tag in acc.Tags()["tensors"]:
+        out[tag] = [(e.step, float(tf.make_ndarray(e.tensor_proto))) for e in acc.Tensors(tag)]
+    return out
+
+
+@pytest.mark.parametrize("kwargs, error, words", [
+    ({"jit": "maybe"}, ValueError, ["'keep'", "'on'", "'off'", "'autoclustering'", "'maybe'"]),
+    ({"jit": True}, ValueError, ["'keep'", "True"]),
+    ({"update_freq": "sometimes"}, ValueError, ["'epoch'", "'batch'", "int"]),
+    ({"update_freq": 0}, ValueError, ["int >= 1"]),
+    ({"update_freq": True}, ValueError, ["'epoch'"]),
+    ({"verbose": 5}, ValueError, ["0, 1 or 2"]),
+    ({"log_dir": 3}, TypeError, ["str or None"]),
+    ({"max_records": 0}, ValueError, ["max_records"]),
+])
+def test_constructor_rejects_bad_input_naming_the_choices(kwargs, error, words):
+    with pytest.raises(error) as info:
+        xla_keras.XlaMonitor(**kwargs)
+    for word in words:
+        assert word in str(info.value)
+
+
+def test_jit_on_is_read_back_from_the_function_that_runs(tmp_path):
+    model = _model(jit_compile=False)
+    monitor = xla_keras.XlaMonitor(log_dir=None, jit="on", verbose=0)
+    model.fit(*_data(), batch_size=64, epochs=1, callbacks=[monitor], verbose=0)
+    report = monitor.report
+    assert report.jit_active is True and report.jit_mode == "on"
+    assert report.compilation_count["train"] == 2  # 64 and the partial batch of 8
+    # The wrapper does not outlive the fit, and the model keeps the jit setting.
+    assert not hasattr(model.train_function, "_xla_keras_original")
+    assert _internals.function_jit_flag(_internals.find_step_function(model.train_function)) is True
+
+
+def test_second_fit_reuses_the_compiled_function():
+    model = _model(jit_compile=False)
+    monitor = xla_keras.XlaMonitor(log_dir=None, jit="on", verbose=0)
+    x, y = _data()
+    model.fit(x, y, batch_size=64, epochs=1, callbacks=[monitor], verbose=0)
+    fn = model.train_function
+    model.fit(x, y, batch_size=64, epochs=1, callbacks=[monitor], verbose=0)
+    assert model.train_function is fn
+    assert monitor.report.compilation_count["train"] == 2
+    assert monitor.report.steps["train"] == 8
+
+
+def test_keras_refusing_jit_is_reported_with_the_layer():
+    class NoJit(keras.layers.Layer):
+        def __init__(self):
+            super().__init__(name="no_jit_layer")
+            self.supports_jit = False
+
+        def call(self, x):
+            return x
+
+    model = _model(jit_compile=False, layers=[NoJit()])
+    monitor = xla_keras.XlaMonitor(log_dir=None, jit="on", verbose=0)
+    model.fit(*_data(), batch_size=64, epochs=1, callbacks=[monitor], verbose=0)
+    report = monitor.report
+    assert report.jit_active is False
+    assert "Keras refused jit_compile=True" in report.jit_reason and "no_jit_layer" in report.jit_reason
+    assert report.total_compilations == 0
+
+
+def test_run_eagerly_is_reported():
+    model = _model(jit_compile=False, run_eagerly=True)
+    monitor = xla_keras.XlaMonitor(log_dir=None, jit="on", verbose=0)
+    model.fit(*_data(64), batch_size=32, epochs=1, callbacks=[monitor], verbose=0)
+    assert monitor.report.jit_active is False
+    assert "run_eagerly=True" in monitor.report.jit_reason
+
+
+@pytest.mark.parametrize("mode, before", [("autoclustering", False), ("off", True)])
+def test_global_autoclustering_switch_is_restored_after_fit(mode, before):
+    _internals.set_autoclustering(before)
+    try:
+        seen = []
+
+        class Spy(keras.callbacks.Callback):
+            def on_train_batch_end(self, batch, logs=None):
+                seen.append(_internals.autoclustering_enabled())
+
+        model = _model(jit_compile=False)
+        monitor = xla_keras.XlaMonitor(log_dir=None, jit=mode, verbose=0)
+        model.fit(*_data(64), batch_size=32, epochs=1, callbacks=[monitor, Spy()], verbose=0)
+        assert set(seen) == {mode == "autoclustering"}
+        assert _internals.autoclustering_enabled() is before
+    finally:
+        _internals.set_autoclustering(False)
+
+
+def test_event_files_match_the_report(tmp_path):
+    log_dir = str(tmp_path / "logs")
+    model = _model(jit_compile=False)
+    x, y = _data(200)
+    monitor = xla_keras.XlaMonitor(log_dir=log_dir, jit="on", update_freq="batch", verbose=0)
+    model.fit(x, y, batch_size=64, epochs=2, validation_data=_data(100, seed=1), callbacks=[monitor],
+              verbose=0)
+    report = monitor.report
+    train = _events(os.path.join(log_dir, "train"))
+    expected = [(c.step, c.seconds * 1e3) for c in report.compilations if c.phase == "train"]
+    assert [s for s, _ in train["xla/compile_time_ms"]] == [s for s, _ in expected]
+    for (_, got), (_, want) in zip(train["xla/compile_time_ms"], expected):
+        assert got == pytest.approx(want, rel=1e-4)
+    assert train["xla/compilations"] == [(s, float(i + 1)) for i, (s, _) in enumerate(expected)]
+    # update_freq="batch": one step time per steady (non-compile) train step.
+    steady_steps = report.steps["train"] - report.compilation_count["train"] - report.slow_step_count
+    assert len(train["xla/step_time_ms"]) == steady_steps
+    validation = _events(os.path.join(log_dir, "validation"))
+    assert len(validation["xla/compilations"]) == report.compilation_count["test"] == 2
+    with open(os.path.join(log_dir, "xla_report.json")) as f:
+        saved = json.load(f)
+    assert saved["compilation_count"] == report.compilation_count
+    assert saved["compile_seconds"] == pytest.approx(report.compile_seconds)
+
+
+def test_update_freq_epoch_writes_one_step_time_per_epoch(tmp_path):
+    log_dir = str(tmp_path / "logs")
+    model = _model(jit_compile=False)
+    monitor = xla_keras.XlaMonitor(log_dir=log_dir, jit="off", verbose=0)
+    model.fit(*_data(256), batch_size=32, epochs=3, callbacks=[monitor], verbose=0)
+    steps = [s for s, _ in _events(os.path.join(log_dir, "train"))["xla/step_time_ms"]]
+    assert steps == [8, 16, 24]
+
+
+def test_log_dir_none_writes_nothing(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    model = _model(jit_compile=False)
+    monitor = xla_keras.XlaMonitor(log_dir=None, jit="on", verbose=0)
+    model.fit(*_data(64), batch_size=32, epochs=1, callbacks=[monitor], verbose=0)
+    assert os.listdir(tmp_path) == []
+    assert monitor.report.total_compilations == 1
+
+
+def test_evaluate_and_predict_are_monitored_on_their_own():
+    model = _model(jit_compile=False)
+    monitor = xla_keras.XlaMonitor(log_dir=None, jit="on", verbose=0)
+    x, _ = _data(100)
+    model.predict(x, batch_size=64, callbacks=[monitor], verbose=0)
+    model.evaluate(*_data(100), batch_size=64, callbacks=[monitor], verbose=0)
+    report = monitor.report
+    assert report.compilation_count == {"train": 0, "test": 2, "predict": 2}
+    assert report.distinct_signatures == {"train": 0, "test": 2, "predict": 2}
+    assert not hasattr(model.test_function, "_xla_keras_original")
+    assert not hasattr(model.predict_function, "_xla_keras_original")
+
+
+def test_known_signature_step_far_above_steady_is_reported_as_slow():
+    class Stall(keras.callbacks.Callback):
+        def on_train_batch_end(self, batch, logs=None):
+            if batch == 20:
+                time.sleep(0.3)
+
+    model = _model(jit_compile=False)
+    monitor = xla_keras.XlaMonitor(log_dir=None, jit="off", verbose=0)
+    # Stall runs before the monitor's batch end, so its sleep lands inside the step.
+    model.fit(*_data(32 * 30), batch_size=32, epochs=1, callbacks=[Stall(), monitor], verbose=0)
+    report = monitor.report
+    assert report.slow_step_count == 1
+    slow = report.slow_steps[0]
+    assert slow.step == 21 and slow.seconds > 0.3 and slow.steady_seconds < 0.05
+
+
+def test_internal_error_disables_the_monitor_once_and_training_finishes(monkeypatch, caplog):
+    def broken(*args, **kwargs):
+        raise RuntimeError("injected")
+
+    monkeypatch.setattr(monitor_module, "signature_of", broken)
+    model = _model(jit_compile=False)
+    monitor = xla_keras.XlaMonitor(log_dir=None, jit="on", verbose=0)
+    with caplog.at_level(logging.ERROR, logger="xla_keras"):
+        history = model.fit(*_data(), batch_size=32, epochs=2, callbacks=[monitor], verbose=0)
+    assert len(history.history["loss"]) == 2
+    assert len([r for r in caplog.records if "disabled itself" in r.getMessage()]) == 1
+    assert any("injected" in note for note in monitor.report.notes)
+    assert not hasattr(model.train_function, "_xla_keras_original")
+
+
+def test_interrupted_fit_keeps_compile_events_and_next_fit_removes_the_leftover_wrapper(tmp_path):
+    log_dir = str(tmp_path / "logs")
+
+    class Interrupt(keras.callbacks.Callback):
+        def on_train_batch_end(self, batch, logs=None):
+            if batch == 2:
+                raise KeyboardInterrupt
+
+    model = _model(jit_compile=False)
+    monitor = xla_keras.XlaMonitor(log_dir=log_dir, jit="on", verbose=0)
+    with pytest.raises(KeyboardInterrupt):
+        model.fit(*_data(), batch_size=32, epochs=1, callbacks=[monitor, Interrupt()], verbose=0)
+    assert hasattr(model.train_function, "_xla_keras_original")  # on_train_end never ran
+    events = _events(os.path.join(log_dir, "train"))
+    assert events["xla/compilations"] == [(1, 1.0)]
+    model.fit(*_data(), batch_size=32, epochs=1, callbacks=[xla_keras.XlaMonitor(log_dir=None, verbose=0)],
+              verbose=0)
+    assert not hasattr(model.train_function, "_xla_keras_original")
+
+
+def test_verbose_prints_status_and_report(capsys):
+    model = _model(jit_compile=False)
+    monitor = xla_keras.XlaMonitor(log_dir=None, jit="off", verbose=1)
+    model.fit(*_data(64), batch_size=32, epochs=1, callbacks=[monitor], verbose=0)
+    out = capsys.readouterr().out
+    assert "xla_keras: jit='off' -> XLA OFF" in out
+    assert "XLA report" in out and "steady step" in out
