@@ -63,6 +63,8 @@ RUNS = {
     "partial_batch-auto-configure": ("partial_batch", "autoclustering", {"extra_args": ("--configure",)}),
     "partial_batch-auto-late": ("partial_batch", "autoclustering", {}),
     "batch_sizes-on-busy": ("batch_sizes", "on", {"extra_args": ("--profiler-busy",)}),
+    "mirrored-on": ("mirrored", "on", {}),
+    "mirrored-auto-env": ("mirrored", "autoclustering", {"env_flags": "--tf_xla_cpu_global_jit"}),
 }
 
 

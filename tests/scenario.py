@@ -16,7 +16,7 @@ import numpy as np
 
 import xla_keras
 
-SCENARIOS = ("batch_sizes", "partial_batch", "padded", "steps_per_execution", "nested")
+SCENARIOS = ("batch_sizes", "partial_batch", "padded", "steps_per_execution", "nested", "mirrored")
 
 
 def mlp(inputs=8):
@@ -75,6 +75,16 @@ def run(name, jit, log_dir, profiler_busy):
         args = ({"a": rng.random((n, 4), dtype=np.float32), "b": rng.random((n, 6), dtype=np.float32)},
                 rng.random((n, 1), dtype=np.float32))
         fit_kwargs.update(batch_size=50, sample_weight=rng.random((n,), dtype=np.float32))
+    elif name == "mirrored":
+        # Two logical CPUs, set before TensorFlow creates its devices.
+        cpu = tf.config.list_physical_devices("CPU")[0]
+        tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+        strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+        with strategy.scope():
+            model = mlp()
+        x, y = rng.random((1000, 8), dtype=np.float32), rng.random((1000, 1), dtype=np.float32)
+        args = (x, y)
+        fit_kwargs.update(batch_size=64)
     else:
         raise SystemExit(f"scenario must be one of {SCENARIOS}; got {name!r}")
     if profiler_busy:

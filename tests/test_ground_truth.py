@@ -118,3 +118,19 @@ def test_busy_profiler_falls_back_to_timing_and_still_counts_exactly(scenario_ru
     # A timing estimate is the step minus the steady median: positive, below the step.
     for c in run.report["compilations"]:
         assert 0 < c["seconds"] <= c["step_seconds"]
+
+
+def test_mirrored_strategy_refuses_jit_on_up_front_and_reads_per_replica_shapes(scenario_runs):
+    run = scenario_runs("mirrored-on")
+    assert run.report["jit_active"] is False
+    assert "jit='on' refused under MirroredStrategy with 2 replicas" in run.report["jit_reason"]
+    assert run.dump_modules == 0 and _total(run.report) == 0
+    assert run.report["distinct_signatures"]["train"] == 2  # 64 -> 32 per replica, 40 -> 20
+
+
+def test_mirrored_autoclustering_counts_modules_per_replica(scenario_runs):
+    run = scenario_runs("mirrored-auto-env")
+    assert run.dump_modules > 0
+    assert _total(run.report) == run.dump_modules
+    per_replica_batch = {c["signature"][0]["shape"][0] for c in run.report["compilations"]}
+    assert per_replica_batch == {32, 20}
