@@ -140,6 +140,12 @@ def test_namedtuple_uses_field_names():
     assert describes(signature_of(batch)) == ["x/tokens:int32[8,5]", "x/mask:bool[8,5]", "y:float32[8,1]"]
 
 
+def test_top_level_namedtuple_is_split_by_position_like_keras():
+    # keras's unpack_x_y_sample_weight treats any 1..3-tuple (namedtuples too) as (x, y, sw).
+    batch = Features(tokens=T(8, 5, dtype="int32"), mask=T(8, 5, dtype="bool"))
+    assert describes(signature_of(batch)) == ["x:int32[8,5]", "y:bool[8,5]"]
+
+
 def test_none_leaves_are_skipped_at_any_depth():
     batch = ({"a": None, "b": T(3)}, [None, T(4)])
     assert [leaf.path for leaf in signature_of(batch)] == ["x/b", "y/1"]

@@ -111,7 +111,7 @@ class CompileLedger:
 
     def set_function(self, phase: str, token: object) -> bool:
         """Declare the function that runs ``phase``; True if it is a new one."""
-        if self._function_token.get(phase) is token:
+        if phase in self._function_token and self._function_token[phase] is token:
             return False
         self._function_token[phase] = token
         self._occurrences[phase] = {}

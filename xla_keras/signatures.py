@@ -122,7 +122,9 @@ def signature_of(batch: Any, unwrap: Callable[[Any], Any] = _identity) -> InputS
     batch = unwrap(batch)
     if isinstance(batch, list):
         batch = tuple(batch)
-    if isinstance(batch, tuple) and getattr(batch, "_fields", None) is None and 1 <= len(batch) <= 3:
+    # Like keras's unpack_x_y_sample_weight: any tuple of 1..3 (namedtuples too)
+    # is split by position.
+    if isinstance(batch, tuple) and 1 <= len(batch) <= 3:
         for name, part in zip(_TOP_LEVEL_NAMES, batch):
             _walk(part, name, out, unwrap)
     else:

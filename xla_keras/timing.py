@@ -37,7 +37,9 @@ class PhaseTiming:
         self._recent.append(seconds)
         self.steady_count += 1
         self.steady_total += seconds
-        if self.steady_count - self._median_at >= _MEDIAN_EVERY or self._median is None:
+        # Exact while the sample is small (cheap to sort, and the median moves
+        # most then); every _MEDIAN_EVERY samples after that.
+        if self.steady_count <= 2 * _MEDIAN_EVERY or self.steady_count - self._median_at >= _MEDIAN_EVERY:
             self._refresh()
 
     def _refresh(self) -> None:

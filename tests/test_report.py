@@ -1,0 +1,282 @@
+"""Unit tests for xla_keras.report (pure): to_dict keys, JSON round trip, rendering."""
+
+import json
+import math
+
+import pytest
+
+from xla_keras.report import Compilation, SlowStep, XlaReport
+from xla_keras.signatures import Leaf
+
+# The to_dict() keys are a contract (DESIGN §2): written out here so a rename fails.
+COMPILATION_KEYS = ["phase", "step", "signature", "seconds", "source", "cached", "step_seconds", "traced"]
+SLOW_STEP_KEYS = ["phase", "step", "seconds", "steady_seconds", "signature"]
+REPORT_KEYS = [
+    "jit_mode", "jit_active", "jit_reason", "compilations", "compilation_count", "compilations_dropped",
+    "distinct_signatures", "storms", "steps", "steady_step_seconds", "steady_step_seconds_by_phase",
+    "compile_seconds", "wall_seconds", "compile_share", "slow_steps", "slow_step_count",
+    "break_even_steps", "cache_saved_seconds", "probe", "notes", "log_dir", "versions",
+]
+SIGNATURE_ITEM_KEYS = ["path", "dtype", "shape"]
+
+
+def sig(batch, length=None):
+    return (Leaf("x/tokens", "int32", (batch, length)), Leaf("y", "float32", (batch, 1)))
+
+
+def compilation(step=1, batch=64, seconds=0.335, source="profiler", phase="train", **kw):
+    return Compilation(phase, step, sig(batch, 5), seconds, source, **kw)
+
+
+def full_report(**overrides):
+    fields = dict(
+        jit_mode="on",
+        jit_active=True,
+        jit_reason="jit_compile=True on the train function",
+        compilations=[
+            compilation(1, 64, 0.335, step_seconds=0.41, traced=True),
+            compilation(9, 40, 0.25, "timing", step_seconds=0.26),
+            compilation(1, 64, 0.125, phase="test", cached=True),
+        ],
+        compilation_count={"train": 2, "test": 1, "predict": 0},
+        compilations_dropped=0,
+        distinct_signatures={"train": 2, "test": 1, "predict": 0},
+        storms=[{"phase": "train", "step": 30, "count": 8, "varying": [], "advice": "pad", "fix": None}],
+        steps={"train": 20, "test": 4, "predict": 0},
+        steady_step_seconds=0.0125,
+        steady_step_seconds_by_phase={"train": 0.0125, "test": 0.004, "predict": None},
+        compile_seconds=0.71,
+        wall_seconds=2.0,
+        compile_share=0.25,
+        slow_steps=[SlowStep("train", 14, 0.5, 0.0125, sig(64, 5))],
+        slow_step_count=1,
+        break_even_steps=42.0,
+        cache_saved_seconds=None,
+        probe="profiler",
+        notes=["first note", "second note"],
+        log_dir="/tmp/logs/xla",
+        versions={"tensorflow": "2.21.0", "keras": "3.15.1"},
+    )
+    fields.update(overrides)
+    return XlaReport(**fields)
+
+
+# ------------------------------------------------------------------ to_dict / JSON
+
+
+def test_compilation_to_dict_keys_and_values():
+    c = compilation(3, 64, 0.5, "timing", step_seconds=0.6, traced=True, cached=True)
+    d = c.to_dict()
+    assert sorted(d) == sorted(COMPILATION_KEYS)
+    assert d["signature"] == [
+        {"path": "x/tokens", "dtype": "int32", "shape": [64, 5]},
+        {"path": "y", "dtype": "float32", "shape": [64, 1]},
+    ]
+    assert (d["phase"], d["step"], d["seconds"], d["source"]) == ("train", 3, 0.5, "timing")
+    assert (d["cached"], d["step_seconds"], d["traced"]) == (True, 0.6, True)
+
+
+def test_slow_step_to_dict_keys():
+    d = SlowStep("test", 7, 0.5, 0.01, sig(8)).to_dict()
+    assert sorted(d) == sorted(SLOW_STEP_KEYS)
+    assert [sorted(item) for item in d["signature"]] == [sorted(SIGNATURE_ITEM_KEYS)] * 2
+
+
+def test_report_to_dict_keys():
+    assert sorted(full_report().to_dict()) == sorted(REPORT_KEYS)
+    assert sorted(XlaReport().to_dict()) == sorted(REPORT_KEYS)
+
+
+def test_default_report_is_json_able_and_has_all_phases():
+    d = json.loads(json.dumps(XlaReport().to_dict(), allow_nan=False))
+    for key in ("compilation_count", "distinct_signatures", "steps", "steady_step_seconds_by_phase"):
+        assert sorted(d[key]) == ["predict", "test", "train"]
+    assert d["compilations"] == [] and d["jit_mode"] == "keep" and d["jit_active"] is None
+
+
+@pytest.mark.parametrize("obj", [
+    compilation(),
+    SlowStep("train", 2, 0.5, 0.01, sig(8)),
+    full_report(),
+])
+def test_to_dict_is_json_serialisable(obj):
+    text = json.dumps(obj.to_dict(), allow_nan=False)
+    assert json.loads(text) == obj.to_dict()
+
+
+def test_compilation_round_trip():
+    c = compilation(5, 17, 0.2, "timing", step_seconds=0.3, traced=True, cached=True)
+    back = Compilation.from_dict(json.loads(json.dumps(c.to_dict())))
+    assert back == c
+    assert isinstance(back.signature, tuple) and isinstance(back.signature[0].shape, tuple)
+
+
+def test_compilation_from_dict_defaults_optional_fields():
+    d = compilation().to_dict()
+    for key in ("cached", "step_seconds", "traced"):
+        del d[key]
+    back = Compilation.from_dict(d)
+    assert (back.cached, back.step_seconds, back.traced) == (False, None, False)
+
+
+def test_slow_step_round_trip():
+    s = SlowStep("predict", 11, 0.75, 0.005, sig(3, None))
+    assert SlowStep.from_dict(json.loads(json.dumps(s.to_dict()))) == s
+
+
+def test_report_round_trip_through_json():
+    report = full_report()
+    text = report.to_json()
+    back = XlaReport.from_json(text)
+    assert back == report
+    assert back.to_json() == text
+    assert isinstance(back.compilations[0], Compilation)
+    assert isinstance(back.slow_steps[0], SlowStep)
+
+
+def test_report_round_trip_through_dict():
+    report = full_report()
+    assert XlaReport.from_dict(report.to_dict()) == report
+
+
+def test_from_dict_ignores_unknown_keys_and_defaults_missing_ones():
+    back = XlaReport.from_dict({"jit_mode": "off", "some_future_key": [1, 2]})
+    assert back.jit_mode == "off"
+    assert back.compilations == [] and back.notes == []
+    assert back.steps == {"train": 0, "test": 0, "predict": 0}
+
+
+@pytest.mark.parametrize("value", [math.inf, -math.inf, math.nan])
+def test_non_finite_break_even_serialises_as_none(value):
+    report = full_report(break_even_steps=value)
+    d = report.to_dict()
+    assert d["break_even_steps"] is None
+    json.dumps(d, allow_nan=False)
+    assert json.loads(report.to_json())["break_even_steps"] is None
+
+
+def test_finite_break_even_is_kept():
+    assert full_report(break_even_steps=12.5).to_dict()["break_even_steps"] == 12.5
+
+
+def test_to_dict_does_not_alias_report_state():
+    report = full_report()
+    d = report.to_dict()
+    d["notes"].append("mutated")
+    d["steps"]["train"] = 999
+    assert report.notes == ["first note", "second note"]
+    assert report.steps["train"] == 20
+
+
+def test_total_compilations():
+    assert full_report().total_compilations == 3
+    assert XlaReport().total_compilations == 0
+
+
+# ------------------------------------------------------------------ rendering
+
+
+def lines_of(report):
+    return str(report).splitlines()
+
+
+def line_starting(report, prefix):
+    matches = [ln for ln in lines_of(report) if ln.strip().startswith(prefix)]
+    assert len(matches) == 1, str(report)
+    return matches[0]
+
+
+@pytest.mark.parametrize("mode", ["keep", "on", "off", "autoclustering"])
+def test_render_shows_jit_mode(mode):
+    assert line_starting(full_report(jit_mode=mode), "jit requested").split(":")[1].split()[0] == mode
+
+
+@pytest.mark.parametrize("active, word", [(True, "yes"), (False, "NO"), (None, "unknown")])
+def test_render_shows_whether_xla_is_active(active, word):
+    line = line_starting(full_report(jit_active=active), "jit requested")
+    assert line.endswith(f"XLA active: {word}")
+
+
+def test_render_shows_reason():
+    assert "jit_compile=True on the train function" in line_starting(full_report(), "why")
+    assert not any(ln.strip().startswith("why") for ln in lines_of(full_report(jit_reason="")))
+
+
+def test_render_per_phase_compile_counts():
+    line = line_starting(full_report(), "compiles")
+    # train: 0.335 + 0.25 s; test: 0.125 s; predict ran no steps so it is not listed.
+    assert "train 2 (585 ms), test 1 (125 ms)" in line
+    assert "predict" not in line
+    assert line.endswith("[measured by profiler/timing]")
+
+
+def test_render_no_phases_ran():
+    report = XlaReport()
+    assert line_starting(report, "compiles").endswith(": none")
+    assert line_starting(report, "signatures").endswith(": none")
+    assert line_starting(report, "steady step").endswith(": n/a")
+    assert not any("compiled for" in ln for ln in lines_of(report))
+
+
+def test_render_signatures_compile_time_and_steady_step():
+    report = full_report()
+    assert line_starting(report, "signatures").endswith(": train 2, test 1")
+    assert line_starting(report, "compile time").endswith(": 710 ms = 25% of 2.00 s monitored")
+    assert line_starting(report, "steady step").endswith(": train 12.5 ms, test 4 ms")
+
+
+@pytest.mark.parametrize("value, expected", [(42.0, "42 steps"), (math.inf, "inf steps")])
+def test_render_break_even(value, expected):
+    assert line_starting(full_report(break_even_steps=value), "break-even").endswith(expected)
+
+
+def test_render_without_break_even():
+    assert not any("break-even" in ln for ln in lines_of(full_report(break_even_steps=None)))
+
+
+def test_render_slow_steps_worst():
+    slow = [SlowStep("train", 14, 0.5, 0.0125, sig(64)), SlowStep("test", 3, 1.5, 0.004, sig(8))]
+    line = line_starting(full_report(slow_steps=slow, slow_step_count=5), "slow steps")
+    assert ": 5 known-signature steps" in line
+    assert line.endswith("(worst: test step 3, 1.50 s)")
+
+
+def test_render_timing_records_are_marked_as_estimates():
+    report = full_report()
+    profiler_line = line_starting(report, "train step 1:")
+    timing_line = line_starting(report, "train step 9:")
+    assert timing_line.endswith("250 ms (estimated from step time)")
+    assert profiler_line.endswith("335 ms")
+    assert "estimated" not in profiler_line
+    assert "x/tokens:int32[40,5] y:float32[40,1]" in timing_line
+
+
+@pytest.mark.parametrize("records, count, more", [
+    (3, 3, None),
+    (8, 8, None),
+    (9, 9, 1),
+    (12, 12, 4),
+    (8, 20, 12),   # detailed records capped at 8, exact count 20
+])
+def test_render_caps_listed_compilations_at_eight(records, count, more):
+    comps = [compilation(step=i + 1, batch=i + 1) for i in range(records)]
+    report = full_report(compilations=comps, compilation_count={"train": count, "test": 0, "predict": 0})
+    listed = [ln for ln in lines_of(report) if ln.strip().startswith("train step ")]
+    assert len(listed) == min(records, 8)
+    more_lines = [ln.strip() for ln in lines_of(report) if "more" in ln]
+    assert more_lines == ([] if more is None else [f"... {more} more"])
+
+
+def test_render_notes_and_log_dir():
+    lines = [ln.strip() for ln in lines_of(full_report())]
+    assert "note: first note" in lines and "note: second note" in lines
+    assert lines.index("note: first note") < lines.index("note: second note")
+    assert lines[-1] == "logs            : tensorboard --logdir /tmp/logs/xla"
+
+
+def test_render_without_log_dir_has_no_hint():
+    assert "tensorboard --logdir" not in str(full_report(log_dir=None))
+
+
+def test_str_is_render_and_starts_with_title():
+    assert lines_of(full_report())[0] == "XLA report (xla_keras)"
