@@ -16,7 +16,7 @@ import numpy as np
 
 import xla_keras
 
-SCENARIOS = ("batch_sizes", "partial_batch", "padded", "steps_per_execution", "nested", "mirrored")
+SCENARIOS = ("batch_sizes", "partial_batch", "padded", "steps_per_execution", "nested", "mirrored", "storm")
 
 
 def mlp(inputs=8):
@@ -27,7 +27,25 @@ def mlp(inputs=8):
     return model
 
 
-def run(name, jit, log_dir, profiler_busy):
+class FlagSpy:
+    """Records, at every epoch end, the jit flag of the step function that runs."""
+
+    def __new__(cls):
+        import keras
+
+        from xla_keras import _internals
+
+        class Spy(keras.callbacks.Callback):
+            flags = []
+
+            def on_epoch_end(self, epoch, logs=None):
+                fn = _internals.unwrap(self.model.train_function)
+                self.flags.append(_internals.function_jit_flag(_internals.find_step_function(fn)))
+
+        return Spy()
+
+
+def run(name, jit, log_dir, profiler_busy, on_storm="warn", threshold=8, extra=None):
     import keras
     import tensorflow as tf
     rng = np.random.default_rng(0)
@@ -75,6 +93,19 @@ def run(name, jit, log_dir, profiler_busy):
         args = ({"a": rng.random((n, 4), dtype=np.float32), "b": rng.random((n, 6), dtype=np.float32)},
                 rng.random((n, 1), dtype=np.float32))
         fit_kwargs.update(batch_size=50, sample_weight=rng.random((n,), dtype=np.float32))
+    elif name == "storm":
+        # 3 epochs of 12 batches of 8 sequences of 4..79 tokens, padded per batch.
+        lengths = rng.integers(4, 80, size=96)
+        def gen():
+            for n in lengths:
+                yield np.arange(n, dtype=np.int32) % 97 + 1, np.float32(n % 2)
+        data = tf.data.Dataset.from_generator(gen, output_signature=(
+            tf.TensorSpec((None,), tf.int32), tf.TensorSpec((), tf.float32))).padded_batch(8)
+        model = keras.Sequential([keras.Input((None,), dtype="int32"), keras.layers.Embedding(100, 8),
+                                  keras.layers.GlobalAveragePooling1D(), keras.layers.Dense(1)])
+        model.compile("adam", "mse")
+        args = (data,)
+        fit_kwargs["epochs"] = 3
     elif name == "mirrored":
         # Two logical CPUs, set before TensorFlow creates its devices.
         cpu = tf.config.list_physical_devices("CPU")[0]
@@ -89,10 +120,16 @@ def run(name, jit, log_dir, profiler_busy):
         raise SystemExit(f"scenario must be one of {SCENARIOS}; got {name!r}")
     if profiler_busy:
         tf.profiler.experimental.start(log_dir or "/tmp/xla_keras_busy_profiler")
-    monitor = xla_keras.XlaMonitor(log_dir=log_dir, jit=jit, verbose=0)
-    model.fit(*args, callbacks=[monitor], **fit_kwargs)
+    monitor = xla_keras.XlaMonitor(log_dir=log_dir, jit=jit, verbose=0, on_storm=on_storm,
+                                   storm_threshold=threshold)
+    spy = FlagSpy()
+    try:
+        model.fit(*args, callbacks=[monitor, spy], **fit_kwargs)
+    except xla_keras.RecompilationStormError as e:
+        extra["raised"] = str(e)
     if profiler_busy:
         tf.profiler.experimental.stop()
+    extra["jit_flags_at_epoch_end"] = spy.flags
     return monitor.report
 
 
@@ -104,11 +141,15 @@ def main():
                         help="call xla_keras.configure(cpu_autoclustering=True) before any model")
     parser.add_argument("--profiler-busy", action="store_true")
     parser.add_argument("--log-dir", default=None)
+    parser.add_argument("--on-storm", default="warn")
+    parser.add_argument("--threshold", type=int, default=8)
     args = parser.parse_args()
     if args.configure:
         xla_keras.configure(cpu_autoclustering=True)
-    report = run(args.scenario, args.jit, args.log_dir, args.profiler_busy)
-    sys.stdout.write("XLA_KERAS_REPORT " + json.dumps(report.to_dict()) + "\n")
+    extra = {}
+    report = run(args.scenario, args.jit, args.log_dir, args.profiler_busy, args.on_storm, args.threshold,
+                 extra)
+    sys.stdout.write("XLA_KERAS_REPORT " + json.dumps({**report.to_dict(), "_scenario": extra}) + "\n")
 
 
 if __name__ == "__main__":

@@ -58,7 +58,9 @@ def test_wrap_marker_and_unwrap():
     def wrapper(it):
         return original(it)
 
-    wrapped = _internals.wrap_marker(wrapper, original)
+    owner = object()
+    wrapped = _internals.wrap_marker(wrapper, original, owner)
+    assert wrapped._xla_keras_owner is owner
     assert _internals.unwrap(wrapped) is original
     assert _internals.unwrap(original) is original
     assert _internals.unwrap(None) is None
@@ -71,13 +73,20 @@ def test_data_iterator_types_match_keras_iterators():
 
 def test_unwrap_distributed_gives_a_per_replica_component():
     from tensorflow.python.distribute import values as ds_values
-    per_replica = ds_values.PerReplica((tf.ones((2, 3)), tf.ones((2, 3))))
+
+    from xla_keras.signatures import Replicas, signature_of
+    per_replica = ds_values.PerReplica((tf.ones((3, 4)), tf.ones((2, 4))))
     assert not hasattr(per_replica, "shape")  # why unwrapping is needed at all
-    assert tuple(_internals.unwrap_distributed(per_replica).shape) == (2, 3)
+    components = _internals.unwrap_distributed(per_replica)
+    assert isinstance(components, Replicas)
+    assert [tuple(c.shape) for c in components] == [(3, 4), (2, 4)]
+    # An uneven split: each replica compiles for its own shape, so both are in the signature.
+    sig = signature_of((per_replica,), _internals.unwrap_distributed)
+    assert [(leaf.path, leaf.shape) for leaf in sig] == [("x", (3, 4)), ("x@1", (2, 4))]
     strategy = tf.distribute.MirroredStrategy(["/cpu:0"])
     data = tf.data.Dataset.from_tensor_slices(tf.ones((4, 3))).batch(2)
     ds = strategy.experimental_distribute_dataset(data)
-    assert tuple(_internals.unwrap_distributed(next(iter(ds))).shape) == (2, 3)
+    assert [leaf.shape for leaf in signature_of(next(iter(ds)), _internals.unwrap_distributed)] == [(2, 3)]
     plain = tf.ones((2,))
     assert _internals.unwrap_distributed(plain) is plain
 

@@ -7,13 +7,15 @@ import pytest
 
 from xla_keras.report import Compilation, SlowStep, XlaReport
 from xla_keras.signatures import Leaf
+from xla_keras.storms import Storm
 
 # The to_dict() keys are a contract (DESIGN §2): written out here so a rename fails.
-COMPILATION_KEYS = ["phase", "step", "signature", "seconds", "source", "cached", "step_seconds", "traced"]
+COMPILATION_KEYS = ["phase", "step", "signature", "seconds", "source", "cached", "step_seconds", "traced",
+                    "call_batches", "call_compiles"]
 SLOW_STEP_KEYS = ["phase", "step", "seconds", "steady_seconds", "signature"]
 REPORT_KEYS = [
     "jit_mode", "jit_active", "jit_reason", "compilations", "compilation_count", "compilations_dropped",
-    "distinct_signatures", "storms", "steps", "steady_step_seconds", "steady_step_seconds_by_phase",
+    "distinct_signatures", "storms", "fallback", "steps", "steady_step_seconds", "steady_step_seconds_by_phase",
     "compile_seconds", "wall_seconds", "compile_share", "slow_steps", "slow_step_count",
     "break_even_steps", "cache_saved_seconds", "probe", "notes", "log_dir", "versions",
 ]
@@ -41,7 +43,7 @@ def full_report(**overrides):
         compilation_count={"train": 2, "test": 1, "predict": 0},
         compilations_dropped=0,
         distinct_signatures={"train": 2, "test": 1, "predict": 0},
-        storms=[{"phase": "train", "step": 30, "count": 8, "varying": [], "advice": "pad", "fix": None}],
+        storms=[Storm("train", 30, 8, [], "pad", {"kind": "drop_remainder"})],
         steps={"train": 20, "test": 4, "predict": 0},
         steady_step_seconds=0.0125,
         steady_step_seconds_by_phase={"train": 0.0125, "test": 0.004, "predict": None},

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-__all__ = ["XlaMonitor", "XlaReport", "Compilation", "SlowStep", "configure", "XlaKerasWarning",
+__all__ = ["XlaMonitor", "XlaReport", "Compilation", "SlowStep", "Storm", "RecompilationStormError",
+           "configure", "XlaKerasWarning",
            "__version__"]
 
 _LAZY = {
@@ -18,6 +19,8 @@ _LAZY = {
     "XlaReport": "report",
     "Compilation": "report",
     "SlowStep": "report",
+    "Storm": "storms",
+    "RecompilationStormError": "storms",
 }
 
 

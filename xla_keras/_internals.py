@@ -122,25 +122,28 @@ def data_iterator_types() -> Tuple[type, ...]:
 
 def unwrap_distributed(value: Any) -> Any:
     """PerReplica values carry no shape: their per-replica components do, and
-    those are XLA's cache key. Returns the first replica's component (all
-    replicas of a MirroredStrategy get the same shapes per step)."""
+    those are XLA's cache key (each replica compiles for its own shapes, and
+    a final partial batch splits unevenly, e.g. 3 and 2 rows)."""
     try:
         from tensorflow.python.distribute import values as ds_values
     except ImportError as e:
         raise InternalsMoved("tensorflow.python.distribute.values", e) from e
     if isinstance(value, ds_values.DistributedValues):
-        components = value.values
-        return components[0] if components else None
+        from .signatures import Replicas
+        return Replicas(value.values)
     return value
 
 
-def wrap_marker(wrapper: Callable, original: Callable) -> Callable:
-    """Mark our wrapper so a leftover one (from an interrupted fit) is found."""
+def wrap_marker(wrapper: Callable, original: Callable, owner: Any) -> Callable:
+    """Mark our wrapper (and its owner) so a leftover one is found and another
+    live monitor's wrapper is chained onto rather than removed."""
     wrapper._xla_keras_original = original
+    wrapper._xla_keras_owner = owner
     return wrapper
 
 
 def unwrap(fn: Any) -> Any:
+    """The Keras function under every xla_keras wrapper."""
     while fn is not None and hasattr(fn, "_xla_keras_original"):
         fn = fn._xla_keras_original
     return fn
@@ -191,9 +194,40 @@ def env_flag_set(flag: str, env: Optional[dict] = None) -> bool:
     return False
 
 
+def env_auto_jit_on(env: Optional[dict] = None) -> bool:
+    """TF_XLA_FLAGS=--tf_xla_auto_jit=1|2|single-gpu(N)|fusible turns
+    auto-clustering on for graphs that do not set a jit level themselves."""
+    env = os.environ if env is None else env
+    for token in env.get("TF_XLA_FLAGS", "").split():
+        name, _, value = token.lstrip("-").partition("=")
+        if name == "tf_xla_auto_jit":
+            value = value.strip().lower()
+            return value.startswith(("single-gpu", "fusible")) or (value.lstrip("-").isdigit() and int(value) > 0)
+    return False
+
+
+def autoclustering_setting() -> Optional[bool]:
+    """TensorFlow's own jit level as set from Python: None (never set: the
+    TF_XLA_FLAGS default applies), True (autoclustering) or False (off)."""
+    try:
+        from tensorflow.python.eager import context
+        return context.context()._optimizer_jit
+    except (ImportError, AttributeError) as e:
+        raise InternalsMoved("tensorflow.python.eager.context.context()._optimizer_jit", e) from e
+
+
+def restore_autoclustering_setting(value: Optional[bool]) -> None:
+    from tensorflow.python.eager import context
+    context.context().optimizer_jit = value  # None puts the TF_XLA_FLAGS default back
+
+
 def autoclustering_enabled() -> bool:
+    """Whether graphs are auto-clustered: set from Python, or by the
+    TF_XLA_FLAGS default when Python never set a level."""
     import tensorflow as tf
-    return tf.config.optimizer.get_jit() == "autoclustering"
+    if tf.config.optimizer.get_jit() == "autoclustering":
+        return True
+    return autoclustering_setting() is None and env_auto_jit_on()
 
 
 def set_autoclustering(enabled: bool) -> None:
@@ -229,12 +263,13 @@ def start_probe() -> Any:
 
 def stop_probe(session: Any) -> List[TraceEvent]:
     """Stop a probe and return its trace events (with a duration)."""
+    data = session.stop()  # first: the profiler is freed whatever happens next
     try:
         from tensorflow.tsl.profiler.protobuf import trace_events_pb2
     except ImportError as e:
         raise InternalsMoved("tensorflow.tsl.profiler.protobuf.trace_events_pb2", e) from e
     trace = trace_events_pb2.Trace()
-    trace.ParseFromString(session.stop())
+    trace.ParseFromString(data)
     return [TraceEvent((e.device_id, e.resource_id), e.name, e.timestamp_ps, e.duration_ps)
             for e in trace.trace_events if e.duration_ps > 0]
 
@@ -274,6 +309,14 @@ def op_determinism_enabled() -> bool:
     except ImportError as e:
         raise InternalsMoved("tensorflow.python.framework.config.is_op_determinism_enabled", e) from e
     return bool(is_op_determinism_enabled())
+
+
+def set_raw_model_jit(model: Any, value: Any) -> None:
+    """Put back a stored jit_compile as it was (None = "auto", unresolved),
+    bypassing the setter's support check."""
+    if not hasattr(model, "_jit_compile"):
+        raise InternalsMoved("keras Trainer._jit_compile", AttributeError("_jit_compile"))
+    model._jit_compile = value
 
 
 def raw_model_jit(model: Any) -> Any:

@@ -103,18 +103,32 @@ class JitState:
 class JitController:
     """Applies a jit mode to a model and restores the global flags it changed."""
 
+    _UNSET = object()
+
     def __init__(self, mode: str):
         self.mode = validate_mode(mode)
-        self._saved_autoclustering: Optional[bool] = None
-        self._saved_cpu_flag: Optional[bool] = None
+        self._saved_autoclustering: Any = self._UNSET
+        self._saved_model_jit: Any = self._UNSET
         self.refusal: Optional[str] = None
+        self.fallback_reason: Optional[str] = None
 
     def prepare_early(self) -> None:
         """Called at monitor construction: if TensorFlow has not created its
-        devices yet, the CPU flag can still be set in time."""
+        devices yet, the CPU flag can still be set in time. It stays set: it
+        only matters when devices are created, which happens once."""
         if self.mode == "autoclustering" and cpu_autoclustering_effective() is None:
-            self._saved_cpu_flag = _internals.set_cpu_global_jit(True)
+            _internals.set_cpu_global_jit(True)
             _opt_in["cpu_autoclustering"] = True
+
+    def _set_autoclustering(self, enabled: bool) -> bool:
+        """Switch TF's auto-clustering; True if that changed anything."""
+        if _internals.autoclustering_enabled() == enabled and (
+                enabled or _internals.autoclustering_setting() is not None or not _internals.env_auto_jit_on()):
+            return False
+        if self._saved_autoclustering is self._UNSET:
+            self._saved_autoclustering = _internals.autoclustering_setting()
+        _internals.set_autoclustering(enabled)
+        return True
 
     def apply(self, model: Any) -> bool:
         """Apply the mode to the model and the global switches.
@@ -123,6 +137,7 @@ class JitController:
         function must be rebuilt; a function whose jit flag differs from the
         model's is rebuilt by the caller anyway."""
         self.refusal = None
+        self.fallback_reason = None
         if self.mode == "keep":
             return False
         if model.run_eagerly:
@@ -137,7 +152,6 @@ class JitController:
                 "replica's device; CPU collectives are not implemented under XLA) while the flag "
                 "still reads True. Use jit='autoclustering' instead")
             return False
-        rebuild = False
         want_model_jit = self.mode == "on"
         raw = _internals.raw_model_jit(model)
         if raw is None or bool(raw) != want_model_jit:
@@ -150,30 +164,38 @@ class JitController:
                    "op determinism is enabled (tf.config.experimental.enable_op_determinism)"
                    if _internals.op_determinism_enabled() else "Keras's model_supports_jit said no")
             self.refusal = f"Keras refused jit_compile=True ({why}); the model runs without XLA"
-        want_clusters = self.mode == "autoclustering"
-        if _internals.autoclustering_enabled() != want_clusters:
-            if self._saved_autoclustering is None:
-                self._saved_autoclustering = not want_clusters
-            _internals.set_autoclustering(want_clusters)
-            rebuild = True
-        return rebuild
+        # "off" and "on" both mean: no auto-clustering around the step function.
+        return self._set_autoclustering(self.mode == "autoclustering")
 
-    def restore(self) -> None:
-        """Put back the global flags this controller changed."""
-        if self._saved_autoclustering is not None:
-            _internals.set_autoclustering(self._saved_autoclustering)
-            self._saved_autoclustering = None
+    def fall_back(self, model: Any, reason: str) -> None:
+        """Switch this fit to non-XLA (on a storm). The model's own setting
+        comes back at restore()."""
+        if self._saved_model_jit is self._UNSET:
+            self._saved_model_jit = _internals.raw_model_jit(model)
+        model.jit_compile = False
+        self._set_autoclustering(False)
+        self.fallback_reason = reason
 
-    def restore_all(self) -> None:
-        """At process end or when the monitor is discarded: also the CPU flag."""
-        self.restore()
-        if self._saved_cpu_flag is not None:
-            _internals.set_cpu_global_jit(self._saved_cpu_flag)
-            self._saved_cpu_flag = None
+    def restore(self, model: Any = None) -> bool:
+        """Put back what this controller changed for the fit. Returns True when
+        the model's jit setting was put back (its step functions must then be
+        rebuilt before they run again)."""
+        if self._saved_autoclustering is not self._UNSET:
+            _internals.restore_autoclustering_setting(self._saved_autoclustering)
+            self._saved_autoclustering = self._UNSET
+        if self._saved_model_jit is not self._UNSET and model is not None:
+            _internals.set_raw_model_jit(model, self._saved_model_jit)
+            self._saved_model_jit = self._UNSET
+            return True
+        return False
 
     def read_back(self, model: Any, step_fn: Any) -> JitState:
         """What really runs, from the step function Keras built."""
         state = JitState(self.mode)
+        if self.fallback_reason:
+            state.active = False
+            state.reason = self.fallback_reason
+            return state
         if model.run_eagerly:
             state.active = False
             state.reason = self.refusal or "the model runs eagerly (run_eagerly=True): nothing is compiled"

@@ -15,8 +15,10 @@ from __future__ import annotations
 import atexit
 import functools
 import logging
+import sys
 import time
 import traceback
+import warnings
 import weakref
 from typing import Any, Dict, List, Optional
 
@@ -24,11 +26,21 @@ import keras
 
 from . import _internals
 from .compiles import CompileLedger, compile_seconds_from_trace
-from .jit import JitController, JitState
+from .jit import JitController, JitState, XlaKerasWarning
 from .report import PHASES, Compilation, SlowStep, XlaReport
 from .signatures import signature_of
+from .storms import (
+    ON_STORM,
+    RecompilationStormError,
+    ShapeHistory,
+    Storm,
+    StormDetector,
+    analyse,
+    partial_batch_note,
+    storm_text,
+)
 from .tensorboard import TAG_COMPILATIONS, TAG_COMPILE_TIME, TAG_STEP_TIME, SummaryWriters, write_report_json
-from .timing import PhaseTiming, excess_over_steady, share
+from .timing import PhaseTiming, share
 
 logger = logging.getLogger("xla_keras")
 
@@ -44,7 +56,8 @@ _MAKE_FUNCTION = {"train": "make_train_function", "test": "make_test_function",
 
 def _guarded(method):
     """The monitor never kills training by accident: an error of its own is
-    logged once, the monitor disables itself and training goes on."""
+    logged once, the monitor disables itself and training goes on. Only a
+    storm with on_storm="raise" stops a fit, by design."""
 
     @functools.wraps(method)
     def run(self, *args, **kwargs):
@@ -52,6 +65,8 @@ def _guarded(method):
             return None
         try:
             return method(self, *args, **kwargs)
+        except RecompilationStormError:
+            raise
         except Exception as error:  # noqa: BLE001 - by design, see docstring
             self._disable(error)
             return None
@@ -64,6 +79,7 @@ class _PhaseState:
 
     def __init__(self, max_records: int):
         self.timing = PhaseTiming()
+        self.history = ShapeHistory()
         self.step = 0                 # global 1-based step of the last batch run
         self.steps_run = 0            # batches run under the monitor
         self.call_start = 0.0
@@ -74,10 +90,11 @@ class _PhaseState:
         self.call_traced = False
         self.tracing_before: Optional[int] = None
         self.call_signature: Optional[tuple] = None
+        self.pending_storm: Optional[tuple] = None  # (step, count, window_start)
         self.compile_count = 0
         self.profiler_seconds = 0.0
-        self.timing_count = 0
-        self.timing_step_seconds = 0.0
+        self.timing_step_share = 0.0  # sum of step_seconds / call_compiles
+        self.timing_batch_share = 0.0  # sum of call_batches / call_compiles
         self.records: List[Compilation] = []
         self.records_dropped = 0
         self.max_records = max_records
@@ -91,8 +108,8 @@ class _PhaseState:
         if record.source == "profiler":
             self.profiler_seconds += record.seconds
         else:
-            self.timing_count += 1
-            self.timing_step_seconds += record.step_seconds or 0.0
+            self.timing_step_share += (record.step_seconds or 0.0) / record.call_compiles
+            self.timing_batch_share += record.call_batches / record.call_compiles
         if len(self.records) < self.max_records:
             self.records.append(record)
         else:
@@ -100,9 +117,8 @@ class _PhaseState:
 
     def compile_seconds(self) -> float:
         """Exact total; timing estimates use the final steady median."""
-        median = self.timing.median_seconds
-        estimated = max(0.0, self.timing_step_seconds - self.timing_count * (median or 0.0))
-        return self.profiler_seconds + estimated
+        median = self.timing.median_seconds or 0.0
+        return self.profiler_seconds + max(0.0, self.timing_step_share - median * self.timing_batch_share)
 
 
 class XlaMonitor(keras.callbacks.Callback):
@@ -118,6 +134,12 @@ class XlaMonitor(keras.callbacks.Callback):
             the early opt-in ``xla_keras.configure(cpu_autoclustering=True)``).
             The choice is applied to the model like ``compile(jit_compile=...)``
             and stays with it; global flags are restored when the fit ends.
+        storm_threshold: new input signatures (the first one included) within
+            ``storm_window`` steps of one phase that make a recompilation storm.
+        storm_window: the window, in steps of that phase.
+        on_storm: ``"warn"`` (one warning per storm), ``"raise"``
+            (``RecompilationStormError``: the fit stops, files are flushed) or
+            ``"fallback"`` (switch this fit to non-XLA at once and go on).
         update_freq: ``"epoch"``, ``"batch"`` or an int N: how often the
             ``xla/step_time_ms`` scalar is written (compile events are written
             at the step they happened, whatever this says).
@@ -137,6 +159,7 @@ class XlaMonitor(keras.callbacks.Callback):
     """
 
     def __init__(self, log_dir: Optional[str] = "logs/xla", jit: str = "keep",
+                 storm_threshold: int = 8, storm_window: int = 200, on_storm: str = "warn",
                  update_freq: Any = "epoch", verbose: int = 1, max_records: int = 1000):
         super().__init__()
         if log_dir is not None and not isinstance(log_dir, str):
@@ -145,13 +168,19 @@ class XlaMonitor(keras.callbacks.Callback):
                                                  and not isinstance(update_freq, bool) and update_freq >= 1)):
             raise ValueError(f"update_freq must be one of {', '.join(map(repr, UPDATE_FREQS))} "
                              f"or an int >= 1; got {update_freq!r}")
+        if on_storm not in ON_STORM:
+            raise ValueError(f"on_storm must be one of {', '.join(map(repr, ON_STORM))}; got {on_storm!r}")
         if verbose not in (0, 1, 2):
             raise ValueError(f"verbose must be 0, 1 or 2; got {verbose!r}")
         if not isinstance(max_records, int) or max_records < 1:
             raise ValueError(f"max_records must be an int >= 1; got {max_records!r}")
+        self._detector = StormDetector(storm_threshold, storm_window)  # validates both
         self.log_dir = log_dir
         self.jit = jit
         self._jit = JitController(jit)  # validates jit, naming the choices
+        self.storm_threshold = storm_threshold
+        self.storm_window = storm_window
+        self.on_storm = on_storm
         self.update_freq = 1 if update_freq == "batch" else update_freq
         self.verbose = verbose
         self.max_records = max_records
@@ -159,9 +188,11 @@ class XlaMonitor(keras.callbacks.Callback):
         self._enabled = True
         self._error: Optional[str] = None
         self._phases: Dict[str, _PhaseState] = {p: _PhaseState(max_records) for p in PHASES}
-        # Only auto-clustering needs the extra probes (see _before_call).
         self._ledger = CompileLedger(probes_per_signature=_AUTOCLUSTER_PROBES)
         self._state = JitState(jit)
+        self._storms: List[Storm] = []
+        self._analysis_cache: Dict[tuple, tuple] = {}
+        self._fallback: Optional[dict] = None
         self._notes: List[str] = []
         self._noted = set()
         self._probe_busy = False
@@ -171,6 +202,7 @@ class XlaMonitor(keras.callbacks.Callback):
         self._chief = True
         self._in_fit = False
         self._segment_start: Optional[float] = None
+        self._last_activity = 0.0
         self._wall = 0.0
         self._last_flush = 0.0
         self._wrapped: Dict[str, Any] = {}
@@ -181,18 +213,20 @@ class XlaMonitor(keras.callbacks.Callback):
 
     @_guarded
     def on_train_begin(self, logs=None):
+        if self._in_fit:
+            self._abort_fit()  # the previous fit was interrupted
         self._in_fit = True
         self._begin_segment()
         model = self.model
         self._chief = _internals.strategy_facts(model)["chief"]
+        self._fallback = None
         if self._jit.apply(model):
             # The auto-clustering switch changed: every function must be rebuilt.
             model.test_function = None
             model.predict_function = None
             model.make_train_function(force=True)
         self._install("train")
-        self._state = self._jit.read_back(model, _internals.find_step_function(
-            _internals.unwrap(model.train_function)))
+        self._read_back("train")
         optimizer = getattr(model, "optimizer", None)
         # One read per fit (not per step): the train step equals
         # optimizer.iterations after that step.
@@ -201,16 +235,13 @@ class XlaMonitor(keras.callbacks.Callback):
             print(f"xla_keras: jit={self.jit!r} -> XLA {self._active_words()}: {self._state.reason}")
 
     @_guarded
-    def on_train_batch_begin(self, batch, logs=None):
-        pass  # the step clock starts inside the wrapper, before the batch is pulled
-
-    @_guarded
     def on_train_batch_end(self, batch, logs=None):
         self._end_step("train")
 
     @_guarded
     def on_epoch_end(self, epoch, logs=None):
         phase = self._phases["train"]
+        phase.history.end_of_run()
         if self.update_freq == "epoch" and phase.epoch_steady_n:
             self._scalar("train", TAG_STEP_TIME, 1e3 * phase.epoch_steady_sum / phase.epoch_steady_n,
                          phase.step)
@@ -219,10 +250,7 @@ class XlaMonitor(keras.callbacks.Callback):
 
     @_guarded
     def on_train_end(self, logs=None):
-        self._unwrap_all()
-        self._jit.restore()
-        self._in_fit = False
-        self._end_segment()
+        self._end_fit()
         self._finish()
 
     @_guarded
@@ -261,7 +289,7 @@ class XlaMonitor(keras.callbacks.Callback):
             median = phase.timing.median_seconds
             for record in phase.records:
                 if record.source == "timing":
-                    record.seconds = excess_over_steady(record.step_seconds or 0.0, median)
+                    record.seconds = record.estimate_from(median)
             records.extend(phase.records)
             report.compilation_count[name] = phase.compile_count
             report.steps[name] = phase.steps_run
@@ -278,41 +306,76 @@ class XlaMonitor(keras.callbacks.Callback):
                                             if self._segment_start is not None else 0.0)
         report.compile_share = share(total_compile, report.wall_seconds)
         report.jit_active, report.jit_reason = self._final_jit_state(report)
+        report.storms = [self._refreshed(storm) for storm in self._storms]
+        report.fallback = dict(self._fallback) if self._fallback else None
         report.probe = ("timing" if self._probe_busy and not self._probe_used else
                         "profiler+timing" if self._probe_busy else "profiler")
         report.notes = list(self._notes)
+        storm_phases = {s.phase for s in self._storms}
+        for name, phase in self._phases.items():
+            note = partial_batch_note(name, phase.history) if name not in storm_phases else None
+            if note and report.compilation_count[name]:
+                report.notes.append(note)
         if self._error:
             report.notes.append(self._error)
         report.log_dir = self.log_dir if self._chief else None
         report.versions = _internals.versions()
         return report
 
+    def _refreshed(self, storm: Storm) -> Storm:
+        """A storm with its cause and fix recomputed from every shape the
+        phase has seen so far (more data than at the moment it opened).
+        Cached until the phase sees a new signature: reports are built at
+        every flush."""
+        history = self._phases[storm.phase].history
+        key = (id(storm), len(history.signatures), history.untracked, history.runs)
+        cached = self._analysis_cache.get(key)
+        if cached is None:
+            cached = analyse(storm.phase, history, self.storm_threshold)
+            self._analysis_cache = {key: cached}  # only the latest: bounded
+        varying, advice, fix = cached
+        return Storm(**{**storm.__dict__, "varying": varying, "advice": advice, "fix": fix})
+
     def _final_jit_state(self, report: XlaReport):
         state = self._state
+        seen = sum(1 for c in report.compilations if c.source == "profiler")
+        if seen and not state.active and not state.autoclustering:
+            # Never say XLA is off when the profiler saw it compile.
+            if self._fallback:
+                return False, f"{state.reason}; XLA compiled {seen} module(s) before the switch"
+            return True, (f"{state.reason}; but the profiler saw XLA compile {seen} module(s): something "
+                          "else enabled XLA (e.g. TF_XLA_FLAGS=--tf_xla_auto_jit)")
         if not state.autoclustering:
             return state.active, state.reason
         # Auto-clustering: only compiles actually seen prove that XLA ran.
         compiled = report.total_compilations
-        if compiled and any(c.source == "profiler" for c in report.compilations):
+        if compiled and seen:
             return True, f"{state.reason}; {compiled} cluster module(s) compiled (seen by the profiler)"
         if self._probe_busy and not self._probe_used:
             return None, f"{state.reason}; not verified: the profiler was busy"
         if sum(report.steps.values()):
             return False, (f"{state.reason}, but no cluster compiled: TensorFlow found nothing worth "
-                           "clustering in this graph")
+                           "clustering, or the CPU global-jit flag was set after TensorFlow created "
+                           "its devices")
         return None, state.reason
 
     def _xla_expected(self) -> bool:
-        """Whether an unprobed new signature should be counted as a compile."""
+        """Whether a new signature should count as a compile (and a storm step)."""
         return bool(self._state.active or self._state.autoclustering)
 
     def _active_words(self) -> str:
         return {True: "ON", False: "OFF", None: "pending (auto-clustering: compiles will tell)"}[
             self._state.active]
 
+    def _read_back(self, phase: str) -> None:
+        fn = _internals.unwrap(getattr(self.model, _FUNCTION_ATTR[phase]))
+        self._state = self._jit.read_back(self.model, _internals.find_step_function(fn))
+
     # ------------------------------------------------------------- wrapping
 
     def _begin_phase(self, phase: str) -> None:
+        if self._in_fit and not _fit_running(self.model):
+            self._abort_fit()  # an exception ended the last fit before on_train_end
         if not self._in_fit:
             self._begin_segment()
             self._chief = _internals.strategy_facts(self.model)["chief"]
@@ -320,49 +383,86 @@ class XlaMonitor(keras.callbacks.Callback):
                 setattr(self.model, _FUNCTION_ATTR[phase], None)
         self._install(phase)
         if not self._in_fit:
-            self._state = self._jit.read_back(self.model, _internals.find_step_function(
-                _internals.unwrap(getattr(self.model, _FUNCTION_ATTR[phase]))))
+            self._read_back(phase)
 
     def _end_phase(self, phase: str) -> None:
+        self._phases[phase].history.end_of_run()
         self._remove(phase)
         if not self._in_fit:
-            self._jit.restore()
+            self._restore_model()
             self._end_segment()
             self._finish()
 
-    def _install(self, phase: str) -> None:
+    def _end_fit(self, at: Optional[float] = None) -> None:
+        self._unwrap_all()
+        self._restore_model()
+        self._in_fit = False
+        self._end_segment(at)
+
+    def _abort_fit(self) -> None:
+        """Clean up after a fit that ended by an exception: on_train_end never ran."""
+        self._end_fit(at=self._last_activity)
+        self._flush()
+
+    def _restore_model(self) -> None:
+        if self._jit.restore(self.model):
+            # A storm fallback switched the model off for that fit only: its
+            # step functions must be rebuilt with the user's own setting.
+            for attr in _FUNCTION_ATTR.values():
+                setattr(self.model, attr, None)
+
+    def _chain(self, phase: str) -> tuple:
+        """(live wrappers of other monitors, top to bottom; Keras's function)."""
+        fn = getattr(self.model, _FUNCTION_ATTR[phase], None)
+        keep = []
+        while fn is not None and hasattr(fn, "_xla_keras_original"):
+            owner = fn._xla_keras_owner()
+            # Another monitor of this same fit / evaluate / predict call (Keras
+            # hands one params dict to every callback of a call): chain onto
+            # it. Anything else is a leftover of an interrupted call: drop it.
+            if (owner is not None and owner is not self and owner._wrapped.get(phase) is fn
+                    and owner.params is not None and owner.params is self.params):
+                keep.append(fn)
+            fn = fn._xla_keras_original
+        return keep, fn
+
+    def _relink(self, phase: str, wrappers: list, base: Any) -> None:
+        for upper, lower in zip(wrappers, wrappers[1:] + [base]):
+            upper._xla_keras_original = lower
+        setattr(self.model, _FUNCTION_ATTR[phase], wrappers[0] if wrappers else base)
+
+    def _install(self, phase: str, rebuild: bool = False) -> None:
         model = self.model
         attr = _FUNCTION_ATTR[phase]
-        # An interrupted fit never reached on_train_end: drop any leftover wrapper.
-        original = _internals.unwrap(getattr(model, attr, None))
-        setattr(model, attr, original)
+        others, original = self._chain(phase)  # drops our own leftovers and dead ones
         step_fn = _internals.find_step_function(original) if original is not None else None
-        if original is None or (self.jit != "keep" and not model.run_eagerly
-                                and _internals.function_jit_flag(step_fn) != bool(model.jit_compile)):
+        mismatch = (self.jit != "keep" and not model.run_eagerly
+                    and _internals.function_jit_flag(step_fn) != bool(model.jit_compile))
+        if original is None or rebuild or mismatch:
             getattr(model, _MAKE_FUNCTION[phase])(force=True)
             original = getattr(model, attr)
             step_fn = _internals.find_step_function(original)
         self._ledger.set_function(phase, step_fn)
-        wrapper = self._make_wrapper(phase, original, step_fn)
-        setattr(model, attr, _internals.wrap_marker(wrapper, original))
+        wrapper = _internals.wrap_marker(self._make_wrapper(phase, step_fn), original, weakref.ref(self))
         self._wrapped[phase] = wrapper
+        self._relink(phase, [wrapper] + others, original)
 
     def _remove(self, phase: str) -> None:
-        wrapper = self._wrapped.pop(phase, None)
-        attr = _FUNCTION_ATTR[phase]
-        if wrapper is not None and getattr(self.model, attr, None) is wrapper:
-            setattr(self.model, attr, _internals.unwrap(wrapper))
+        if self._wrapped.pop(phase, None) is not None:
+            others, base = self._chain(phase)
+            self._relink(phase, others, base)
 
     def _unwrap_all(self) -> None:
         for phase in list(self._wrapped):
             self._remove(phase)
 
-    def _make_wrapper(self, phase: str, original: Any, step_fn: Any):
+    def _make_wrapper(self, phase: str, step_fn: Any):
         state = self._phases[phase]
         iterator_types = _internals.data_iterator_types()
         pulls = phase != "predict"  # predict_function already receives a list of batches
 
         def wrapped(data):
+            original = wrapped._xla_keras_original  # relinked when monitors come and go
             if not self._enabled:
                 return original(data)
             state.call_start = time.perf_counter()
@@ -377,13 +477,29 @@ class XlaMonitor(keras.callbacks.Callback):
             try:
                 outputs = original(batches)
             except BaseException:
-                self._abandon_probe(probe)
-                self._flush()
+                self._on_step_error(phase, probe)
                 raise
             self._after_call(phase, state, probe, step_fn)
             return outputs
 
         return wrapped
+
+    def _on_step_error(self, phase: str, probe) -> None:
+        """The model raised (or Ctrl-C): the fit or evaluate is over. Give the
+        profiler back, put the flags back and flush, without ever replacing
+        the user's exception with one of ours."""
+        try:
+            self._abandon_probe(probe)
+            if self._in_fit or phase != "train":
+                if self._in_fit:
+                    self._end_fit()
+                else:
+                    self._remove(phase)
+                    self._restore_model()
+                    self._end_segment()
+            self._flush()
+        except Exception as error:  # noqa: BLE001 - never mask the step's own error
+            logger.error("xla_keras: cleanup after a failed step failed too: %r", error)
 
     @_guarded
     def _before_call(self, phase: str, state: _PhaseState, batches: list, step_fn: Any):
@@ -392,15 +508,22 @@ class XlaMonitor(keras.callbacks.Callback):
         state.call_new = []
         state.call_probe_sig = None
         state.call_modules = None
+        expected = self._xla_expected()
         probe_wanted = False
         for i, batch in enumerate(batches):
+            step = state.step + i + 1
             sig = signature_of(batch, unwrap)
+            state.history.observe(sig)
             is_new, worth_probe = self._ledger.observe(phase, sig)
             if is_new:
-                state.call_new.append((state.step + i + 1, sig))
+                state.call_new.append((step, sig))
+                if expected:
+                    opened = self._detector.new_signature(phase, step)
+                    if opened is not None and state.pending_storm is None:
+                        state.pending_storm = (step, *opened)
             if worth_probe and (is_new or self._state.autoclustering):
                 probe_wanted = True
-                state.call_probe_sig = state.call_probe_sig or (state.step + i + 1, sig)
+                state.call_probe_sig = state.call_probe_sig or (step, sig)
             state.call_signature = sig
         state.call_traced = False
         if not probe_wanted:
@@ -430,12 +553,14 @@ class XlaMonitor(keras.callbacks.Callback):
     def _after_call(self, phase: str, state: _PhaseState, session, step_fn: Any):
         if session is None:
             return
-        self._active_probe = None
-        events = _internals.stop_probe(session)
+        try:
+            events = _internals.stop_probe(session)
+        finally:
+            self._active_probe = None
         self._probe_used = True
         state.call_modules = compile_seconds_from_trace(events)
         after = _internals.tracing_count(step_fn)
-        state.call_traced = after is not None and after != getattr(state, "tracing_before", after)
+        state.call_traced = after is not None and after != state.tracing_before
 
     # ------------------------------------------------------------ step end
 
@@ -444,36 +569,42 @@ class XlaMonitor(keras.callbacks.Callback):
         n = state.call_batches
         if not n:
             return
-        seconds = time.perf_counter() - state.call_start
+        now = time.perf_counter()
+        seconds = now - state.call_start
+        self._last_activity = now
         state.call_batches = 0
         state.steps_run += n
         first_step = state.step + 1
         state.step += n
         if state.call_modules is not None:
-            self._record_probed(phase, state, seconds)
+            self._record_probed(phase, state, seconds, n)
         elif state.call_new and self._xla_expected():
+            m = len(state.call_new)
             for step, sig in state.call_new:
-                self._record(phase, Compilation(phase, step, sig, excess_over_steady(
-                    seconds, state.timing.median_seconds), "timing", step_seconds=seconds,
-                    traced=state.call_traced))
-        else:
+                record = Compilation(phase, step, sig, 0.0, "timing", step_seconds=seconds,
+                                     traced=state.call_traced, call_batches=n, call_compiles=m)
+                record.seconds = record.estimate_from(state.timing.median_seconds)
+                self._record(phase, record)
+        elif not state.call_new:
             per_step = seconds / n
             if state.timing.is_slow(per_step):
                 state.slow_count += 1
                 if len(state.slow) < state.max_records:
                     state.slow.append(SlowStep(phase, first_step, per_step,
-                                               state.timing._median, state.call_signature))
+                                               state.timing.median_seconds, state.call_signature))
             else:
                 state.timing.add_steady(per_step)
                 state.epoch_steady_sum += per_step
                 state.epoch_steady_n += 1
                 if isinstance(self.update_freq, int) and state.step % self.update_freq < n:
                     self._scalar(phase, TAG_STEP_TIME, 1e3 * per_step, state.step)
-        now = time.perf_counter()
+        if state.pending_storm is not None:
+            pending, state.pending_storm = state.pending_storm, None
+            self._storm(phase, *pending)
         if now - self._last_flush > _FLUSH_EVERY_SECONDS:
             self._flush()
 
-    def _record_probed(self, phase: str, state: _PhaseState, seconds: float) -> None:
+    def _record_probed(self, phase: str, state: _PhaseState, seconds: float, n: int) -> None:
         modules = state.call_modules
         state.call_modules = None
         owners = state.call_new or ([state.call_probe_sig] if state.call_probe_sig else [])
@@ -482,7 +613,8 @@ class XlaMonitor(keras.callbacks.Callback):
         for i, module_seconds in enumerate(modules):
             step, sig = owners[min(i, len(owners) - 1)]
             self._record(phase, Compilation(phase, step, sig, module_seconds, "profiler",
-                                            step_seconds=seconds, traced=state.call_traced))
+                                            step_seconds=seconds, traced=state.call_traced,
+                                            call_batches=n, call_compiles=len(modules)))
 
     def _record(self, phase: str, record: Compilation) -> None:
         state = self._phases[phase]
@@ -490,6 +622,44 @@ class XlaMonitor(keras.callbacks.Callback):
         self._scalar(phase, TAG_COMPILE_TIME, 1e3 * record.seconds, record.step)
         self._scalar(phase, TAG_COMPILATIONS, state.compile_count, record.step)
         self._flush(files_only=True)
+
+    # ---------------------------------------------------------------- storms
+
+    def _storm(self, phase: str, step: int, count: int, window_start: int) -> None:
+        state = self._phases[phase]
+        varying, advice, fix = analyse(phase, state.history, self.storm_threshold)
+        storm = Storm(phase, step, count, varying, advice, fix, compiles=state.compile_count,
+                      compile_seconds=state.compile_seconds(),
+                      steady_step_seconds=state.timing.median_seconds, window_start=window_start,
+                      action=self.on_storm)
+        self._storms.append(storm)
+        text = storm_text(storm, self.storm_window)
+        if self.on_storm == "raise":
+            if self._in_fit:
+                self._end_fit()
+                self._finish()  # flushes and closes every file before the fit stops
+            else:
+                self._end_phase(phase)
+            raise RecompilationStormError(text)
+        if self.on_storm == "fallback":
+            self._fall_back(phase, step, text)
+            text += f" on_storm='fallback': XLA is now off for the rest of this {_run_word(phase)}."
+        warnings.warn(text, XlaKerasWarning, stacklevel=2)
+        if self.verbose:
+            print(f"xla_keras: {text}")
+        self._flush()
+
+    def _fall_back(self, phase: str, step: int, storm_text_: str) -> None:
+        reason = (f"switched XLA off at {phase} step {step} after a recompilation storm "
+                  f"(on_storm='fallback')")
+        self._jit.fall_back(self.model, reason)
+        self._fallback = {"phase": phase, "step": step, "reason": reason}
+        for name in PHASES:
+            if name in self._wrapped:
+                self._install(name, rebuild=True)  # the non-XLA function, wrapped again
+            else:
+                setattr(self.model, _FUNCTION_ATTR[name], None)  # rebuilt lazily, non-XLA
+        self._read_back(phase)
 
     # ---------------------------------------------------------------- output
 
@@ -516,11 +686,11 @@ class XlaMonitor(keras.callbacks.Callback):
             print(self.report)
 
     def _begin_segment(self) -> None:
-        self._segment_start = time.perf_counter()
+        self._segment_start = self._last_activity = time.perf_counter()
 
-    def _end_segment(self) -> None:
+    def _end_segment(self, at: Optional[float] = None) -> None:
         if self._segment_start is not None:
-            self._wall += time.perf_counter() - self._segment_start
+            self._wall += (at or time.perf_counter()) - self._segment_start
             self._segment_start = None
 
     def _note_once(self, key: str, text: str) -> None:
@@ -534,15 +704,31 @@ class XlaMonitor(keras.callbacks.Callback):
         self._enabled = False
         self._error = f"the monitor disabled itself after an internal error: {error!r}"
         logger.error("xla_keras: %s; training goes on unmonitored.\n%s", self._error,
-                     "".join(traceback.format_exception(error)))
+                     "".join(traceback.format_exception(type(error), error, error.__traceback__)))
         self._abandon_probe(self._active_probe)
         try:
             self._unwrap_all()
-            self._jit.restore()
+            self._restore_model()
             if self._writers is not None:
                 self._writers.flush()
         except Exception:  # noqa: BLE001 - already failing; never raise from here
             pass
+
+
+def _run_word(phase: str) -> str:
+    return {"train": "fit", "test": "evaluation", "predict": "prediction"}[phase]
+
+
+def _fit_running(model: Any) -> bool:
+    """Whether ``model.fit`` is on the call stack (validation inside a fit),
+    as opposed to a fit that an exception ended before on_train_end. Walks
+    frames once per evaluate/predict call, never per step."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code.co_name == "fit" and frame.f_locals.get("self") is model:
+            return True
+        frame = frame.f_back
+    return False
 
 
 def _pull(iterator: Any, count: int) -> list:
@@ -560,11 +746,14 @@ def _pull(iterator: Any, count: int) -> list:
 
 
 def _flush_at_exit(ref) -> None:
+    """Backstop for runs interrupted outside the monitor's reach."""
     monitor = ref()
     if monitor is None:
         return
     try:
         monitor._abandon_probe(monitor._active_probe)
+        if monitor._in_fit:
+            monitor._jit.restore()
         if monitor._writers is not None:
             monitor._writers.flush()
         if monitor.log_dir is not None and monitor._chief and monitor._segment_start is not None:

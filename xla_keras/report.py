@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
 from .signatures import InputSignature, describe, from_jsonable, to_jsonable
+from .storms import Storm
 
 PHASES = ("train", "test", "predict")
 SOURCES = ("profiler", "timing")
@@ -42,6 +43,8 @@ class Compilation:
     cached: bool = False
     step_seconds: Optional[float] = None
     traced: bool = False
+    call_batches: int = 1
+    call_compiles: int = 1
 
     def to_dict(self) -> Dict[str, Any]:
         return {
@@ -49,12 +52,23 @@ class Compilation:
             "signature": to_jsonable(self.signature),
             "seconds": self.seconds, "source": self.source, "cached": self.cached,
             "step_seconds": self.step_seconds, "traced": self.traced,
+            "call_batches": self.call_batches, "call_compiles": self.call_compiles,
         }
 
     @classmethod
     def from_dict(cls, d: Dict[str, Any]) -> "Compilation":
         return cls(d["phase"], d["step"], from_jsonable(d["signature"]), d["seconds"],
-                   d["source"], d.get("cached", False), d.get("step_seconds"), d.get("traced", False))
+                   d["source"], d.get("cached", False), d.get("step_seconds"), d.get("traced", False),
+                   d.get("call_batches", 1), d.get("call_compiles", 1))
+
+    def estimate_from(self, steady_seconds: Optional[float]) -> float:
+        """The timing-fallback estimate: this compile's share of the time its
+        call (``call_batches`` batches, ``call_compiles`` new signatures) ran
+        above the steady median."""
+        if self.step_seconds is None:
+            return self.seconds
+        excess = self.step_seconds - self.call_batches * (steady_seconds or 0.0)
+        return max(0.0, excess) / max(1, self.call_compiles)
 
 
 @dataclass
@@ -91,7 +105,8 @@ class XlaReport:
     compilation_count: Dict[str, int] = field(default_factory=lambda: dict.fromkeys(PHASES, 0))
     compilations_dropped: int = 0
     distinct_signatures: Dict[str, int] = field(default_factory=lambda: dict.fromkeys(PHASES, 0))
-    storms: List[Any] = field(default_factory=list)
+    storms: List[Storm] = field(default_factory=list)
+    fallback: Optional[Dict[str, Any]] = None
     steps: Dict[str, int] = field(default_factory=lambda: dict.fromkeys(PHASES, 0))
     steady_step_seconds: Optional[float] = None
     steady_step_seconds_by_phase: Dict[str, Optional[float]] = field(
@@ -121,7 +136,8 @@ class XlaReport:
             "compilation_count": dict(self.compilation_count),
             "compilations_dropped": self.compilations_dropped,
             "distinct_signatures": dict(self.distinct_signatures),
-            "storms": [s.to_dict() if hasattr(s, "to_dict") else s for s in self.storms],
+            "storms": [s.to_dict() for s in self.storms],
+            "fallback": self.fallback,
             "steps": dict(self.steps),
             "steady_step_seconds": self.steady_step_seconds,
             "steady_step_seconds_by_phase": dict(self.steady_step_seconds_by_phase),
@@ -143,6 +159,7 @@ class XlaReport:
         known = {k: v for k, v in d.items() if k in cls.__dataclass_fields__}
         known["compilations"] = [Compilation.from_dict(c) for c in d.get("compilations", [])]
         known["slow_steps"] = [SlowStep.from_dict(s) for s in d.get("slow_steps", [])]
+        known["storms"] = [Storm.from_dict(s) for s in d.get("storms", [])]
         return cls(**known)
 
     def to_json(self) -> str:
@@ -201,6 +218,10 @@ def render(report: XlaReport) -> str:
         lines.append(f"  slow steps      : {report.slow_step_count} known-signature steps far above the "
                      f"steady median" + (f" (worst: {worst.phase} step {worst.step}, {_ms(worst.seconds)})"
                                          if worst else ""))
+    for storm in report.storms:
+        lines.append(f"  STORM ({storm.phase}, step {storm.step}, {storm.action}): {storm.advice}")
+    if report.fallback:
+        lines.append(f"  fallback        : {report.fallback['reason']}")
     if report.compilations:
         lines.append("  compiled for    :")
         shown = report.compilations[:8]

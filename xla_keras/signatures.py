@@ -74,9 +74,29 @@ def _components(value: Any) -> Optional[list]:
     return None
 
 
+class Replicas(tuple):
+    """The per-replica components of one distributed value (from ``unwrap``).
+
+    Replicas usually get the same shapes; when they do not (a final batch
+    split unevenly), each replica compiles for its own, so the extra
+    replicas' differing leaves are added with an ``@N`` path suffix.
+    """
+
+
 def _walk(value: Any, path: str, out: list, unwrap: Callable[[Any], Any]) -> None:
     value = unwrap(value)
     if value is None:
+        return
+    if isinstance(value, Replicas):
+        first: list = []
+        if value:
+            _walk(value[0], path, first, unwrap)
+        out.extend(first)
+        for i, component in enumerate(value[1:], start=1):
+            other: list = []
+            _walk(component, path, other, unwrap)
+            if other != first:
+                out.extend(Leaf(f"{leaf.path}@{i}", leaf.dtype, leaf.shape) for leaf in other)
         return
     if isinstance(value, dict):
         # Sorted like tf.nest / keras.tree flatten dicts, so the order is stable.
@@ -120,6 +140,14 @@ def signature_of(batch: Any, unwrap: Callable[[Any], Any] = _identity) -> InputS
     """
     out: list = []
     batch = unwrap(batch)
+    if isinstance(batch, Replicas):  # the whole batch is one distributed value
+        first = signature_of(batch[0], unwrap) if batch else ()
+        out.extend(first)
+        for i, component in enumerate(batch[1:], start=1):
+            other = signature_of(component, unwrap)
+            if other != first:
+                out.extend(Leaf(f"{leaf.path}@{i}", leaf.dtype, leaf.shape) for leaf in other)
+        return tuple(out)
     if isinstance(batch, list):
         batch = tuple(batch)
     # Like keras's unpack_x_y_sample_weight: any tuple of 1..3 (namedtuples too)

@@ -1,0 +1,235 @@
+"""Storm detection, causes and computed advice: pure, no TensorFlow."""
+
+import itertools
+import random
+
+import pytest
+
+from xla_keras.signatures import Leaf, fingerprint
+from xla_keras.storms import (
+    RecompilationStormError,
+    ShapeHistory,
+    Storm,
+    StormDetector,
+    analyse,
+    best_buckets,
+    best_cost_overhead,
+    bucket_code,
+    partial_batch_note,
+    partial_batch_signatures,
+    storm_text,
+    varying_axes,
+)
+
+
+def tokens(batch, length, dtype="int32"):
+    return (Leaf("x/tokens", dtype, (batch, length)), Leaf("y", "float32", (batch, 1)))
+
+
+def history_of(sigs, ends_after=()):
+    h = ShapeHistory()
+    for i, sig in enumerate(sigs):
+        h.observe(sig)
+        if i in ends_after:
+            h.end_of_run()
+    return h
+
+
+# ------------------------------------------------------------------ detection
+
+
+@pytest.mark.parametrize("threshold, window, new_at, opens_at", [
+    (3, 10, [1, 2, 3], 3),
+    (3, 10, [1, 5, 10], 10),          # 1..10 is exactly one window
+    (3, 10, [1, 5, 11], None),        # step 1 fell out of (1, 11]
+    (8, 200, list(range(1, 9)), 8),
+    (8, 200, list(range(1, 8)), None),
+    (2, 1, [4, 5], None),             # window 1 holds one step
+    (2, 2, [4, 5], 5),
+])
+def test_storm_opens_exactly_at_the_threshold(threshold, window, new_at, opens_at):
+    d = StormDetector(threshold, window)
+    opened = [s for s in new_at if d.new_signature("train", s) is not None]
+    assert opened == ([opens_at] if opens_at else [])
+
+
+def test_one_storm_at_a_time_and_the_next_after_falling_below():
+    d = StormDetector(3, 10)
+    results = {s: d.new_signature("train", s) for s in [1, 2, 3, 4, 5]}
+    assert results[3] == (3, 1) and results[4] is None and results[5] is None  # same storm
+    assert d.new_signature("train", 30) is None  # window emptied: storm closed
+    assert d.new_signature("train", 31) is None
+    assert d.new_signature("train", 32) == (3, 30)  # a second storm
+
+
+def test_phases_are_independent():
+    d = StormDetector(2, 10)
+    assert d.new_signature("train", 1) is None
+    assert d.new_signature("test", 1) is None
+    assert d.new_signature("test", 2) == (2, 1)
+
+
+@pytest.mark.parametrize("kwargs", [{"threshold": 1}, {"threshold": True}, {"threshold": 2.5},
+                                    {"window": 0}, {"window": "200"}])
+def test_detector_rejects_bad_settings(kwargs):
+    with pytest.raises(ValueError, match="storm_"):
+        StormDetector(**{"threshold": 8, "window": 200, **kwargs})
+
+
+# ------------------------------------------------------------------ history
+
+
+def test_history_is_bounded_but_counts_batches_of_known_signatures():
+    h = ShapeHistory(max_signatures=3)
+    for n in range(10):
+        h.observe(tokens(8, n))
+    h.observe(tokens(8, 0))
+    assert len(h.signatures) == 3 and h.untracked == 7
+    assert h.batches[fingerprint(tokens(8, 0))] == 2
+
+
+def test_partial_last_batch_is_recognised_only_at_epoch_ends():
+    # 3 epochs of 4 batches of 64 and a last batch of 40.
+    epoch = [tokens(64, 10)] * 4 + [tokens(40, 10)]
+    h = history_of(epoch * 3, ends_after={4, 9, 14})
+    assert partial_batch_signatures(h) == {fingerprint(tokens(40, 10)): (40, 64)}
+    note = partial_batch_note("train", h)
+    assert "40 rows instead of 64" in note and "drop_remainder=True" in note
+    # The same small batch in the middle of an epoch is not a partial batch.
+    h = history_of([tokens(64, 10), tokens(40, 10), tokens(64, 10)], ends_after={2})
+    assert partial_batch_signatures(h) == {}
+
+
+# ------------------------------------------------------------------ causes
+
+
+def test_covarying_axes_are_merged():
+    sigs = [((Leaf("x/tokens", "int32", (8, n)), Leaf("x/mask", "bool", (8, n)), Leaf("y", "f", (8,))), 1)
+            for n in (5, 9, 13)]
+    axes = varying_axes(sigs)
+    assert [(a.path, a.axis, a.also) for a in axes] == [("x/tokens", 1, ["x/mask:1"])]
+
+
+def test_sequence_length_storm_gets_bucket_lengths_and_code():
+    rng = random.Random(0)
+    lengths = [rng.randint(5, 59) for _ in range(40)]
+    h = history_of([tokens(32, n) for n in lengths])
+    varying, advice, fix = analyse("train", h, threshold=8)
+    assert varying == [{"path": "x/tokens", "axis": 1, "min": min(lengths), "max": max(lengths),
+                        "n_values": len(set(lengths)), "values": sorted(set(lengths))}]
+    assert fix["kind"] == "pad_to_lengths" and fix["path"] == "x/tokens" and fix["axis"] == 1
+    assert fix["lengths"] == sorted(fix["lengths"]) and fix["lengths"][-1] >= max(lengths)
+    assert 1 <= fix["compiles"] < 8 and fix["compiles"] == len(fix["lengths"])
+    assert fix["padding_overhead"] == pytest.approx(
+        best_cost_overhead({n: lengths.count(n) for n in set(lengths)}, fix["lengths"]), abs=1e-4)
+    assert fix["padding_overhead"] <= 0.20
+    assert "Input 'x/tokens' axis 1 varies" in advice and str(fix["lengths"]) in advice
+    assert "bucket_by_sequence_length" in fix["code"] and fix["drop_remainder"] is True
+    compile(fix["code"], "<fix>", "exec")  # the code we hand out is valid Python
+
+
+def test_variable_batch_size_gets_a_fixed_batch_size():
+    sizes = [16, 17, 18, 19, 20, 21, 22, 23, 20, 20]
+    h = history_of([tokens(n, 10) for n in sizes])
+    varying, advice, fix = analyse("train", h, threshold=8)
+    assert fix["kind"] == "fixed_batch_size" and fix["size"] == 20
+    assert varying[0]["axis"] == 0 and varying[0]["min"] == 16 and varying[0]["max"] == 23
+    assert "batch size varies" in advice and "rebatch(20, drop_remainder=True)" in advice
+
+
+def test_partial_batch_alone_advises_drop_remainder():
+    epoch = [tokens(64, 10)] * 3 + [tokens(8, 10)]
+    h = history_of(epoch * 2, ends_after={3, 7})
+    _, advice, fix = analyse("train", h, threshold=8)
+    assert fix == {"kind": "drop_remainder", "rows": 8, "batch_size": 64}
+    assert "drop_remainder=True" in advice
+
+
+def test_lengths_and_partial_batch_together():
+    epoch = [tokens(32, n) for n in (10, 20, 30, 40, 50, 60, 70)] + [tokens(5, 33)]
+    h = history_of(epoch, ends_after={7})
+    varying, advice, fix = analyse("train", h, threshold=8)
+    assert fix["kind"] == "pad_to_lengths"
+    assert [v["axis"] for v in varying] == [1]  # the partial batch is not "a varying batch size"
+    assert "5 rows instead of 32" in advice
+
+
+def test_structure_changes_are_named():
+    sigs = [tokens(8, 10), tokens(8, 10, dtype="int64")]
+    _, advice, fix = analyse("train", history_of(sigs), threshold=8)
+    assert fix == {"kind": "consistent_structure"} and "dtype" in advice
+
+
+def test_two_varying_inputs_get_one_joint_fix():
+    rng = random.Random(1)
+    pairs = [(rng.randint(5, 60), rng.randint(3, 30)) for _ in range(50)]
+    sigs = [(Leaf("x/encoder", "int32", (16, e)), Leaf("x/decoder", "int32", (16, d))) for e, d in pairs]
+    _, advice, fix = analyse("train", history_of(sigs), threshold=8)
+    per_input = {p["path"]: p for p in fix["per_input"]}
+    assert set(per_input) == {"x/encoder", "x/decoder"}
+    assert max(per_input["x/encoder"]["lengths"]) >= max(e for e, _ in pairs)
+    assert max(per_input["x/decoder"]["lengths"]) >= max(d for _, d in pairs)
+    # The joint compiles are the distinct padded (encoder, decoder) pairs, and stay below threshold.
+    def pad(v, lengths):
+        return min(b for b in lengths if b >= v)
+    combos = {(pad(e, per_input["x/encoder"]["lengths"]), pad(d, per_input["x/decoder"]["lengths"]))
+              for e, d in pairs}
+    assert fix["compiles"] == len(combos) < 8
+    assert "x/encoder" in advice and "x/decoder" in advice
+
+
+# ------------------------------------------------------------------ buckets
+
+
+def brute_force(lengths, k, multiple=8):
+    def up(v):
+        return v if v <= multiple else -(-v // multiple) * multiple
+    cands = sorted({up(v) for v in lengths})
+    best = None
+    for r in range(1, min(k, len(cands)) + 1):
+        for combo in itertools.combinations(cands[:-1], r - 1):
+            bounds = list(combo) + [cands[-1]]
+            cost = best_cost_overhead(lengths, bounds)
+            if best is None or cost < best - 1e-12:
+                best = cost
+    return best
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_bucket_programme_is_optimal(seed):
+    rng = random.Random(seed)
+    lengths = {}
+    for _ in range(rng.randint(1, 30)):
+        v = rng.randint(1, 120)
+        lengths[v] = lengths.get(v, 0) + rng.randint(1, 5)
+    k = rng.randint(1, 4)
+    boundaries, overhead = best_buckets(lengths, k)
+    assert len(boundaries) <= k and boundaries[-1] >= max(lengths)
+    assert overhead == pytest.approx(brute_force(lengths, k), abs=1e-9)
+
+
+def test_more_buckets_never_pad_more():
+    lengths = {n: 1 + n % 3 for n in range(8, 257, 3)}
+    overheads = [best_buckets(lengths, k)[1] for k in range(1, 7)]
+    assert overheads == sorted(overheads, reverse=True)
+    assert overheads[-1] < overheads[0]
+
+
+def test_bucket_code_names_the_input():
+    code = bucket_code("x/tokens", 1, [16, 32], 64)
+    assert "lambda x, y: tf.shape(x['tokens'])[0]" in code
+    assert "bucket_boundaries=[17, 33]" in code and "bucket_batch_sizes=[64] * 3" in code
+    assert "tf.shape(x[0])" in bucket_code("x/0", 1, [8], 4)
+
+
+# ------------------------------------------------------------------ text
+
+
+def test_storm_text_and_round_trip():
+    storm = Storm("test", 40, 8, [], "Pad it.", {"kind": "unknown"}, compiles=8, compile_seconds=4.1,
+                  steady_step_seconds=0.0009, window_start=3, action="raise")
+    text = storm_text(storm, 200)
+    assert text.startswith("Recompilation storm (test): 8 new input shapes in 38 steps")
+    assert "4.1 s compiling vs 0.9 ms per steady step" in text and text.endswith("Pad it.")
+    assert Storm.from_dict(storm.to_dict()) == storm
+    assert issubclass(RecompilationStormError, RuntimeError)

@@ -1,0 +1,481 @@
+"""Recompilation storms: detection over a window, causes, and computed advice.
+
+Pure (no TensorFlow). A storm is ``threshold`` signatures new to the running
+function within ``window`` steps of one phase: each one is an XLA compile of
+hundreds of ms against ~1 ms steady steps. The cause is read off the shapes
+actually seen, and the fix is computed from them: the exact lengths to pad to,
+the padding it costs and the compiles it implies, plus tf.data code that
+applies it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+from .signatures import InputSignature, fingerprint
+
+ON_STORM = ("warn", "raise", "fallback")
+# Beyond this many distinct signatures per phase the history keeps counting
+# batches of known signatures but stores no new ones: memory stays bounded.
+MAX_TRACKED_SIGNATURES = 4096
+# Bucket boundaries are rounded up to a multiple of this (friendlier kernels,
+# fewer distinct candidates); lengths at or below it are kept exact.
+BOUNDARY_MULTIPLE = 8
+# The smallest number of buckets whose padding overhead is at most this wins.
+TARGET_PADDING_OVERHEAD = 0.20
+MAX_VALUES_LISTED = 64
+
+
+class RecompilationStormError(RuntimeError):
+    """Raised by ``XlaMonitor(on_storm="raise")``: the message is the storm's advice."""
+
+
+@dataclass
+class Storm:
+    """A burst of new input signatures in one phase, and what to do about it.
+
+    Attributes:
+        phase: "train", "test" or "predict".
+        step: the step at which the storm opened (the threshold-th new signature).
+        count: new signatures within the window at that step.
+        varying: ``[{"path", "axis", "min", "max", "n_values", "values"}]``.
+        advice: the human text.
+        fix: machine-readable fix (``kind`` is "pad_to_lengths", "fixed_batch_size",
+            "drop_remainder" or "consistent_structure").
+        compiles: compiles of the phase so far; compile_seconds: their time.
+        steady_step_seconds: the phase's steady median when it opened.
+        action: what the monitor did: "warn", "raise" or "fallback".
+    """
+
+    phase: str
+    step: int
+    count: int
+    varying: List[Dict[str, Any]] = field(default_factory=list)
+    advice: str = ""
+    fix: Dict[str, Any] = field(default_factory=dict)
+    compiles: int = 0
+    compile_seconds: float = 0.0
+    steady_step_seconds: Optional[float] = None
+    window_start: int = 0
+    action: str = "warn"
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {"phase": self.phase, "step": self.step, "count": self.count, "varying": self.varying,
+                "advice": self.advice, "fix": self.fix, "compiles": self.compiles,
+                "compile_seconds": self.compile_seconds,
+                "steady_step_seconds": self.steady_step_seconds, "window_start": self.window_start,
+                "action": self.action}
+
+    @classmethod
+    def from_dict(cls, d: Dict[str, Any]) -> "Storm":
+        return cls(**{k: v for k, v in d.items() if k in cls.__dataclass_fields__})
+
+
+class StormDetector:
+    """Opens a storm when a phase's window holds ``threshold`` new signatures.
+
+    One storm at a time per phase: the next can open only after the count in
+    the window has fallen back below the threshold. Memory: ``threshold``
+    step numbers per phase.
+    """
+
+    def __init__(self, threshold: int = 8, window: int = 200):
+        if not isinstance(threshold, int) or isinstance(threshold, bool) or threshold < 2:
+            raise ValueError(f"storm_threshold must be an int >= 2; got {threshold!r}")
+        if not isinstance(window, int) or isinstance(window, bool) or window < 1:
+            raise ValueError(f"storm_window must be an int >= 1; got {window!r}")
+        self.threshold = threshold
+        self.window = window
+        self._recent: Dict[str, deque] = {}
+        self._open: Dict[str, bool] = {}
+
+    def new_signature(self, phase: str, step: int) -> Optional[Tuple[int, int]]:
+        """Record a new signature at ``step``. Returns ``(count, window_start)``
+        when this one opens a storm, else None."""
+        recent = self._recent.setdefault(phase, deque(maxlen=self.threshold))
+        recent.append(step)
+        first = step - self.window + 1
+        count = sum(1 for s in recent if s >= first)
+        if count < self.threshold:
+            self._open[phase] = False
+            return None
+        if self._open.get(phase):
+            return None
+        self._open[phase] = True
+        return count, recent[0]
+
+
+# ------------------------------------------------------------------ history
+
+
+class ShapeHistory:
+    """The signatures a phase has seen, with batch counts and epoch ends."""
+
+    def __init__(self, max_signatures: int = MAX_TRACKED_SIGNATURES):
+        self.max_signatures = max_signatures
+        self.signatures: Dict[int, InputSignature] = {}
+        self.batches: Dict[int, int] = {}
+        self.ends: Dict[int, int] = {}   # times a signature was the last batch of an epoch
+        self.runs = 0                    # epochs (train) or evaluate/predict runs ended
+        self.last: Optional[int] = None
+        self.untracked = 0
+
+    def observe(self, signature: InputSignature) -> None:
+        fp = fingerprint(signature)
+        count = self.batches.get(fp)
+        if count is None:
+            if len(self.signatures) >= self.max_signatures:
+                self.untracked += 1
+                self.last = None
+                return
+            self.signatures[fp] = signature
+            count = 0
+        self.batches[fp] = count + 1
+        self.last = fp
+
+    def end_of_run(self) -> None:
+        """The last batch observed closed an epoch (or an evaluate/predict run)."""
+        self.runs += 1
+        if self.last is not None:
+            self.ends[self.last] = self.ends.get(self.last, 0) + 1
+
+
+def _structure(sig: InputSignature) -> tuple:
+    return tuple((leaf.path, leaf.dtype, len(leaf.shape)) for leaf in sig)
+
+
+def partial_batch_signatures(history: ShapeHistory) -> Dict[int, Tuple[int, int]]:
+    """Signatures that only ever came as the last batch of an epoch (or run)
+    with fewer rows than the usual batch size: ``{fp: (rows, batch_size)}``.
+    Their other axes may differ too (a padded last batch)."""
+    if len(history.signatures) < 2 or not history.ends:
+        return {}
+    rows_weight: Dict[int, int] = {}
+    for fp, sig in history.signatures.items():
+        rows = _batch_rows(sig)
+        if rows is not None:
+            rows_weight[rows] = rows_weight.get(rows, 0) + history.batches.get(fp, 0)
+    if not rows_weight:
+        return {}
+    batch_size = max(rows_weight, key=lambda r: (rows_weight[r], r))
+    found = {}
+    for fp, ends in history.ends.items():
+        sig = history.signatures.get(fp)
+        if sig is None or ends != history.batches.get(fp):
+            continue
+        rows = _batch_rows(sig)
+        if rows is not None and rows < batch_size:
+            found[fp] = (rows, batch_size)
+    return found
+
+
+def _batch_rows(sig: InputSignature) -> Optional[int]:
+    rows = {leaf.shape[0] for leaf in sig if leaf.shape}
+    return rows.pop() if len(rows) == 1 else None
+
+
+# ------------------------------------------------------------------ causes
+
+
+@dataclass
+class _Axis:
+    path: str
+    axis: int
+    values: Dict[int, int]           # value -> batches
+    also: List[str] = field(default_factory=list)  # co-varying "path:axis"
+
+    def describe(self) -> Dict[str, Any]:
+        vals = sorted(v for v in self.values if v is not None)
+        out = {"path": self.path, "axis": self.axis, "min": vals[0] if vals else None,
+               "max": vals[-1] if vals else None, "n_values": len(vals),
+               "values": vals[:MAX_VALUES_LISTED]}
+        if self.also:
+            out["also"] = list(self.also)
+        return out
+
+
+def varying_axes(signatures: Sequence[Tuple[InputSignature, int]]) -> List[_Axis]:
+    """(path, axis) whose size differs between signatures of the dominant
+    structure, co-varying axes merged (e.g. tokens and mask lengths)."""
+    if not signatures:
+        return []
+    by_structure: Dict[tuple, List[Tuple[InputSignature, int]]] = {}
+    for sig, n in signatures:
+        by_structure.setdefault(_structure(sig), []).append((sig, n))
+    group = max(by_structure.values(), key=lambda g: sum(n for _, n in g))
+    columns: Dict[Tuple[str, int], List[Optional[int]]] = {}
+    weights = [n for _, n in group]
+    for sig, _ in group:
+        for leaf in sig:
+            for axis, size in enumerate(leaf.shape):
+                columns.setdefault((leaf.path, axis), []).append(size)
+    merged: Dict[tuple, _Axis] = {}
+    for (path, axis), column in columns.items():
+        if len(set(column)) < 2:
+            continue
+        key = tuple(column)
+        if key in merged:
+            merged[key].also.append(f"{path}:{axis}")
+            continue
+        values: Dict[int, int] = {}
+        for size, w in zip(column, weights):
+            values[size] = values.get(size, 0) + w
+        merged[key] = _Axis(path, axis, values)
+    return list(merged.values())
+
+
+def structures_differ(signatures: Sequence[Tuple[InputSignature, int]]) -> bool:
+    return len({_structure(sig) for sig, _ in signatures}) > 1
+
+
+# ------------------------------------------------------------------ buckets
+
+
+def _round_up(value: int, multiple: int) -> int:
+    if value <= multiple:
+        return value
+    return int(math.ceil(value / multiple) * multiple)
+
+
+def best_buckets(lengths: Dict[int, int], k: int, multiple: int = BOUNDARY_MULTIPLE) -> Tuple[List[int], float]:
+    """At most ``k`` lengths to pad to, minimising padding over the observed
+    lengths (``{length: batches}``). Returns (sorted boundaries, overhead) with
+    overhead = padded / real - 1. Exact dynamic programme over the candidate
+    boundaries (observed lengths rounded up to ``multiple``)."""
+    real = sum(v * w for v, w in lengths.items())
+    if not lengths or real <= 0:
+        return [], 0.0
+    rounded: Dict[int, List[int]] = {}
+    for v in sorted(lengths):
+        rounded.setdefault(_round_up(v, multiple), []).append(v)
+    while len(rounded) > 128:  # keep the programme small: coarser candidates
+        multiple *= 2
+        rounded = {}
+        for v in sorted(lengths):
+            rounded.setdefault(_round_up(v, multiple), []).append(v)
+    cands = sorted(rounded)
+    n = len(cands)
+    k = max(1, min(k, n))
+    # Weight and token sums per candidate, prefix sums for O(1) group costs.
+    w = [sum(lengths[v] for v in rounded[c]) for c in cands]
+    s = [sum(v * lengths[v] for v in rounded[c]) for c in cands]
+    pw, ps = [0], [0]
+    for a, b in zip(w, s):
+        pw.append(pw[-1] + a)
+        ps.append(ps[-1] + b)
+
+    def cost(i: int, j: int) -> int:  # candidates i..j padded to cands[j]
+        return cands[j] * (pw[j + 1] - pw[i]) - (ps[j + 1] - ps[i])
+
+    inf = float("inf")
+    best = [[inf] * n for _ in range(k + 1)]
+    back = [[-1] * n for _ in range(k + 1)]
+    for j in range(n):
+        best[1][j] = cost(0, j)
+    for b in range(2, k + 1):
+        for j in range(n):
+            for i in range(b - 2, j):
+                c = best[b - 1][i] + cost(i + 1, j)
+                if c < best[b][j]:
+                    best[b][j], back[b][j] = c, i
+    b = min(range(1, k + 1), key=lambda x: (best[x][n - 1], x))
+    boundaries, j = [], n - 1
+    while b >= 1 and j >= 0:
+        boundaries.append(cands[j])
+        j = back[b][j]
+        b -= 1
+    boundaries.sort()
+    return boundaries, best_cost_overhead(lengths, boundaries)
+
+
+def best_cost_overhead(lengths: Dict[int, int], boundaries: Sequence[int]) -> float:
+    real = sum(v * w for v, w in lengths.items())
+    padded = sum(_pad_to(v, boundaries) * w for v, w in lengths.items())
+    return padded / real - 1 if real else 0.0
+
+
+def _pad_to(v: int, boundaries: Sequence[int]) -> int:
+    for b in boundaries:
+        if v <= b:
+            return b
+    return v  # longer than every boundary: unseen length, left as is
+
+
+def choose_buckets(axes: List[_Axis], signatures: Sequence[Tuple[InputSignature, int]],
+                   max_compiles: int) -> Tuple[List[List[int]], float, int]:
+    """Bucket each varying axis so the joint number of padded signatures stays
+    below ``max_compiles``: start with one bucket each and add buckets where
+    they save the most padding while padding is above the target."""
+    ks = [1] * len(axes)
+    buckets = [best_buckets(a.values, 1)[0] for a in axes]
+
+    def joint(bk):
+        combos = set()
+        index = {(a.path, a.axis): i for i, a in enumerate(axes)}
+        for sig, _ in signatures:
+            combo = []
+            for leaf in sig:
+                for axis, size in enumerate(leaf.shape):
+                    i = index.get((leaf.path, axis))
+                    if i is not None and size is not None:
+                        combo.append(_pad_to(size, bk[i]))
+            combos.add(tuple(combo))
+        return max(1, len(combos))
+
+    def overhead(bk):
+        real = padded = 0
+        for a, b in zip(axes, bk):
+            real += sum(v * w for v, w in a.values.items() if v is not None)
+            padded += sum(_pad_to(v, b) * w for v, w in a.values.items() if v is not None)
+        return padded / real - 1 if real else 0.0
+
+    while overhead(buckets) > TARGET_PADDING_OVERHEAD:
+        options = []
+        for i, a in enumerate(axes):
+            trial = list(buckets)
+            trial[i] = best_buckets(a.values, ks[i] + 1)[0]
+            if len(trial[i]) == len(buckets[i]):
+                continue  # no more distinct lengths to split on
+            if joint(trial) < max_compiles:
+                options.append((overhead(trial), i, trial))
+        if not options:
+            break
+        _, i, buckets = min(options)
+        ks[i] += 1
+    return buckets, overhead(buckets), joint(buckets)
+
+
+# ------------------------------------------------------------------ advice
+
+
+def _accessor(path: str) -> Tuple[str, str]:
+    """(lambda arguments, expression) reaching ``path`` in an unbatched element."""
+    parts = path.split("/")
+    top, rest = parts[0], parts[1:]
+    expr = top
+    for p in rest:
+        expr += f"[{p}]" if p.isdigit() else f"[{p!r}]"
+    return top, expr
+
+
+def _lambda_args(paths: Sequence[str]) -> str:
+    tops = [p.split("/")[0] for p in paths]
+    if "sample_weight" in tops:
+        return "x, y, sample_weight"
+    if "y" in tops or "x" in tops:
+        return "x, y"
+    return "x"
+
+
+def bucket_code(path: str, axis: int, lengths: Sequence[int], batch_size: Optional[int]) -> str:
+    """tf.data code that pads ``path`` (axis ``axis`` of the batch) to ``lengths``."""
+    _, expr = _accessor(path)
+    args = _lambda_args([path])
+    bs = batch_size or 32
+    boundaries = [b + 1 for b in lengths]  # bucket i holds lengths < boundary
+    return (
+        "# on the dataset of single examples, instead of .padded_batch(...):\n"
+        "ds = ds.bucket_by_sequence_length(\n"
+        f"    element_length_func=lambda {args}: tf.shape({expr})[{axis - 1}],\n"
+        f"    bucket_boundaries={boundaries},\n"
+        f"    bucket_batch_sizes=[{bs}] * {len(boundaries) + 1},\n"
+        "    pad_to_bucket_boundary=True,  # pads to boundary - 1, i.e. exactly the lengths above\n"
+        f"    drop_remainder=True)  # no partial batch per bucket: {_compiles(len(lengths))} in all"
+    )
+
+
+def _compiles(n: int) -> str:
+    return f"{n} compile" + ("" if n == 1 else "s")
+
+
+def _fmt_ms(seconds: Optional[float]) -> str:
+    if seconds is None:
+        return "n/a"
+    return f"{seconds * 1e3:.2g} ms" if seconds < 1 else f"{seconds:.1f} s"
+
+
+def analyse(phase: str, history: ShapeHistory, threshold: int) -> Tuple[List[Dict[str, Any]], str, Dict[str, Any]]:
+    """Cause, advice and fix from everything the phase has seen.
+
+    Returns (varying, advice text without the header line, fix)."""
+    partial = partial_batch_signatures(history)
+    sigs = [(sig, history.batches.get(fp, 1)) for fp, sig in history.signatures.items() if fp not in partial]
+    axes = varying_axes(sigs)
+    batch_axes = [a for a in axes if a.axis == 0]
+    length_axes = [a for a in axes if a.axis != 0]
+    varying = [a.describe() for a in axes]
+    partial_text = ""
+    if partial:
+        rows, full = next(iter(partial.values()))
+        partial_text = (f" The last batch of each {'epoch' if phase == 'train' else 'run'} also has {rows} "
+                        f"rows instead of {full} (one extra compile per phase): batch with "
+                        "drop_remainder=True to avoid it.")
+    batch_size = None
+    if sigs:
+        main = max(sigs, key=lambda t: t[1])[0]
+        batch_size = _batch_rows(main)
+    if length_axes:
+        buckets, overhead, compiles = choose_buckets(length_axes, sigs, threshold)
+        per_input = [{"path": a.path, "axis": a.axis, "lengths": b} for a, b in zip(length_axes, buckets)]
+        first = length_axes[0]
+        code = bucket_code(first.path, first.axis, buckets[0], batch_size)
+        fix = {"kind": "pad_to_lengths", "path": first.path, "axis": first.axis, "lengths": buckets[0],
+               "padding_overhead": round(overhead, 4), "compiles": compiles, "drop_remainder": True,
+               "code": code}
+        if len(length_axes) > 1:
+            fix["per_input"] = per_input
+        names = "; ".join(
+            f"input '{a.path}' axis {a.axis} varies ({d['min']}..{d['max']}, {d['n_values']} values)"
+            for a, d in zip(length_axes, (a.describe() for a in length_axes)))
+        targets = "; ".join(f"'{p['path']}' to {p['lengths']}" for p in per_input)
+        advice = (f"{names[0].upper()}{names[1:]}. Fix: pad {targets} with "
+                  "`bucket_by_sequence_length(..., pad_to_bucket_boundary=True, drop_remainder=True)` "
+                  f"({_compiles(compiles)}, {overhead:.0%} more padding than the batches seen), "
+                  f"or switch XLA off for this model.{partial_text}")
+        if batch_axes:
+            advice += " The batch size varies too: use a fixed batch size."
+        return varying, advice, fix
+    if batch_axes:
+        a = batch_axes[0]
+        d = a.describe()
+        size = max(a.values, key=lambda v: (a.values[v], v))
+        fix = {"kind": "fixed_batch_size", "path": a.path, "size": size, "drop_remainder": True,
+               "code": f"ds = ds.rebatch({size}, drop_remainder=True)  # or .unbatch().batch({size}, "
+                       "drop_remainder=True)"}
+        advice = (f"The batch size varies (input '{a.path}' axis 0: {d['min']}..{d['max']}, "
+                  f"{d['n_values']} values). Fix: batch to a fixed size, e.g. "
+                  f"`ds.rebatch({size}, drop_remainder=True)` (1 compile), or switch XLA off for this "
+                  f"model.{partial_text}")
+        return varying, advice, fix
+    if structures_differ(sigs):
+        fix = {"kind": "consistent_structure"}
+        advice = ("The inputs change structure or dtype between batches (leaves appear, vanish or change "
+                  "dtype or rank): each variant compiles. Fix: feed every batch with the same structure "
+                  "and dtypes (cast in the input pipeline).")
+        return varying, advice, fix
+    if partial:
+        rows, full = next(iter(partial.values()))
+        return varying, partial_text.strip(), {"kind": "drop_remainder", "rows": rows, "batch_size": full}
+    return varying, "New signatures kept arriving but no single input explains them.", {"kind": "unknown"}
+
+
+def storm_text(storm: Storm, window: int) -> str:
+    """The one-paragraph warning (also the RecompilationStormError message)."""
+    return (f"Recompilation storm ({storm.phase}): {storm.count} new input shapes in "
+            f"{storm.step - storm.window_start + 1} steps (window {window}), {storm.compiles} compiles so "
+            f"far, {_fmt_ms(storm.compile_seconds)} compiling vs {_fmt_ms(storm.steady_step_seconds)} per "
+            f"steady step. {storm.advice}")
+
+
+def partial_batch_note(phase: str, history: ShapeHistory) -> Optional[str]:
+    """A partial last batch costs one extra compile: worth a line, never a storm."""
+    partial = partial_batch_signatures(history)
+    if not partial:
+        return None
+    rows, full = next(iter(partial.values()))
+    unit = "epoch" if phase == "train" else "run"
+    return (f"{phase}: the last batch of each {unit} has {rows} rows instead of {full}: one extra compile "
+            "for this phase (no storm by itself); batch with drop_remainder=True to avoid it")
