@@ -64,6 +64,12 @@ RUNS = {
     "partial_batch-auto-late": ("partial_batch", "autoclustering", {}),
     "batch_sizes-on-busy": ("batch_sizes", "on", {"extra_args": ("--profiler-busy",)}),
     "mirrored-on": ("mirrored", "on", {}),
+    "storm-fallback": ("storm", "on", {"extra_args": ("--on-storm", "fallback", "--threshold", "4")}),
+    "storm-warn": ("storm", "on", {"extra_args": ("--threshold", "4")}),
+    "partial_batch-off-env-auto-jit": ("partial_batch", "off",
+                                       {"env_flags": "--tf_xla_auto_jit=2 --tf_xla_cpu_global_jit"}),
+    "partial_batch-keep-env-auto-jit": ("partial_batch", "keep",
+                                        {"env_flags": "--tf_xla_auto_jit=2 --tf_xla_cpu_global_jit"}),
     "mirrored-auto-env": ("mirrored", "autoclustering", {"env_flags": "--tf_xla_cpu_global_jit"}),
 }
 

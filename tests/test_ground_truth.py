@@ -134,3 +134,44 @@ def test_mirrored_autoclustering_counts_modules_per_replica(scenario_runs):
     assert _total(run.report) == run.dump_modules
     per_replica_batch = {c["signature"][0]["shape"][0] for c in run.report["compilations"]}
     assert per_replica_batch == {32, 20}
+
+
+def test_storm_opens_at_the_threshold_th_compile(scenario_runs):
+    run = scenario_runs("storm-warn")
+    report = run.report
+    assert _total(report) == run.dump_modules
+    storm = report["storms"][0]
+    fourth_compile = report["compilations"][3]
+    assert storm["step"] == fourth_compile["step"] and storm["count"] == 4
+    assert storm["action"] == "warn" and len(report["storms"]) == 1
+    assert storm["varying"][0]["path"] == "x" and storm["varying"][0]["axis"] == 1
+    assert report["_scenario"]["jit_flags_at_epoch_end"] == [True, True, True]
+
+
+def test_storm_fallback_switches_xla_off_and_xla_stops_compiling(scenario_runs):
+    run = scenario_runs("storm-fallback")
+    report = run.report
+    storm = report["storms"][0]
+    assert storm["action"] == "fallback" and report["fallback"]["step"] == storm["step"]
+    # XLA's own dump stops growing at the fallback: every module was compiled at or before it.
+    assert run.dump_modules == _total(report) == 4
+    assert all(c["step"] <= storm["step"] for c in report["compilations"])
+    # The function that runs afterwards is not jit-compiled, and training went on for 3 epochs.
+    assert report["_scenario"]["jit_flags_at_epoch_end"] == [False, False, False]
+    assert report["steps"]["train"] == 36
+    assert report["jit_active"] is False and "on_storm='fallback'" in report["jit_reason"]
+    # More shapes kept coming after the switch, and none of them compiled.
+    assert report["distinct_signatures"]["train"] > 4
+
+
+def test_off_overrides_auto_jit_from_the_environment(scenario_runs):
+    run = scenario_runs("partial_batch-off-env-auto-jit")
+    assert run.dump_modules == 0 and _total(run.report) == 0
+    assert run.report["jit_active"] is False
+
+
+def test_keep_under_env_auto_jit_reports_the_clusters_it_compiled(scenario_runs):
+    run = scenario_runs("partial_batch-keep-env-auto-jit")
+    assert run.dump_modules > 0
+    assert _total(run.report) == run.dump_modules
+    assert run.report["jit_active"] is True

@@ -178,3 +178,24 @@ def test_layers_without_jit_and_raw_jit():
 def test_versions_name_the_installed_packages():
     v = _internals.versions()
     assert v["tensorflow"].startswith("2.") and v["keras"].startswith("3.")
+
+
+@pytest.mark.parametrize("value, on", [("2", True), ("1", True), ("single-gpu(2)", True), ("fusible", True),
+                                       ("0", False), ("-1", False), (None, False)])
+def test_env_auto_jit_parsing(value, on):
+    env = {"TF_XLA_FLAGS": f"--tf_xla_auto_jit={value}" if value is not None else ""}
+    assert _internals.env_auto_jit_on(env) is on
+
+
+def test_auto_jit_mode_override_round_trip(monkeypatch):
+    monkeypatch.setenv("TF_XLA_FLAGS", "--tf_xla_auto_jit=2")
+    assert _internals.env_auto_jit_on() is True
+    _internals.set_auto_jit_off(True)
+    try:
+        assert _internals.env_auto_jit_on() is False
+    finally:
+        _internals.set_auto_jit_off(False)
+    assert _internals.env_auto_jit_on() is True
+    assert _internals.autoclustering_setting() in (None, True, False)
+    monkeypatch.delenv("TF_XLA_FLAGS")
+    _internals.set_auto_jit_off(False)  # TF's own mode back to the default for the other tests

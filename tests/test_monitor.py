@@ -238,3 +238,73 @@ def test_verbose_prints_status_and_report(capsys):
     out = capsys.readouterr().out
     assert "xla_keras: jit='off' -> XLA OFF" in out
     assert "XLA report" in out and "steady step" in out
+
+
+def test_two_monitors_in_one_fit_both_observe():
+    model = _model(jit_compile=False)
+    a = xla_keras.XlaMonitor(log_dir=None, jit="on", verbose=0)
+    b = xla_keras.XlaMonitor(log_dir=None, verbose=0)
+    model.fit(*_data(), batch_size=64, epochs=1, callbacks=[a, b], verbose=0)
+    for monitor in (a, b):
+        assert monitor.report.steps["train"] == 4
+        assert monitor.report.distinct_signatures["train"] == 2
+    assert a.report.compilation_count["train"] == 2  # the outer probe saw both compiles
+    assert not hasattr(model.train_function, "_xla_keras_original")
+
+
+def test_model_error_restores_global_state_and_the_next_call_is_monitored(tmp_path):
+    class Boom(keras.layers.Layer):
+        def call(self, x):
+            tf.debugging.assert_less(tf.reduce_max(x), 10.0, message="boom")
+            return x
+
+    _internals.set_autoclustering(False)
+    model = _model(jit_compile=False, layers=[Boom()])
+    monitor = xla_keras.XlaMonitor(log_dir=str(tmp_path / "logs"), jit="autoclustering", verbose=0)
+    x, y = _data(128)
+    x[100] = 50.0  # the model raises in the second batch
+    with pytest.raises(tf.errors.InvalidArgumentError, match="boom"):
+        model.fit(x, y, batch_size=64, epochs=1, callbacks=[monitor], verbose=0)
+    assert _internals.autoclustering_enabled() is False
+    assert not hasattr(model.train_function, "_xla_keras_original")
+    assert monitor._in_fit is False
+    assert os.path.exists(tmp_path / "logs" / "xla_report.json")
+    model.evaluate(*_data(64), batch_size=32, callbacks=[monitor], verbose=0)
+    assert monitor.report.steps["test"] == 2
+
+
+def test_a_callback_error_leaves_no_stale_fit_behind():
+    class Fails(keras.callbacks.Callback):
+        def on_train_batch_end(self, batch, logs=None):
+            raise ValueError("callback bug")
+
+    _internals.set_autoclustering(False)
+    model = _model(jit_compile=False)
+    monitor = xla_keras.XlaMonitor(log_dir=None, jit="on", verbose=0)
+    with pytest.raises(ValueError, match="callback bug"):
+        model.fit(*_data(), batch_size=64, epochs=1, callbacks=[monitor, Fails()], verbose=0)
+    wall_after_fit = monitor.report.wall_seconds
+    model.evaluate(*_data(64), batch_size=32, callbacks=[monitor], verbose=0)
+    assert monitor._in_fit is False
+    assert not hasattr(model.train_function, "_xla_keras_original")
+    assert not hasattr(model.test_function, "_xla_keras_original")
+    assert monitor.report.wall_seconds >= wall_after_fit > 0
+
+
+def test_timing_fallback_splits_a_multi_batch_call(tmp_path):
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
+    model.compile("sgd", "mse", steps_per_execution=4)
+    monitor = xla_keras.XlaMonitor(log_dir=None, jit="on", verbose=0)
+    x, y = _data(32 * 3 + 8)
+    tf.profiler.experimental.start(str(tmp_path))
+    try:
+        # batch sizes 32, 32, 32, 8 in one call: 2 new signatures in the first call
+        model.fit(x, y, batch_size=32, epochs=3, callbacks=[monitor], verbose=0)
+    finally:
+        tf.profiler.experimental.stop()
+    report = monitor.report
+    assert {c.source for c in report.compilations} == {"timing"}
+    assert report.compilation_count["train"] == 2
+    assert report.compile_seconds <= report.wall_seconds
+    first_call = [c for c in report.compilations if c.call_batches == 4]
+    assert len(first_call) == 2 and all(c.call_compiles == 2 for c in first_call)

@@ -194,16 +194,39 @@ def env_flag_set(flag: str, env: Optional[dict] = None) -> bool:
     return False
 
 
-def env_auto_jit_on(env: Optional[dict] = None) -> bool:
-    """TF_XLA_FLAGS=--tf_xla_auto_jit=1|2|single-gpu(N)|fusible turns
-    auto-clustering on for graphs that do not set a jit level themselves."""
+def _env_auto_jit(env: Optional[dict] = None) -> Optional[str]:
     env = os.environ if env is None else env
     for token in env.get("TF_XLA_FLAGS", "").split():
         name, _, value = token.lstrip("-").partition("=")
         if name == "tf_xla_auto_jit":
-            value = value.strip().lower()
-            return value.startswith(("single-gpu", "fusible")) or (value.lstrip("-").isdigit() and int(value) > 0)
-    return False
+            return value.strip().lower()
+    return None
+
+
+# What set_auto_jit_mode last set (None: the TF_XLA_FLAGS value rules).
+_auto_jit_override: Optional[str] = None
+
+
+def _auto_jit_value_on(value: Optional[str]) -> bool:
+    if value is None:
+        return False
+    return value.startswith(("single-gpu", "fusible")) or (value.lstrip("-").isdigit() and int(value) > 0)
+
+
+def env_auto_jit_on(env: Optional[dict] = None) -> bool:
+    """TF_XLA_FLAGS=--tf_xla_auto_jit=1|2|single-gpu(N)|fusible turns
+    auto-clustering on, and (measured) overrides tf.config.optimizer.set_jit(False)."""
+    if env is None and _auto_jit_override is not None:
+        return _auto_jit_value_on(_auto_jit_override)
+    return _auto_jit_value_on(_env_auto_jit(env))
+
+
+def set_auto_jit_off(off: bool) -> None:
+    """Override TF_XLA_FLAGS' --tf_xla_auto_jit (off=True) or put its value back."""
+    global _auto_jit_override
+    value = "-1" if off else (_env_auto_jit() or "0")
+    _tf_session_module().TF_SetXlaAutoJitMode(value)
+    _auto_jit_override = "-1" if off else None
 
 
 def autoclustering_setting() -> Optional[bool]:

@@ -45,17 +45,27 @@ def cmd_report(args: List[str], as_json: bool, out=sys.stdout) -> int:
         return 1
     reports = {}
     for path in paths:
-        with open(path) as f:
-            reports[os.path.dirname(path)] = json.load(f)
-    if as_json:
-        json.dump(reports if len(reports) > 1 else next(iter(reports.values())), out, indent=2,
-                  sort_keys=True)
-        out.write("\n")
-    else:
-        for directory, data in reports.items():
-            if len(reports) > 1:
-                out.write(f"== {directory}\n")
-            out.write(str(XlaReport.from_dict(data)) + "\n")
+        try:
+            with open(path) as f:
+                data = json.load(f)
+            rendered = str(XlaReport.from_dict(data))
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            print(f"xla-keras report: cannot read {path}: {e!r}", file=sys.stderr)
+            return 1
+        reports[os.path.dirname(path)] = (data, rendered)
+    try:
+        if as_json:
+            datas = {d: data for d, (data, _) in reports.items()}
+            json.dump(datas if len(datas) > 1 else next(iter(datas.values())), out, indent=2, sort_keys=True)
+            out.write("\n")
+        else:
+            for directory, (_, rendered) in reports.items():
+                if len(reports) > 1:
+                    out.write(f"== {directory}\n")
+                out.write(rendered + "\n")
+        out.flush()
+    except BrokenPipeError:  # e.g. piped into head
+        sys.stderr.close()
     return 0
 
 

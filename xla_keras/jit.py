@@ -111,6 +111,7 @@ class JitController:
         self._saved_model_jit: Any = self._UNSET
         self.refusal: Optional[str] = None
         self.fallback_reason: Optional[str] = None
+        self._overrode_env_auto_jit = False
 
     def prepare_early(self) -> None:
         """Called at monitor construction: if TensorFlow has not created its
@@ -121,14 +122,21 @@ class JitController:
             _opt_in["cpu_autoclustering"] = True
 
     def _set_autoclustering(self, enabled: bool) -> bool:
-        """Switch TF's auto-clustering; True if that changed anything."""
-        if _internals.autoclustering_enabled() == enabled and (
-                enabled or _internals.autoclustering_setting() is not None or not _internals.env_auto_jit_on()):
-            return False
-        if self._saved_autoclustering is self._UNSET:
-            self._saved_autoclustering = _internals.autoclustering_setting()
-        _internals.set_autoclustering(enabled)
-        return True
+        """Switch TF's auto-clustering; True if that changed anything.
+
+        Off must also override TF_XLA_FLAGS=--tf_xla_auto_jit, which (measured)
+        wins over tf.config.optimizer.set_jit(False)."""
+        changed = False
+        if not enabled and _internals.env_auto_jit_on():
+            _internals.set_auto_jit_off(True)
+            self._overrode_env_auto_jit = True
+            changed = True
+        if _internals.autoclustering_enabled() != enabled:
+            if self._saved_autoclustering is self._UNSET:
+                self._saved_autoclustering = _internals.autoclustering_setting()
+            _internals.set_autoclustering(enabled)
+            changed = True
+        return changed
 
     def apply(self, model: Any) -> bool:
         """Apply the mode to the model and the global switches.
@@ -183,6 +191,9 @@ class JitController:
         if self._saved_autoclustering is not self._UNSET:
             _internals.restore_autoclustering_setting(self._saved_autoclustering)
             self._saved_autoclustering = self._UNSET
+        if self._overrode_env_auto_jit:
+            _internals.set_auto_jit_off(False)
+            self._overrode_env_auto_jit = False
         if self._saved_model_jit is not self._UNSET and model is not None:
             _internals.set_raw_model_jit(model, self._saved_model_jit)
             self._saved_model_jit = self._UNSET

@@ -1,0 +1,23 @@
+"""The benchmarks' --quick modes, so the scripts cannot rot. Figures are not
+asserted here (noisy machines): they live in the README, measured side by side."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.mark.parametrize("script, expect", [
+    ("overhead.py", ["XlaMonitor()", "keras TensorBoard(update_freq='batch')", "vs bare"]),
+    ("storm_payoff.py", ["storm", "fallback", "jit off", "vs storm"]),
+])
+def test_benchmark_quick_mode_runs(script, expect):
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    result = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", script), "--quick"],
+                            capture_output=True, text=True, timeout=600, env=env)
+    assert result.returncode == 0, result.stderr[-4000:]
+    for word in expect:
+        assert word in result.stdout

@@ -1,0 +1,63 @@
+"""The xla-keras command line, run as a user runs it."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from xla_keras.report import XlaReport
+from xla_keras.tensorboard import write_report_json
+
+
+def xla_keras_cli(*args):
+    return subprocess.run([sys.executable, "-m", "xla_keras.cli", *args], capture_output=True, text=True,
+                          timeout=120)
+
+
+@pytest.fixture
+def log_dir(tmp_path):
+    report = XlaReport(jit_mode="on", jit_active=True, jit_reason="because", compile_seconds=1.5,
+                       steps={"train": 10, "test": 0, "predict": 0},
+                       compilation_count={"train": 3, "test": 0, "predict": 0})
+    write_report_json(str(tmp_path / "run1"), report.to_dict())
+    return tmp_path
+
+
+def test_report_prints_the_summary(log_dir):
+    result = xla_keras_cli("report", str(log_dir / "run1"))
+    assert result.returncode == 0, result.stderr
+    assert "jit requested   : on" in result.stdout and "train 3" in result.stdout
+
+
+def test_report_json_round_trips(log_dir):
+    result = xla_keras_cli("report", str(log_dir / "run1"), "--json")
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["compilation_count"]["train"] == 3
+
+
+def test_report_finds_every_run_under_a_parent(log_dir):
+    write_report_json(str(log_dir / "run2"), XlaReport(jit_mode="off").to_dict())
+    result = xla_keras_cli("report", str(log_dir))
+    assert result.stdout.count("XLA report") == 2 and "run2" in result.stdout
+
+
+@pytest.mark.parametrize("args, code, words", [
+    (("bogus",), 2, ["must be one of report", "'bogus'"]),
+    ((), 2, ["must be one of report"]),
+    (("report",), 2, ["usage"]),
+    (("report", "/does/not/exist"), 2, ["not a directory"]),
+])
+def test_bad_input_gets_a_clear_error(args, code, words):
+    result = xla_keras_cli(*args)
+    assert result.returncode == code
+    for word in words:
+        assert word in result.stderr
+
+
+def test_empty_dir_and_malformed_report(tmp_path):
+    result = xla_keras_cli("report", str(tmp_path))
+    assert result.returncode == 1 and "no xla_report.json" in result.stderr
+    (tmp_path / "xla_report.json").write_text('{"compilations": [{"phase": "train"}]}')
+    result = xla_keras_cli("report", str(tmp_path))
+    assert result.returncode == 1 and "cannot read" in result.stderr and "Traceback" not in result.stderr
