@@ -27,6 +27,27 @@ def mlp(inputs=8):
     return model
 
 
+def padded_sequences(rng):
+    """96 sequences of 4..79 tokens in batches of 8, each padded to its longest."""
+    import tensorflow as tf
+    lengths = rng.integers(4, 80, size=96)
+
+    def gen():
+        for n in lengths:
+            yield np.arange(n, dtype=np.int32) % 97 + 1, np.float32(n % 2)
+
+    return tf.data.Dataset.from_generator(gen, output_signature=(
+        tf.TensorSpec((None,), tf.int32), tf.TensorSpec((), tf.float32))).padded_batch(8)
+
+
+def text_model():
+    import keras
+    model = keras.Sequential([keras.Input((None,), dtype="int32"), keras.layers.Embedding(100, 8),
+                              keras.layers.GlobalAveragePooling1D(), keras.layers.Dense(1)])
+    model.compile("adam", "mse")
+    return model
+
+
 class FlagSpy:
     """Records, at every epoch end, the jit flag of the step function that runs."""
 
@@ -67,16 +88,7 @@ def run(name, jit, log_dir, profiler_busy, on_storm="warn", threshold=8, extra=N
     elif name == "padded":
         # Batches of 8 sequences of 4..79 tokens: each batch is padded to its own
         # longest sequence, so the padded length varies from batch to batch.
-        lengths = rng.integers(4, 80, size=96)
-        def gen():
-            for n in lengths:
-                yield rng.integers(1, 100, size=n).astype(np.int32), np.float32(n % 2)
-        data = tf.data.Dataset.from_generator(gen, output_signature=(
-            tf.TensorSpec((None,), tf.int32), tf.TensorSpec((), tf.float32))).padded_batch(8)
-        model = keras.Sequential([keras.Input((None,), dtype="int32"), keras.layers.Embedding(100, 8),
-                                  keras.layers.GlobalAveragePooling1D(), keras.layers.Dense(1)])
-        model.compile("adam", "mse")
-        args = (data,)
+        model, args = text_model(), (padded_sequences(rng),)
     elif name == "steps_per_execution":
         x, y = rng.random((1000, 8), dtype=np.float32), rng.random((1000, 1), dtype=np.float32)
         model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(16), keras.layers.Dense(1)])
@@ -95,16 +107,7 @@ def run(name, jit, log_dir, profiler_busy, on_storm="warn", threshold=8, extra=N
         fit_kwargs.update(batch_size=50, sample_weight=rng.random((n,), dtype=np.float32))
     elif name == "storm":
         # 3 epochs of 12 batches of 8 sequences of 4..79 tokens, padded per batch.
-        lengths = rng.integers(4, 80, size=96)
-        def gen():
-            for n in lengths:
-                yield np.arange(n, dtype=np.int32) % 97 + 1, np.float32(n % 2)
-        data = tf.data.Dataset.from_generator(gen, output_signature=(
-            tf.TensorSpec((None,), tf.int32), tf.TensorSpec((), tf.float32))).padded_batch(8)
-        model = keras.Sequential([keras.Input((None,), dtype="int32"), keras.layers.Embedding(100, 8),
-                                  keras.layers.GlobalAveragePooling1D(), keras.layers.Dense(1)])
-        model.compile("adam", "mse")
-        args = (data,)
+        model, args = text_model(), (padded_sequences(rng),)
         fit_kwargs["epochs"] = 3
     elif name == "mirrored":
         # Two logical CPUs, set before TensorFlow creates its devices.

@@ -233,3 +233,14 @@ def test_storm_text_and_round_trip():
     assert "4.1 s compiling vs 0.9 ms per steady step" in text and text.endswith("Pad it.")
     assert Storm.from_dict(storm.to_dict()) == storm
     assert issubclass(RecompilationStormError, RuntimeError)
+
+
+def test_train_vs_validation_shapes_are_explained_separately():
+    from xla_keras.storms import train_vs_validation_note
+    train = history_of([tokens(64, 10)] * 5)
+    test = history_of([tokens(256, 10)] * 2)
+    note = train_vs_validation_note(train, test)
+    assert "'x/tokens' axis 0: 64 in training vs 256 in validation" in note
+    assert "costs no extra compile" in note
+    assert train_vs_validation_note(train, history_of([tokens(64, 10)])) is None
+    assert train_vs_validation_note(train, ShapeHistory()) is None

@@ -38,6 +38,7 @@ from .storms import (
     analyse,
     partial_batch_note,
     storm_text,
+    train_vs_validation_note,
 )
 from .tensorboard import TAG_COMPILATIONS, TAG_COMPILE_TIME, TAG_STEP_TIME, SummaryWriters, write_report_json
 from .timing import PhaseTiming, share
@@ -316,6 +317,9 @@ class XlaMonitor(keras.callbacks.Callback):
             note = partial_batch_note(name, phase.history) if name not in storm_phases else None
             if note and report.compilation_count[name]:
                 report.notes.append(note)
+        note = train_vs_validation_note(self._phases["train"].history, self._phases["test"].history)
+        if note and report.compilation_count["test"]:
+            report.notes.append(note)
         if self._error:
             report.notes.append(self._error)
         report.log_dir = self.log_dir if self._chief else None

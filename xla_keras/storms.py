@@ -15,7 +15,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from .signatures import InputSignature, fingerprint
+from .signatures import InputSignature, diff, fingerprint
 
 ON_STORM = ("warn", "raise", "fallback")
 # Beyond this many distinct signatures per phase the history keeps counting
@@ -479,3 +479,20 @@ def partial_batch_note(phase: str, history: ShapeHistory) -> Optional[str]:
     unit = "epoch" if phase == "train" else "run"
     return (f"{phase}: the last batch of each {unit} has {rows} rows instead of {full}: one extra compile "
             "for this phase (no storm by itself); batch with drop_remainder=True to avoid it")
+
+
+def train_vs_validation_note(train: ShapeHistory, test: ShapeHistory) -> Optional[str]:
+    """Validation batches shaped unlike training batches: say why that costs
+    no extra compile (the test function is a separate XLA program that compiles
+    its own shapes anyway), so it is not mistaken for a storm cause."""
+    if not train.batches or not test.batches:
+        return None
+    main_train = train.signatures[max(train.batches, key=train.batches.get)]
+    main_test = test.signatures[max(test.batches, key=test.batches.get)]
+    changes = [c for c in diff(main_train, main_test) if c.axis is not None]
+    if not changes:
+        return None
+    described = ", ".join(f"'{c.path}' axis {c.axis}: {c.old} in training vs {c.new} in validation"
+                          for c in changes[:3])
+    return (f"validation batches are shaped unlike training batches ({described}); the validation step "
+            "is a separate XLA program that compiles its own shapes anyway, so this costs no extra compile")
