@@ -5,7 +5,8 @@ in 8..256, vocabulary 5,000, `padded_batch(32)`, Embedding(5000, 32) ->
 GlobalAveragePooling1D -> Dense(1), jit on, 3 epochs. Side by side in one run:
 
   storm     jit="on", padded_batch(32): a new padded length almost every batch
-  fix       jit="on", the storm's own `fix["code"]` applied to the same data
+  fix       jit="on", padded_batch(32, drop_remainder=True) + the storm's own
+            `fix["code"]`, run as printed
   fallback  jit="on", on_storm="fallback": XLA switched off at the storm
   jit off   jit="off", padded_batch(32)
 
@@ -84,7 +85,7 @@ def main(argv=None):
     storm_report = results["storm"][1]
     fix = storm_report.storms[0].fix if storm_report.storms else None
     if fix is not None:
-        scope = {"tf": tf, "ds": examples()}
+        scope = {"tf": tf, "ds": examples().padded_batch(32, drop_remainder=True)}
         exec(fix["code"], scope)
         results["fix"] = run(scope["ds"], jit="on")
     results["fallback"] = run(examples().padded_batch(32), jit="on", on_storm="fallback")

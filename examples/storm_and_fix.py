@@ -3,8 +3,9 @@
 A small text model on synthetic variable-length token sequences:
 1. `padded_batch(32)`: every batch is padded to its own longest sequence, so
    almost every batch has a new shape and XLA compiles again (a storm);
-2. the same data batched with the fix the monitor printed (its `fix["code"]`,
-   run as given), which pads to a few computed lengths.
+2. the same data, `padded_batch(32, drop_remainder=True)` followed by the fix
+   the monitor printed (its `fix["code"]`, run as given), which pads every
+   batch up to a few computed lengths.
 Prints both reports and the per-epoch wall times.
 
     python examples/storm_and_fix.py [--sequences 2000] [--epochs 2]
@@ -67,7 +68,7 @@ def main():
         return
     fix = storm_report.storms[0].fix
     print("\nThe monitor's fix, applied as printed:\n" + fix["code"])
-    scope = {"tf": tf, "ds": examples()}
+    scope = {"tf": tf, "ds": examples().padded_batch(args.batch_size, drop_remainder=True)}
     exec(fix["code"], scope)
     fixed_report, fixed_times = run(scope["ds"], "with the advised buckets")
     print(f"\nepoch 1: {storm_times[0]:.2f} s with the storm, {fixed_times[0]:.2f} s with the fix "

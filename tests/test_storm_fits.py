@@ -59,8 +59,8 @@ def test_following_the_printed_advice_removes_the_storm():
     fix = storming.report.storms[0].fix
     assert fix["kind"] == "pad_to_lengths"
 
-    # Apply the code we printed, as a user would paste it, to the same raw data.
-    scope = {"tf": tf, "ds": _sequences()}
+    # Apply the code we printed, as a user would paste it, to the same data batched with drop_remainder.
+    scope = {"tf": tf, "ds": _sequences().padded_batch(8, drop_remainder=True)}
     exec(fix["code"], scope)  # noqa: S102 - the advice is code, run it as given
     fixed = xla_keras.XlaMonitor(log_dir=None, jit="on", storm_threshold=4, verbose=0)
     _text_model().fit(scope["ds"], epochs=2, callbacks=[fixed], verbose=0)
@@ -69,3 +69,72 @@ def test_following_the_printed_advice_removes_the_storm():
     assert report.total_compilations == report.distinct_signatures["train"] <= fix["compiles"]
     padded = {c.signature[0].shape[1] for c in report.compilations}
     assert padded <= set(fix["lengths"])
+
+
+def _fit_storm_then_fix(make_data, model, threshold=4):
+    """Fit with a storm, apply the printed fix to the same data, fit again."""
+    storming = xla_keras.XlaMonitor(log_dir=None, jit="on", storm_threshold=threshold, verbose=0)
+    with pytest.warns(xla_keras.XlaKerasWarning, match="Recompilation storm"):
+        model().fit(make_data(False), epochs=1, callbacks=[storming], verbose=0)
+    fix = storming.report.storms[0].fix
+    scope = {"tf": tf, "ds": make_data(True)}
+    exec(fix["code"], scope)  # noqa: S102 - the advice is code, run it as given
+    fixed = xla_keras.XlaMonitor(log_dir=None, jit="on", storm_threshold=threshold, verbose=0)
+    model().fit(scope["ds"], epochs=2, callbacks=[fixed], verbose=0)
+    return storming.report, fix, fixed.report
+
+
+def test_printed_fix_pads_dict_inputs_and_their_masks_together():
+    rng = np.random.default_rng(3)
+    lengths = rng.integers(3, 60, size=80)
+
+    def make_data(drop_remainder):
+        def gen():
+            for n in lengths:
+                yield {"tokens": np.arange(n, dtype=np.int32) % 50 + 1,
+                       "mask": np.ones(n, dtype=np.float32)}, np.float32(n % 2)
+        ds = tf.data.Dataset.from_generator(gen, output_signature=(
+            {"tokens": tf.TensorSpec((None,), tf.int32), "mask": tf.TensorSpec((None,), tf.float32)},
+            tf.TensorSpec((), tf.float32)))
+        return ds.padded_batch(8, drop_remainder=drop_remainder)
+
+    def model():
+        tokens = keras.Input((None,), dtype="int32", name="tokens")
+        mask = keras.Input((None,), name="mask")
+        emb = keras.layers.Embedding(60, 4)(tokens)
+        pooled = keras.layers.GlobalAveragePooling1D()(emb * keras.ops.expand_dims(mask, -1))
+        m = keras.Model({"tokens": tokens, "mask": mask}, keras.layers.Dense(1)(pooled))
+        m.compile("adam", "mse")
+        return m
+
+    storm, fix, fixed = _fit_storm_then_fix(make_data, model)
+    assert storm.storms[0].varying[0]["also"] in (["x/tokens:1"], ["x/mask:1"])
+    assert fixed.storms == [] and fixed.total_compilations <= fix["compiles"]
+
+
+def test_printed_fix_pads_two_independent_inputs():
+    rng = np.random.default_rng(4)
+    pairs = list(zip(rng.integers(5, 70, size=96), rng.integers(3, 30, size=96)))
+
+    def make_data(drop_remainder):
+        def gen():
+            for e, d in pairs:
+                yield {"enc": np.ones(e, np.int32), "dec": np.ones(d, np.int32)}, np.float32(e % 2)
+        ds = tf.data.Dataset.from_generator(gen, output_signature=(
+            {"enc": tf.TensorSpec((None,), tf.int32), "dec": tf.TensorSpec((None,), tf.int32)},
+            tf.TensorSpec((), tf.float32)))
+        return ds.padded_batch(8, drop_remainder=drop_remainder)
+
+    def model():
+        enc = keras.Input((None,), dtype="int32", name="enc")
+        dec = keras.Input((None,), dtype="int32", name="dec")
+        emb = keras.layers.Embedding(4, 4)
+        pooled = keras.layers.Concatenate()([keras.layers.GlobalAveragePooling1D()(emb(enc)),
+                                             keras.layers.GlobalAveragePooling1D()(emb(dec))])
+        m = keras.Model({"enc": enc, "dec": dec}, keras.layers.Dense(1)(pooled))
+        m.compile("adam", "mse")
+        return m
+
+    storm, fix, fixed = _fit_storm_then_fix(make_data, model)
+    assert {p["path"] for p in fix["per_input"]} == {"x/enc", "x/dec"}
+    assert fixed.storms == [] and fixed.total_compilations <= fix["compiles"] < 4

@@ -15,6 +15,7 @@ from xla_keras.storms import (
     best_buckets,
     best_cost_overhead,
     bucket_code,
+    pad_code,
     partial_batch_note,
     partial_batch_signatures,
     storm_text,
@@ -124,7 +125,9 @@ def test_sequence_length_storm_gets_bucket_lengths_and_code():
         best_cost_overhead({n: lengths.count(n) for n in set(lengths)}, fix["lengths"]), abs=1e-4)
     assert fix["padding_overhead"] <= 0.20
     assert "Input 'x/tokens' axis 1 varies" in advice and str(fix["lengths"]) in advice
-    assert "bucket_by_sequence_length" in fix["code"] and fix["drop_remainder"] is True
+    assert "bucket_by_sequence_length" in advice and "drop_remainder=True" in advice
+    assert f"x['tokens'] = _pad_up(x['tokens'], 1, {fix['lengths']})" in fix["code"]
+    assert fix["drop_remainder"] is True
     compile(fix["code"], "<fix>", "exec")  # the code we hand out is valid Python
 
 
@@ -220,6 +223,22 @@ def test_bucket_code_names_the_input():
     assert "lambda x, y: tf.shape(x['tokens'])[0]" in code
     assert "bucket_boundaries=[17, 33]" in code and "bucket_batch_sizes=[64] * 3" in code
     assert "tf.shape(x[0])" in bucket_code("x/0", 1, [8], 4)
+
+
+@pytest.mark.parametrize("targets, tops, expect", [
+    ([("x", 1, [16])], ["x", "y"], ["def pad_to_lengths(x, y):", "    x = _pad_up(x, 1, [16])", "return x, y"]),
+    ([("x", 2, [8, 16])], ["x"], ["def pad_to_lengths(x):", "    return x\n"]),
+    ([("x/tokens", 1, [16]), ("x/mask", 1, [16])], ["x", "y", "sample_weight"],
+     ["def pad_to_lengths(x, y, sample_weight):", "    x = dict(x)\n", "x['mask'] = _pad_up(x['mask'], 1, [16])"]),
+    ([("x/1", 1, [16])], ["x", "y"], ["    x = list(x)", "x[1] = _pad_up(x[1], 1, [16])", "    x = tuple(x)"]),
+    ([("x@1", 1, [16]), ("x", 1, [16])], ["x"], ["    x = _pad_up(x, 1, [16])"]),
+])
+def test_pad_code_for_each_structure(targets, tops, expect):
+    code = pad_code(targets, tops, 3)
+    compile(code, "<fix>", "exec")
+    assert "3 compiles for the shapes seen" in code and "x@1" not in code
+    for line in expect:
+        assert line in code
 
 
 # ------------------------------------------------------------------ text

@@ -351,39 +351,69 @@ def choose_buckets(axes: List[_Axis], signatures: Sequence[Tuple[InputSignature,
 # ------------------------------------------------------------------ advice
 
 
-def _accessor(path: str) -> Tuple[str, str]:
-    """(lambda arguments, expression) reaching ``path`` in an unbatched element."""
-    parts = path.split("/")
-    top, rest = parts[0], parts[1:]
-    expr = top
-    for p in rest:
-        expr += f"[{p}]" if p.isdigit() else f"[{p!r}]"
-    return top, expr
+_PAD_UP = """\
+def _pad_up(t, axis, lengths):
+    # pad axis `axis` up to the next advised length; a longer one than any
+    # seen is left as is (one more compile, never an error)
+    n = tf.shape(t)[axis]
+    fits = tf.boolean_mask(tf.constant(lengths), tf.constant(lengths) >= n)
+    target = tf.cond(tf.size(fits) > 0, lambda: fits[0], lambda: n)
+    return tf.pad(t, tf.scatter_nd([[axis, 1]], [target - n], [tf.rank(t), 2]))
+"""
 
 
-def _lambda_args(paths: Sequence[str]) -> str:
-    tops = [p.split("/")[0] for p in paths]
-    if "sample_weight" in tops:
-        return "x, y, sample_weight"
-    if "y" in tops or "x" in tops:
-        return "x, y"
-    return "x"
+def _index(part: str) -> str:
+    return f"[{part}]" if part.isdigit() else f"[{part!r}]"
+
+
+def pad_code(targets: Sequence[Tuple[str, int, Sequence[int]]], top_names: Sequence[str], compiles: int) -> str:
+    """tf.data code that pads every batch's ``(path, axis)`` up to the next of
+    its ``lengths``: a map after the user's own batching, for any input
+    structure, so it applies to several varying inputs at once."""
+    names = ["x"]
+    if "y" in top_names or "sample_weight" in top_names:
+        names.append("y")
+    if "sample_weight" in top_names:
+        names.append("sample_weight")
+    body, copied, tuples = [], set(), []
+    for path, axis, lengths in targets:
+        if "@" in path:
+            continue  # another replica's view of a leaf already padded
+        parts = path.split("/")
+        expr = parts[0]
+        for part in parts[1:]:
+            if expr not in copied:  # copy a container before writing into it
+                if part.isdigit():
+                    body.append(f"    {expr} = list({expr})")
+                    tuples.append(expr)
+                else:
+                    body.append(f"    {expr} = dict({expr})")
+                copied.add(expr)
+            expr += _index(part)
+        body.append(f"    {expr} = _pad_up({expr}, {axis}, {list(lengths)})")
+    body += [f"    {expr} = tuple({expr})" for expr in reversed(tuples)]
+    args = ", ".join(names)
+    ret = names[0] if len(names) == 1 else args
+    return (
+        "# Batch with drop_remainder=True (e.g. .padded_batch(32, drop_remainder=True)), then pad\n"
+        "# every batch up to the advised lengths: " + _compiles(compiles) + " for the shapes seen.\n"
+        + _PAD_UP + "\n\n"
+        f"def pad_to_lengths({args}):\n" + "\n".join(body) + f"\n    return {ret}\n\n\n"
+        "ds = ds.map(pad_to_lengths)"
+    )
 
 
 def bucket_code(path: str, axis: int, lengths: Sequence[int], batch_size: Optional[int]) -> str:
-    """tf.data code that pads ``path`` (axis ``axis`` of the batch) to ``lengths``."""
-    _, expr = _accessor(path)
-    args = _lambda_args([path])
-    bs = batch_size or 32
-    boundaries = [b + 1 for b in lengths]  # bucket i holds lengths < boundary
+    """The bucket_by_sequence_length alternative for one input: also groups
+    examples by length (less padding), on the dataset of single examples.
+    Lengths longer than every advised one make it fail, so it is offered as
+    text, not as the fix's ``code``."""
+    expr = path.split("/")[0] + "".join(_index(p) for p in path.split("/")[1:])
+    args = "x, y" if path.split("/")[0] in ("x", "y") else path.split("/")[0]
     return (
-        "# on the dataset of single examples, instead of .padded_batch(...):\n"
-        "ds = ds.bucket_by_sequence_length(\n"
-        f"    element_length_func=lambda {args}: tf.shape({expr})[{axis - 1}],\n"
-        f"    bucket_boundaries={boundaries},\n"
-        f"    bucket_batch_sizes=[{bs}] * {len(boundaries) + 1},\n"
-        "    pad_to_bucket_boundary=True,  # pads to boundary - 1, i.e. exactly the lengths above\n"
-        f"    drop_remainder=True)  # no partial batch per bucket: {_compiles(len(lengths))} in all"
+        f"ds.bucket_by_sequence_length(lambda {args}: tf.shape({expr})[{axis - 1}], "
+        f"bucket_boundaries={[b + 1 for b in lengths]}, bucket_batch_sizes=[{batch_size or 32}] * "
+        f"{len(lengths) + 1}, pad_to_bucket_boundary=True, drop_remainder=True)"
     )
 
 
@@ -421,7 +451,14 @@ def analyse(phase: str, history: ShapeHistory, threshold: int) -> Tuple[List[Dic
         buckets, overhead, compiles = choose_buckets(length_axes, sigs, threshold)
         per_input = [{"path": a.path, "axis": a.axis, "lengths": b} for a, b in zip(length_axes, buckets)]
         first = length_axes[0]
-        code = bucket_code(first.path, first.axis, buckets[0], batch_size)
+        targets = []
+        for a, b in zip(length_axes, buckets):
+            targets.append((a.path, a.axis, b))
+            for other in a.also:  # co-varying leaves (e.g. a mask) get the same lengths
+                other_path, other_axis = other.rsplit(":", 1)
+                targets.append((other_path, int(other_axis), b))
+        tops = sorted({leaf.path.split("/")[0].split("@")[0] for sig, _ in sigs for leaf in sig})
+        code = pad_code(targets, tops, compiles)
         fix = {"kind": "pad_to_lengths", "path": first.path, "axis": first.axis, "lengths": buckets[0],
                "padding_overhead": round(overhead, 4), "compiles": compiles, "drop_remainder": True,
                "code": code}
@@ -430,11 +467,15 @@ def analyse(phase: str, history: ShapeHistory, threshold: int) -> Tuple[List[Dic
         names = "; ".join(
             f"input '{a.path}' axis {a.axis} varies ({d['min']}..{d['max']}, {d['n_values']} values)"
             for a, d in zip(length_axes, (a.describe() for a in length_axes)))
-        targets = "; ".join(f"'{p['path']}' to {p['lengths']}" for p in per_input)
-        advice = (f"{names[0].upper()}{names[1:]}. Fix: pad {targets} with "
-                  "`bucket_by_sequence_length(..., pad_to_bucket_boundary=True, drop_remainder=True)` "
-                  f"({_compiles(compiles)}, {overhead:.0%} more padding than the batches seen), "
-                  f"or switch XLA off for this model.{partial_text}")
+        pad_targets = "; ".join(f"'{p['path']}' to {p['lengths']}" for p in per_input)
+        alternative = ""
+        if len(length_axes) == 1 and first.axis >= 1:
+            alternative = (" To also cut padding, bucket the examples by length instead: `"
+                           + bucket_code(first.path, first.axis, buckets[0], batch_size) + "`.")
+        advice = (f"{names[0].upper()}{names[1:]}. Fix: batch with drop_remainder=True and pad "
+                  f"{pad_targets} (the fix's code does it: {_compiles(compiles)}, {overhead:.0%} more "
+                  f"padding than the batches seen), or switch XLA off for this model.{partial_text}"
+                  f"{alternative}")
         if batch_axes:
             advice += " The batch size varies too: use a fixed batch size."
         return varying, advice, fix
