@@ -138,3 +138,29 @@ def test_printed_fix_pads_two_independent_inputs():
     storm, fix, fixed = _fit_storm_then_fix(make_data, model)
     assert {p["path"] for p in fix["per_input"]} == {"x/enc", "x/dec"}
     assert fixed.storms == [] and fixed.total_compilations <= fix["compiles"] < 4
+
+
+def test_a_partial_last_batch_is_no_storm_even_at_threshold_2():
+    rng = np.random.default_rng(0)
+    x, y = rng.random((100, 4), dtype=np.float32), rng.random((100, 1), dtype=np.float32)
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
+    model.compile("sgd", "mse")
+    monitor = xla_keras.XlaMonitor(log_dir=None, jit="on", storm_threshold=2, on_storm="raise", verbose=0)
+    model.fit(x, y, batch_size=32, epochs=3, callbacks=[monitor], verbose=0)  # 32, 32, 32, 4 per epoch
+    report = monitor.report
+    assert report.storms == [] and report.compilation_count["train"] == 2
+    assert any("4 rows instead of 32" in note for note in report.notes)
+
+
+def test_a_smaller_batch_mid_epoch_still_counts_toward_a_storm():
+    def gen():
+        for size in (32, 8, 32, 32):
+            yield np.ones((size, 4), np.float32), np.ones((size, 1), np.float32)
+    data = tf.data.Dataset.from_generator(gen, output_signature=(
+        tf.TensorSpec((None, 4), tf.float32), tf.TensorSpec((None, 1), tf.float32)))
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
+    model.compile("sgd", "mse")
+    monitor = xla_keras.XlaMonitor(log_dir=None, jit="on", storm_threshold=2, verbose=0)
+    with pytest.warns(xla_keras.XlaKerasWarning, match="Recompilation storm"):
+        model.fit(data, epochs=1, callbacks=[monitor], verbose=0)
+    assert monitor.report.storms[0].step == 2

@@ -7,6 +7,7 @@ import pytest
 
 from xla_keras.signatures import Leaf, fingerprint
 from xla_keras.storms import (
+    EXACT_UP_TO,
     RecompilationStormError,
     ShapeHistory,
     Storm,
@@ -185,8 +186,8 @@ def test_two_varying_inputs_get_one_joint_fix():
 
 
 def brute_force(lengths, k, multiple=8):
-    def up(v):
-        return v if v <= multiple else -(-v // multiple) * multiple
+    def up(v):  # short lengths are exact candidates, longer ones rounded up to 8
+        return v if v <= EXACT_UP_TO else -(-v // multiple) * multiple
     cands = sorted({up(v) for v in lengths})
     best = None
     for r in range(1, min(k, len(cands)) + 1):
@@ -263,3 +264,14 @@ def test_train_vs_validation_shapes_are_explained_separately():
     assert "costs no extra compile" in note
     assert train_vs_validation_note(train, history_of([tokens(64, 10)])) is None
     assert train_vs_validation_note(train, ShapeHistory()) is None
+
+
+def test_short_lengths_stay_exact_and_dense_long_tails_terminate():
+    boundaries, overhead = best_buckets({v: 1 for v in range(9, 19)}, 4)
+    assert overhead < 0.10 and boundaries[-1] == 18
+    # dense small lengths plus a long spread tail: the candidate grid must coarsen and end
+    import time
+    start = time.perf_counter()
+    boundaries, _ = best_buckets({v: 1 for v in range(1, 5001)}, 4)
+    assert time.perf_counter() - start < 5
+    assert len(boundaries) <= 4 and boundaries[-1] >= 5000

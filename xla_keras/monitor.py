@@ -36,6 +36,7 @@ from .storms import (
     Storm,
     StormDetector,
     analyse,
+    batch_rows,
     partial_batch_note,
     storm_text,
     train_vs_validation_note,
@@ -92,6 +93,8 @@ class _PhaseState:
         self.tracing_before: Optional[int] = None
         self.call_signature: Optional[tuple] = None
         self.pending_storm: Optional[tuple] = None  # (step, count, window_start)
+        self.deferred_new: Optional[int] = None  # step of a smaller new batch, maybe the last
+        self.usual_rows: Optional[int] = None
         self.compile_count = 0
         self.profiler_seconds = 0.0
         self.timing_step_share = 0.0  # sum of step_seconds / call_compiles
@@ -192,7 +195,7 @@ class XlaMonitor(keras.callbacks.Callback):
         self._ledger = CompileLedger(probes_per_signature=_AUTOCLUSTER_PROBES)
         self._state = JitState(jit)
         self._storms: List[Storm] = []
-        self._analysis_cache: Dict[tuple, tuple] = {}
+        self._analysis_cache: Dict[str, tuple] = {}  # phase -> (key, analysis)
         self._fallback: Optional[dict] = None
         self._notes: List[str] = []
         self._noted = set()
@@ -243,6 +246,7 @@ class XlaMonitor(keras.callbacks.Callback):
     def on_epoch_end(self, epoch, logs=None):
         phase = self._phases["train"]
         phase.history.end_of_run()
+        phase.deferred_new = None  # it was the partial last batch of the epoch
         if self.update_freq == "epoch" and phase.epoch_steady_n:
             self._scalar("train", TAG_STEP_TIME, 1e3 * phase.epoch_steady_sum / phase.epoch_steady_n,
                          phase.step)
@@ -332,12 +336,12 @@ class XlaMonitor(keras.callbacks.Callback):
         Cached until the phase sees a new signature: reports are built at
         every flush."""
         history = self._phases[storm.phase].history
-        key = (id(storm), len(history.signatures), history.untracked, history.runs)
-        cached = self._analysis_cache.get(key)
-        if cached is None:
-            cached = analyse(storm.phase, history, self.storm_threshold)
-            self._analysis_cache = {key: cached}  # only the latest: bounded
-        varying, advice, fix = cached
+        # analyse depends only on the phase's distinct signatures and epoch ends.
+        key = (len(history.signatures), history.runs)
+        cached = self._analysis_cache.get(storm.phase)
+        if cached is None or cached[0] != key:
+            cached = self._analysis_cache[storm.phase] = (key, analyse(storm.phase, history, self.storm_threshold))
+        varying, advice, fix = cached[1]
         return Storm(**{**storm.__dict__, "varying": varying, "advice": advice, "fix": fix})
 
     def _final_jit_state(self, report: XlaReport):
@@ -391,6 +395,7 @@ class XlaMonitor(keras.callbacks.Callback):
 
     def _end_phase(self, phase: str) -> None:
         self._phases[phase].history.end_of_run()
+        self._phases[phase].deferred_new = None
         self._remove(phase)
         if not self._in_fit:
             self._restore_model()
@@ -516,15 +521,24 @@ class XlaMonitor(keras.callbacks.Callback):
         probe_wanted = False
         for i, batch in enumerate(batches):
             step = state.step + i + 1
+            if state.deferred_new is not None:  # it was not the last batch: count it now
+                self._count_new(phase, state, state.deferred_new)
+                state.deferred_new = None
             sig = signature_of(batch, unwrap)
             state.history.observe(sig)
             is_new, worth_probe = self._ledger.observe(phase, sig)
             if is_new:
                 state.call_new.append((step, sig))
                 if expected:
-                    opened = self._detector.new_signature(phase, step)
-                    if opened is not None and state.pending_storm is None:
-                        state.pending_storm = (step, *opened)
+                    rows = batch_rows(sig)
+                    if state.usual_rows is None:
+                        state.usual_rows = rows
+                    if rows is not None and state.usual_rows is not None and rows < state.usual_rows:
+                        # Maybe the partial last batch of the epoch, which is no storm by
+                        # itself: it counts only if another batch follows in the same run.
+                        state.deferred_new = step
+                    else:
+                        self._count_new(phase, state, step)
             if worth_probe and (is_new or self._state.autoclustering):
                 probe_wanted = True
                 state.call_probe_sig = state.call_probe_sig or (step, sig)
@@ -544,6 +558,11 @@ class XlaMonitor(keras.callbacks.Callback):
             return None
         self._active_probe = session
         return session
+
+    def _count_new(self, phase: str, state: _PhaseState, step: int) -> None:
+        opened = self._detector.new_signature(phase, step)
+        if opened is not None and state.pending_storm is None:
+            state.pending_storm = (step, *opened)
 
     def _abandon_probe(self, session) -> None:
         if session is not None and self._active_probe is session:
@@ -647,7 +666,8 @@ class XlaMonitor(keras.callbacks.Callback):
             raise RecompilationStormError(text)
         if self.on_storm == "fallback":
             self._fall_back(phase, step, text)
-            text += f" on_storm='fallback': XLA is now off for the rest of this {_run_word(phase)}."
+            text += (f" on_storm='fallback': XLA is now off for the rest of this "
+                     f"{'fit' if self._in_fit else _run_word(phase)}.")
         warnings.warn(text, XlaKerasWarning, stacklevel=2)
         if self.verbose:
             print(f"xla_keras: {text}")

@@ -155,7 +155,7 @@ def partial_batch_signatures(history: ShapeHistory) -> Dict[int, Tuple[int, int]
         return {}
     rows_weight: Dict[int, int] = {}
     for fp, sig in history.signatures.items():
-        rows = _batch_rows(sig)
+        rows = batch_rows(sig)
         if rows is not None:
             rows_weight[rows] = rows_weight.get(rows, 0) + history.batches.get(fp, 0)
     if not rows_weight:
@@ -166,13 +166,14 @@ def partial_batch_signatures(history: ShapeHistory) -> Dict[int, Tuple[int, int]
         sig = history.signatures.get(fp)
         if sig is None or ends != history.batches.get(fp):
             continue
-        rows = _batch_rows(sig)
+        rows = batch_rows(sig)
         if rows is not None and rows < batch_size:
             found[fp] = (rows, batch_size)
     return found
 
 
-def _batch_rows(sig: InputSignature) -> Optional[int]:
+def batch_rows(sig: InputSignature) -> Optional[int]:
+    """Rows of a batch: axis 0, when every leaf agrees on it."""
     rows = {leaf.shape[0] for leaf in sig if leaf.shape}
     return rows.pop() if len(rows) == 1 else None
 
@@ -234,28 +235,43 @@ def structures_differ(signatures: Sequence[Tuple[InputSignature, int]]) -> bool:
 # ------------------------------------------------------------------ buckets
 
 
-def _round_up(value: int, multiple: int) -> int:
-    if value <= multiple:
+# Lengths up to this stay exact candidates (rounding short sequences to 8
+# would cost a lot of padding: 9..18 as [16, 24] is 45%).
+EXACT_UP_TO = 32
+MAX_CANDIDATES = 128
+
+
+def _round_up(value: int, multiple: int, exact_up_to: int = EXACT_UP_TO) -> int:
+    if value <= exact_up_to:
         return value
     return int(math.ceil(value / multiple) * multiple)
+
+
+def _candidates(lengths: Dict[int, int], multiple: int) -> Dict[int, List[int]]:
+    """Candidate boundaries -> the observed lengths they cover. Short lengths
+    stay exact, longer ones are rounded up to ``multiple``; past
+    MAX_CANDIDATES every length is put on a coarser grid, doubling until it
+    fits (the grid always coarsens, so this ends)."""
+    exact_up_to = EXACT_UP_TO
+    while True:
+        rounded: Dict[int, List[int]] = {}
+        for v in sorted(lengths):
+            rounded.setdefault(_round_up(v, multiple, exact_up_to), []).append(v)
+        if len(rounded) <= MAX_CANDIDATES:
+            return rounded
+        exact_up_to = 0
+        multiple *= 2
 
 
 def best_buckets(lengths: Dict[int, int], k: int, multiple: int = BOUNDARY_MULTIPLE) -> Tuple[List[int], float]:
     """At most ``k`` lengths to pad to, minimising padding over the observed
     lengths (``{length: batches}``). Returns (sorted boundaries, overhead) with
     overhead = padded / real - 1. Exact dynamic programme over the candidate
-    boundaries (observed lengths rounded up to ``multiple``)."""
+    boundaries (short lengths exact, longer ones rounded up to ``multiple``)."""
     real = sum(v * w for v, w in lengths.items())
     if not lengths or real <= 0:
         return [], 0.0
-    rounded: Dict[int, List[int]] = {}
-    for v in sorted(lengths):
-        rounded.setdefault(_round_up(v, multiple), []).append(v)
-    while len(rounded) > 128:  # keep the programme small: coarser candidates
-        multiple *= 2
-        rounded = {}
-        for v in sorted(lengths):
-            rounded.setdefault(_round_up(v, multiple), []).append(v)
+    rounded = _candidates(lengths, multiple)
     cands = sorted(rounded)
     n = len(cands)
     k = max(1, min(k, n))
@@ -353,11 +369,15 @@ def choose_buckets(axes: List[_Axis], signatures: Sequence[Tuple[InputSignature,
 
 _PAD_UP = """\
 def _pad_up(t, axis, lengths):
-    # pad axis `axis` up to the next advised length; a longer one than any
-    # seen is left as is (one more compile, never an error)
+    # pad axis `axis` up to the next of the advised lengths
     n = tf.shape(t)[axis]
     fits = tf.boolean_mask(tf.constant(lengths), tf.constant(lengths) >= n)
-    target = tf.cond(tf.size(fits) > 0, lambda: fits[0], lambda: n)
+    # longer than every length seen: the last one doubled as often as needed
+    # (a few more compiles, never one per length, never an error)
+    last = lengths[-1]
+    doublings = tf.math.ceil(tf.math.log(tf.cast(n, tf.float32) / last) / tf.math.log(2.0))
+    beyond = last * tf.cast(2.0 ** tf.maximum(doublings, 0.0), tf.int32)
+    target = tf.cond(tf.size(fits) > 0, lambda: fits[0], lambda: tf.maximum(beyond, n))
     return tf.pad(t, tf.scatter_nd([[axis, 1]], [target - n], [tf.rank(t), 2]))
 """
 
@@ -370,11 +390,7 @@ def pad_code(targets: Sequence[Tuple[str, int, Sequence[int]]], top_names: Seque
     """tf.data code that pads every batch's ``(path, axis)`` up to the next of
     its ``lengths``: a map after the user's own batching, for any input
     structure, so it applies to several varying inputs at once."""
-    names = ["x"]
-    if "y" in top_names or "sample_weight" in top_names:
-        names.append("y")
-    if "sample_weight" in top_names:
-        names.append("sample_weight")
+    names = _map_args(top_names)
     body, copied, tuples = [], set(), []
     for path, axis, lengths in targets:
         if "@" in path:
@@ -403,13 +419,24 @@ def pad_code(targets: Sequence[Tuple[str, int, Sequence[int]]], top_names: Seque
     )
 
 
-def bucket_code(path: str, axis: int, lengths: Sequence[int], batch_size: Optional[int]) -> str:
+def _map_args(top_names: Sequence[str]) -> List[str]:
+    """Argument names of a tf.data map function over the element (x[, y[, sample_weight]])."""
+    names = ["x"]
+    if "y" in top_names or "sample_weight" in top_names:
+        names.append("y")
+    if "sample_weight" in top_names:
+        names.append("sample_weight")
+    return names
+
+
+def bucket_code(path: str, axis: int, lengths: Sequence[int], batch_size: Optional[int],
+                top_names: Sequence[str] = ("x", "y")) -> str:
     """The bucket_by_sequence_length alternative for one input: also groups
     examples by length (less padding), on the dataset of single examples.
     Lengths longer than every advised one make it fail, so it is offered as
     text, not as the fix's ``code``."""
     expr = path.split("/")[0] + "".join(_index(p) for p in path.split("/")[1:])
-    args = "x, y" if path.split("/")[0] in ("x", "y") else path.split("/")[0]
+    args = ", ".join(_map_args(top_names))
     return (
         f"ds.bucket_by_sequence_length(lambda {args}: tf.shape({expr})[{axis - 1}], "
         f"bucket_boundaries={[b + 1 for b in lengths]}, bucket_batch_sizes=[{batch_size or 32}] * "
@@ -424,7 +451,10 @@ def _compiles(n: int) -> str:
 def _fmt_ms(seconds: Optional[float]) -> str:
     if seconds is None:
         return "n/a"
-    return f"{seconds * 1e3:.2g} ms" if seconds < 1 else f"{seconds:.1f} s"
+    if seconds >= 1:
+        return f"{seconds:.1f} s"
+    ms = seconds * 1e3
+    return f"{ms:.0f} ms" if ms >= 10 else f"{ms:.2g} ms"
 
 
 def analyse(phase: str, history: ShapeHistory, threshold: int) -> Tuple[List[Dict[str, Any]], str, Dict[str, Any]]:
@@ -440,13 +470,17 @@ def analyse(phase: str, history: ShapeHistory, threshold: int) -> Tuple[List[Dic
     partial_text = ""
     if partial:
         rows, full = next(iter(partial.values()))
-        partial_text = (f" The last batch of each {'epoch' if phase == 'train' else 'run'} also has {rows} "
-                        f"rows instead of {full} (one extra compile per phase): batch with "
-                        "drop_remainder=True to avoid it.")
+        if phase == "train":
+            partial_text = (f" The last batch of each epoch also has {rows} rows instead of {full} (one extra "
+                            "compile per phase): batch with drop_remainder=True to avoid it.")
+        else:  # dropping rows would change metrics or predictions
+            partial_text = (f" The last batch of each run also has {rows} rows instead of {full}: one extra "
+                            "compile, which keeps every example (pad it to the full size to avoid it; "
+                            "drop_remainder=True would drop examples from the results).")
     batch_size = None
     if sigs:
         main = max(sigs, key=lambda t: t[1])[0]
-        batch_size = _batch_rows(main)
+        batch_size = batch_rows(main)
     if length_axes:
         buckets, overhead, compiles = choose_buckets(length_axes, sigs, threshold)
         per_input = [{"path": a.path, "axis": a.axis, "lengths": b} for a, b in zip(length_axes, buckets)]
@@ -464,18 +498,22 @@ def analyse(phase: str, history: ShapeHistory, threshold: int) -> Tuple[List[Dic
                "code": code}
         if len(length_axes) > 1:
             fix["per_input"] = per_input
+        def together(a: _Axis) -> str:
+            return f" (with {', '.join(repr(o) for o in a.also)})" if a.also else ""
+
         names = "; ".join(
-            f"input '{a.path}' axis {a.axis} varies ({d['min']}..{d['max']}, {d['n_values']} values)"
+            f"input '{a.path}' axis {a.axis}{together(a)} varies ({d['min']}..{d['max']}, {d['n_values']} values)"
             for a, d in zip(length_axes, (a.describe() for a in length_axes)))
-        pad_targets = "; ".join(f"'{p['path']}' to {p['lengths']}" for p in per_input)
+        pad_targets = "; ".join(f"'{a.path}' axis {a.axis} to {b}" for a, b in zip(length_axes, buckets))
         alternative = ""
-        if len(length_axes) == 1 and first.axis >= 1:
-            alternative = (" To also cut padding, bucket the examples by length instead: `"
-                           + bucket_code(first.path, first.axis, buckets[0], batch_size) + "`.")
+        if len(length_axes) == 1 and first.axis >= 1 and not first.also:
+            alternative = (" To also cut padding, bucket the examples by length instead (data longer than "
+                           f"{buckets[0][-1]} must be cut first): `"
+                           + bucket_code(first.path, first.axis, buckets[0], batch_size, tops) + "`.")
         advice = (f"{names[0].upper()}{names[1:]}. Fix: batch with drop_remainder=True and pad "
-                  f"{pad_targets} (the fix's code does it: {_compiles(compiles)}, {overhead:.0%} more "
-                  f"padding than the batches seen), or switch XLA off for this model.{partial_text}"
-                  f"{alternative}")
+                  f"{pad_targets} (the fix's code does it: {_compiles(compiles)} for the lengths seen so far, "
+                  f"{overhead:.0%} more padding than those batches; longer data doubles the last length), "
+                  f"or switch XLA off for this model.{partial_text}{alternative}")
         if batch_axes:
             advice += " The batch size varies too: use a fixed batch size."
         return varying, advice, fix
