@@ -95,7 +95,7 @@ def main(argv=None):
     off_step = statistics.median(results["jit off"][0].steps)
     print(f"{args.sequences} sequences, lengths 8..256, padded_batch(32), {args.epochs} epochs")
     if fix is not None:
-        print(f"advised fix: pad to {fix['lengths']} ({fix['compiles']} compiles, "
+        print(f"advised fix: pad to {fix['lengths']} ({fix['compiles']} compile(s), "
               f"{fix['padding_overhead']:.0%} more padding than the batches seen)")
     print(f"{'configuration':10s} {'epoch 1 s':>10s} {'vs storm':>9s} {'compiles':>9s} "
           f"{'step ms (ep 2+)':>16s} {'vs jit off':>11s}")

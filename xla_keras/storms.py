@@ -506,7 +506,7 @@ def analyse(phase: str, history: ShapeHistory, threshold: int) -> Tuple[List[Dic
             for a, d in zip(length_axes, (a.describe() for a in length_axes)))
         pad_targets = "; ".join(f"'{a.path}' axis {a.axis} to {b}" for a, b in zip(length_axes, buckets))
         alternative = ""
-        if len(length_axes) == 1 and first.axis >= 1 and not first.also:
+        if len(length_axes) == 1 and first.axis >= 1 and not first.also and len(buckets[0]) > 1:
             alternative = (" To also cut padding, bucket the examples by length instead (data longer than "
                            f"{buckets[0][-1]} must be cut first): `"
                            + bucket_code(first.path, first.axis, buckets[0], batch_size, tops) + "`.")
