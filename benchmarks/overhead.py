@@ -1,11 +1,14 @@
 """Per-step cost of XlaMonitor vs a bare fit, side by side in one process.
 
-Each configuration fits the same warm model (compiled once beforehand) for one
-epoch; configurations are interleaved over several rounds so machine noise
-hits them alike. Reported: median seconds per step over the rounds and the
-ratio to bare.
+For each reference model (an MLP with ~1 ms steps and a small CNN), every
+configuration fits the same warm model for one epoch; configurations are
+interleaved over several rounds so machine noise hits them alike. Reported:
+median seconds per step over the rounds and the ratio to bare.
 
-    python benchmarks/overhead.py [--quick] [--rounds 5] [--steps 400] [--jit on|off]
+Targets (issue #5): XlaMonitor() at most 1.02x bare, and no more costly than
+keras.callbacks.TensorBoard(update_freq="batch").
+
+    python benchmarks/overhead.py [--quick] [--rounds 7] [--steps 400] [--jit on|off] [--model mlp|cnn|both]
 """
 
 import argparse
@@ -16,28 +19,34 @@ import time
 import numpy as np
 
 
-def main(argv=None):
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--quick", action="store_true", help="tiny run that only proves the script works")
-    parser.add_argument("--rounds", type=int, default=7)
-    parser.add_argument("--steps", type=int, default=400)
-    parser.add_argument("--jit", default="on", choices=["on", "off"])
-    args = parser.parse_args(argv)
-    if args.quick:
-        args.rounds, args.steps = 2, 20
+def build(kind):
+    import keras
+    if kind == "mlp":
+        model = keras.Sequential([keras.Input((32,)), keras.layers.Dense(64, activation="relu"),
+                                  keras.layers.Dense(64, activation="relu"), keras.layers.Dense(1)])
+        shape = (32,)
+    else:
+        model = keras.Sequential([keras.Input((16, 16, 3)), keras.layers.Conv2D(8, 3, activation="relu"),
+                                  keras.layers.MaxPooling2D(), keras.layers.Conv2D(16, 3, activation="relu"),
+                                  keras.layers.GlobalAveragePooling2D(), keras.layers.Dense(1)])
+        shape = (16, 16, 3)
+    return model, shape
 
+
+def measure(kind, args, batch=64):
     import keras
 
     import xla_keras
 
     rng = np.random.default_rng(0)
-    batch = 64
-    x = rng.random((batch * args.steps, 32), dtype=np.float32)
+    model, shape = build(kind)
+    x = rng.random((batch * args.steps, *shape), dtype=np.float32)
     y = rng.random((batch * args.steps, 1), dtype=np.float32)
-    model = keras.Sequential([keras.Input((32,)), keras.layers.Dense(64, activation="relu"),
-                              keras.layers.Dense(64, activation="relu"), keras.layers.Dense(1)])
     model.compile("adam", "mse", jit_compile=args.jit == "on")
-    model.fit(x, y, batch_size=batch, epochs=1, verbose=0)  # warm: compile before measuring
+    # Warm both call paths (Keras's iterator graph and the monitor's per-batch
+    # branch), so no configuration pays a compile inside the measurement.
+    model.fit(x, y, batch_size=batch, epochs=1, verbose=0)
+    model.fit(x, y, batch_size=batch, epochs=1, verbose=0, callbacks=[xla_keras.XlaMonitor(log_dir=None, verbose=0)])
 
     tmp = tempfile.mkdtemp(prefix="xla_keras_overhead_")
     configs = {
@@ -55,13 +64,29 @@ def main(argv=None):
             start = time.perf_counter()
             model.fit(x, y, batch_size=batch, epochs=1, verbose=0, callbacks=callbacks)
             per_step[name].append((time.perf_counter() - start) / args.steps)
-    bare = statistics.median(per_step["bare"])
+    return {name: statistics.median(values) for name, values in per_step.items()}
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--quick", action="store_true", help="tiny run that only proves the script works")
+    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--steps", type=int, default=400)
+    parser.add_argument("--jit", default="on", choices=["on", "off"])
+    parser.add_argument("--model", default="both", choices=["mlp", "cnn", "both"])
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.rounds, args.steps = 2, 20
+    kinds = ["mlp", "cnn"] if args.model == "both" else [args.model]
+    results = {}
     print(f"jit={args.jit}, {args.steps} steps x {args.rounds} rounds, interleaved; median per step")
-    print(f"{'configuration':42s} {'ms/step':>9s} {'vs bare':>8s}")
-    for name, values in per_step.items():
-        med = statistics.median(values)
-        print(f"{name:42s} {med * 1e3:9.3f} {med / bare:7.3f}x")
-    return per_step
+    print(f"{'model':5s} {'configuration':40s} {'ms/step':>9s} {'vs bare':>8s}")
+    for kind in kinds:
+        results[kind] = measure(kind, args)
+        bare = results[kind]["bare"]
+        for name, med in results[kind].items():
+            print(f"{kind:5s} {name:40s} {med * 1e3:9.3f} {med / bare:7.3f}x")
+    return results
 
 
 if __name__ == "__main__":

@@ -1,54 +1,9 @@
-import json
-import os
-import re
-import subprocess
-import sys
+"""Session fixtures: the ground-truth scenarios, run once in subprocesses."""
+
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SCENARIO = os.path.join(ROOT, "tests", "scenario.py")
-_TF_COMPILE_LINE = re.compile(r"Compilation of XLA executable time: ([0-9.]+) (ms|us|s)\b")
-_UNIT = {"s": 1.0, "ms": 1e-3, "us": 1e-6}
-
-
-class ScenarioRun:
-    """One subprocess fit: the monitor's report and XLA's own ground truth."""
-
-    def __init__(self, report, dump_modules, tf_compile_seconds, stderr):
-        self.report = report
-        self.dump_modules = dump_modules          # *before_optimizations.txt files
-        self.tf_compile_seconds = tf_compile_seconds  # TF's own device_compiler lines
-        self.stderr = stderr
-
-
-def run_scenario(tmp_root, scenario, jit, *, env_flags="", extra_args=()):
-    dump = os.path.join(tmp_root, "dump")
-    env = dict(os.environ)
-    env.update({
-        "XLA_FLAGS": f"--xla_dump_to={dump}",
-        "TF_CPP_MIN_LOG_LEVEL": "0",
-        "TF_CPP_VMODULE": "device_compiler=1",
-        "PYTHONPATH": ROOT + os.pathsep + env.get("PYTHONPATH", ""),
-        "CUDA_VISIBLE_DEVICES": "",
-    })
-    env.pop("TF_XLA_FLAGS", None)
-    if env_flags:
-        env["TF_XLA_FLAGS"] = env_flags
-    proc = subprocess.run([sys.executable, SCENARIO, scenario, jit, *extra_args], env=env,
-                          capture_output=True, text=True, timeout=600)
-    if proc.returncode != 0:
-        raise AssertionError(
-            f"scenario {scenario}/{jit} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}")
-    line = [ln for ln in proc.stdout.splitlines() if ln.startswith("XLA_KERAS_REPORT ")][-1]
-    report = json.loads(line[len("XLA_KERAS_REPORT "):])
-    modules = 0
-    if os.path.isdir(dump):
-        modules = sum(1 for f in os.listdir(dump) if f.endswith("before_optimizations.txt"))
-    seconds = [float(v) * _UNIT[u] for v, u in _TF_COMPILE_LINE.findall(proc.stderr)]
-    return ScenarioRun(report, modules, seconds, proc.stderr)
-
+from scenario import run_scenario  # tests/ is on sys.path under pytest
 
 # Every subprocess fit the ground-truth tests need, run once per session, two at a time.
 RUNS = {

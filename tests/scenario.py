@@ -10,11 +10,56 @@ The last line printed is ``XLA_KERAS_REPORT <json>``.
 
 import argparse
 import json
+import os
+import re
+import subprocess
 import sys
 
 import numpy as np
 
-import xla_keras
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SCENARIO = os.path.abspath(__file__)
+_TF_COMPILE_LINE = re.compile(r"Compilation of XLA executable time: ([0-9.]+) (ms|us|s)\b")
+_UNIT = {"s": 1.0, "ms": 1e-3, "us": 1e-6}
+
+
+class ScenarioRun:
+    """One subprocess fit: the monitor's report and XLA's own ground truth."""
+
+    def __init__(self, report, dump_modules, tf_compile_seconds, stderr):
+        self.report = report
+        self.dump_modules = dump_modules          # *before_optimizations.txt files
+        self.tf_compile_seconds = tf_compile_seconds  # TF's own device_compiler lines
+        self.stderr = stderr
+
+
+def run_scenario(tmp_root, scenario, jit, *, env_flags="", extra_args=()):
+    dump = os.path.join(tmp_root, "dump")
+    env = dict(os.environ)
+    env.update({
+        "XLA_FLAGS": f"--xla_dump_to={dump}",
+        "TF_CPP_MIN_LOG_LEVEL": "0",
+        "TF_CPP_VMODULE": "device_compiler=1",
+        "PYTHONPATH": ROOT + os.pathsep + env.get("PYTHONPATH", ""),
+        "CUDA_VISIBLE_DEVICES": "",
+    })
+    env.pop("TF_XLA_FLAGS", None)
+    if env_flags:
+        env["TF_XLA_FLAGS"] = env_flags
+    proc = subprocess.run([sys.executable, SCENARIO, scenario, jit, *extra_args], env=env,
+                          capture_output=True, text=True, timeout=600)
+    if proc.returncode != 0:
+        raise AssertionError(
+            f"scenario {scenario}/{jit} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}")
+    line = [ln for ln in proc.stdout.splitlines() if ln.startswith("XLA_KERAS_REPORT ")][-1]
+    report = json.loads(line[len("XLA_KERAS_REPORT "):])
+    modules = 0
+    if os.path.isdir(dump):
+        modules = sum(1 for f in os.listdir(dump) if f.endswith("before_optimizations.txt"))
+    seconds = [float(v) * _UNIT[u] for v, u in _TF_COMPILE_LINE.findall(proc.stderr)]
+    return ScenarioRun(report, modules, seconds, proc.stderr)
+
+
 
 SCENARIOS = ("batch_sizes", "partial_batch", "padded", "steps_per_execution", "nested", "mirrored", "storm")
 
@@ -123,6 +168,7 @@ def run(name, jit, log_dir, profiler_busy, on_storm="warn", threshold=8, extra=N
         raise SystemExit(f"scenario must be one of {SCENARIOS}; got {name!r}")
     if profiler_busy:
         tf.profiler.experimental.start(log_dir or "/tmp/xla_keras_busy_profiler")
+    import xla_keras
     monitor = xla_keras.XlaMonitor(log_dir=log_dir, jit=jit, verbose=0, on_storm=on_storm,
                                    storm_threshold=threshold)
     spy = FlagSpy()
@@ -137,6 +183,7 @@ def run(name, jit, log_dir, profiler_busy, on_storm="warn", threshold=8, extra=N
 
 
 def main():
+    import xla_keras
     parser = argparse.ArgumentParser()
     parser.add_argument("scenario", choices=SCENARIOS)
     parser.add_argument("jit")
