@@ -17,7 +17,7 @@ REPORT_KEYS = [
     "jit_mode", "jit_active", "jit_reason", "compilations", "compilation_count", "compilations_dropped",
     "distinct_signatures", "storms", "fallback", "steps", "steady_step_seconds", "steady_step_seconds_by_phase",
     "compile_seconds", "wall_seconds", "compile_share", "slow_steps", "slow_step_count",
-    "break_even_steps", "cache_saved_seconds", "probe", "notes", "log_dir", "versions",
+    "break_even_steps", "cache_saved_seconds", "probe", "traces", "notes", "log_dir", "versions",
 ]
 SIGNATURE_ITEM_KEYS = ["path", "dtype", "shape"]
 

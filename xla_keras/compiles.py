@@ -132,5 +132,8 @@ class CompileLedger:
         seen[fp] = count + 1
         return count == 0, count < self.probes_per_signature
 
+    def distinct_count(self, phase: str) -> int:
+        return len(self._lifetime.get(phase, ()))
+
     def distinct_signatures(self) -> Dict[str, int]:
         return {phase: len(self._lifetime.get(phase, ())) for phase in ("train", "test", "predict")}

@@ -15,6 +15,7 @@ from __future__ import annotations
 import atexit
 import functools
 import logging
+import os
 import sys
 import time
 import traceback
@@ -41,7 +42,17 @@ from .storms import (
     storm_text,
     train_vs_validation_note,
 )
-from .tensorboard import TAG_COMPILATIONS, TAG_COMPILE_TIME, TAG_STEP_TIME, SummaryWriters, write_report_json
+from .tensorboard import (
+    TAG_COMPILATIONS,
+    TAG_COMPILE_TIME,
+    TAG_DISTINCT_SIGNATURES,
+    TAG_REPORT,
+    TAG_STEADY_STEP_TIME,
+    TAG_STEP_TIME,
+    TAG_STORM,
+    SummaryWriters,
+    write_report_json,
+)
 from .timing import PhaseTiming, share
 
 logger = logging.getLogger("xla_keras")
@@ -92,6 +103,8 @@ class _PhaseState:
         self.call_traced = False
         self.tracing_before: Optional[int] = None
         self.call_signature: Optional[tuple] = None
+        self.call_profiled = False
+        self.last_new_step = 0
         self.pending_storm: Optional[tuple] = None  # (step, count, window_start)
         self.deferred_new: Optional[int] = None  # step of a smaller new batch, maybe the last
         self.usual_rows: Optional[int] = None
@@ -164,7 +177,7 @@ class XlaMonitor(keras.callbacks.Callback):
 
     def __init__(self, log_dir: Optional[str] = "logs/xla", jit: str = "keep",
                  storm_threshold: int = 8, storm_window: int = 200, on_storm: str = "warn",
-                 update_freq: Any = "epoch", verbose: int = 1, max_records: int = 1000):
+                 profile: Any = "auto", update_freq: Any = "epoch", verbose: int = 1, max_records: int = 1000):
         super().__init__()
         if log_dir is not None and not isinstance(log_dir, str):
             raise TypeError(f"log_dir must be a str or None; got {type(log_dir).__name__}")
@@ -174,6 +187,12 @@ class XlaMonitor(keras.callbacks.Callback):
                              f"or an int >= 1; got {update_freq!r}")
         if on_storm not in ON_STORM:
             raise ValueError(f"on_storm must be one of {', '.join(map(repr, ON_STORM))}; got {on_storm!r}")
+        if not (profile in ("auto", None) or (
+                isinstance(profile, (tuple, list)) and len(profile) == 2
+                and all(isinstance(v, int) and not isinstance(v, bool) for v in profile)
+                and 1 <= profile[0] <= profile[1])):
+            raise ValueError(f"profile must be 'auto', None or (start, stop) train steps with 1 <= start <= stop; "
+                             f"got {profile!r}")
         if verbose not in (0, 1, 2):
             raise ValueError(f"verbose must be 0, 1 or 2; got {verbose!r}")
         if not isinstance(max_records, int) or max_records < 1:
@@ -185,6 +204,7 @@ class XlaMonitor(keras.callbacks.Callback):
         self.storm_threshold = storm_threshold
         self.storm_window = storm_window
         self.on_storm = on_storm
+        self.profile = tuple(profile) if isinstance(profile, list) else profile
         self.update_freq = 1 if update_freq == "batch" else update_freq
         self.verbose = verbose
         self.max_records = max_records
@@ -210,6 +230,10 @@ class XlaMonitor(keras.callbacks.Callback):
         self._wall = 0.0
         self._last_flush = 0.0
         self._wrapped: Dict[str, Any] = {}
+        self._trace: Optional[dict] = None       # the trace window we opened, if any
+        self._traces: List[str] = []
+        self._trace_plan: Dict[str, bool] = {}   # per fit: which windows are done / pending
+        self._fit_first_step = 1
         self._jit.prepare_early()
         atexit.register(_flush_at_exit, weakref.ref(self))
 
@@ -221,6 +245,8 @@ class XlaMonitor(keras.callbacks.Callback):
             self._abort_fit()  # the previous fit was interrupted
         self._in_fit = True
         self._begin_segment()
+        self._stop_trace()  # a window an exception left open
+        self._trace_plan = {"steady": False, "storm": False, "range": False, "storm_pending": False}
         model = self.model
         self._chief = _internals.strategy_facts(model)["chief"]
         self._fallback = None
@@ -235,6 +261,8 @@ class XlaMonitor(keras.callbacks.Callback):
         # One read per fit (not per step): the train step equals
         # optimizer.iterations after that step.
         self._phases["train"].step = int(optimizer.iterations.numpy()) if optimizer is not None else 0
+        self._fit_first_step = self._phases["train"].step + 1
+        self._phases["train"].last_new_step = self._phases["train"].step
         if self.verbose:
             print(f"xla_keras: jit={self.jit!r} -> XLA {self._active_words()}: {self._state.reason}")
 
@@ -247,11 +275,8 @@ class XlaMonitor(keras.callbacks.Callback):
         phase = self._phases["train"]
         phase.history.end_of_run()
         phase.deferred_new = None  # it was the partial last batch of the epoch
-        if self.update_freq == "epoch" and phase.epoch_steady_n:
-            self._scalar("train", TAG_STEP_TIME, 1e3 * phase.epoch_steady_sum / phase.epoch_steady_n,
-                         phase.step)
-        phase.epoch_steady_sum, phase.epoch_steady_n = 0.0, 0
-        self._flush()
+        self._epoch_scalars("train")
+        self._flush(text=True)
 
     @_guarded
     def on_train_end(self, logs=None):
@@ -313,6 +338,7 @@ class XlaMonitor(keras.callbacks.Callback):
         report.jit_active, report.jit_reason = self._final_jit_state(report)
         report.storms = [self._refreshed(storm) for storm in self._storms]
         report.fallback = dict(self._fallback) if self._fallback else None
+        report.traces = list(self._traces)
         report.probe = ("timing" if self._probe_busy and not self._probe_used else
                         "profiler+timing" if self._probe_busy else "profiler")
         report.notes = list(self._notes)
@@ -396,6 +422,7 @@ class XlaMonitor(keras.callbacks.Callback):
     def _end_phase(self, phase: str) -> None:
         self._phases[phase].history.end_of_run()
         self._phases[phase].deferred_new = None
+        self._epoch_scalars(phase)
         self._remove(phase)
         if not self._in_fit:
             self._restore_model()
@@ -403,6 +430,7 @@ class XlaMonitor(keras.callbacks.Callback):
             self._finish()
 
     def _end_fit(self, at: Optional[float] = None) -> None:
+        self._stop_trace()
         self._unwrap_all()
         self._restore_model()
         self._in_fit = False
@@ -499,6 +527,7 @@ class XlaMonitor(keras.callbacks.Callback):
         the user's exception with one of ours."""
         try:
             self._abandon_probe(probe)
+            self._stop_trace()
             if self._in_fit or phase != "train":
                 if self._in_fit:
                     self._end_fit()
@@ -529,6 +558,7 @@ class XlaMonitor(keras.callbacks.Callback):
             is_new, worth_probe = self._ledger.observe(phase, sig)
             if is_new:
                 state.call_new.append((step, sig))
+                state.last_new_step = step
                 if expected:
                     rows = batch_rows(sig)
                     if state.usual_rows is None:
@@ -544,6 +574,12 @@ class XlaMonitor(keras.callbacks.Callback):
                 state.call_probe_sig = state.call_probe_sig or (step, sig)
             state.call_signature = sig
         state.call_traced = False
+        state.call_profiled = self._maybe_start_trace(phase, state, len(batches))
+        if state.call_profiled:
+            if probe_wanted and expected:
+                self._note_once("trace-window", "compile times of steps inside a profiler trace window are "
+                                "estimated from step time (the profiler was writing the trace)")
+            return None
         if not probe_wanted:
             return None
         state.tracing_before = _internals.tracing_count(step_fn)  # did this step also trace?
@@ -608,7 +644,7 @@ class XlaMonitor(keras.callbacks.Callback):
                                      traced=state.call_traced, call_batches=n, call_compiles=m)
                 record.seconds = record.estimate_from(state.timing.median_seconds)
                 self._record(phase, record)
-        elif not state.call_new:
+        elif not state.call_new and not state.call_profiled:
             per_step = seconds / n
             if state.timing.is_slow(per_step):
                 state.slow_count += 1
@@ -621,6 +657,10 @@ class XlaMonitor(keras.callbacks.Callback):
                 state.epoch_steady_n += 1
                 if isinstance(self.update_freq, int) and state.step % self.update_freq < n:
                     self._scalar(phase, TAG_STEP_TIME, 1e3 * per_step, state.step)
+        if state.call_new:
+            self._scalar(phase, TAG_DISTINCT_SIGNATURES, self._ledger.distinct_count(phase), state.step)
+        if self._trace is not None and phase == "train" and state.step >= self._trace["stop_step"]:
+            self._stop_trace()
         if state.pending_storm is not None:
             pending, state.pending_storm = state.pending_storm, None
             self._storm(phase, *pending)
@@ -656,6 +696,9 @@ class XlaMonitor(keras.callbacks.Callback):
                       steady_step_seconds=state.timing.median_seconds, window_start=window_start,
                       action=self.on_storm)
         self._storms.append(storm)
+        self._scalar(phase, TAG_STORM, 1.0, step)
+        if self.profile == "auto" and not self._trace_plan.get("storm"):
+            self._trace_plan["storm_pending"] = True  # trace the next recompiling train step
         text = storm_text(storm, self.storm_window)
         if self.on_storm == "raise":
             if self._in_fit:
@@ -687,22 +730,96 @@ class XlaMonitor(keras.callbacks.Callback):
 
     # ---------------------------------------------------------------- output
 
-    def _scalar(self, phase: str, tag: str, value: float, step: int) -> None:
+    def _out(self) -> Optional[SummaryWriters]:
+        """The writers (created on first use, with the custom-scalars layout), or
+        None when this monitor writes no files (no log_dir, or not the chief)."""
         if self.log_dir is None or not self._chief:
-            return
+            return None
         if self._writers is None:
             self._writers = SummaryWriters(self.log_dir)
-        self._writers.scalar(phase, tag, value, step)
+            self._writers.layout()
+        return self._writers
 
-    def _flush(self, files_only: bool = False) -> None:
+    def _scalar(self, phase: str, tag: str, value: float, step: int) -> None:
+        writers = self._out()
+        if writers is not None:
+            writers.scalar(phase, tag, value, step)
+
+    def _epoch_scalars(self, phase: str) -> None:
+        """End of an epoch (train) or of a validation run (test)."""
+        state = self._phases[phase]
+        if self.update_freq == "epoch" and state.epoch_steady_n:
+            self._scalar(phase, TAG_STEP_TIME, 1e3 * state.epoch_steady_sum / state.epoch_steady_n, state.step)
+        median = state.timing.median_seconds
+        if median is not None:
+            self._scalar(phase, TAG_STEADY_STEP_TIME, 1e3 * median, state.step)
+        state.epoch_steady_sum, state.epoch_steady_n = 0.0, 0
+
+    def _flush(self, files_only: bool = False, text: bool = False) -> None:
         self._last_flush = time.perf_counter()
+        if not files_only and self.log_dir is not None and self._chief:
+            report = self.report
+            if text:
+                self._out().text("train", TAG_REPORT, report.to_markdown(), self._phases["train"].step)
+            write_report_json(self.log_dir, report.to_dict())
         if self._writers is not None:
             self._writers.flush()
-        if not files_only and self.log_dir is not None and self._chief:
-            write_report_json(self.log_dir, self.report.to_dict())
+
+    # ------------------------------------------------------------ traces
+
+    def _maybe_start_trace(self, phase: str, state: _PhaseState, n: int) -> bool:
+        """Open a profiler trace window for the Profile tab when this train call
+        should be in one. True if the call runs inside a window."""
+        if self._trace is not None:
+            return True
+        if phase != "train" or self.profile is None or self.log_dir is None or not self._chief:
+            return False
+        plan, first = self._trace_plan, state.step + 1
+        kind = stop = None
+        if isinstance(self.profile, tuple):
+            start, end = self.profile
+            if not plan.get("range") and start <= first <= end:
+                kind, stop = "range", end
+        elif plan.get("storm_pending") and state.call_new:
+            kind, stop = "storm", state.step + n  # one recompiling step
+        elif (not plan.get("steady") and not state.call_new and first >= self._fit_first_step + 10
+              and first - state.last_new_step > 5):
+            kind, stop = "steady", state.step + 5  # a short window of steady steps after warm-up
+        if kind is None:
+            return False
+        plan[kind] = True
+        if kind == "storm":
+            plan["storm_pending"] = False
+        import tensorflow as tf
+        run_dir = os.path.join(self.log_dir, "train")
+        try:
+            tf.profiler.experimental.start(run_dir)
+        except Exception as error:  # noqa: BLE001 - another profiler: skip, never crash
+            self._note_once("trace-busy", f"skipped a profiler trace: another profiler is running ({error!r}); "
+                            "stop only what we started")
+            return False
+        self._trace = {"kind": kind, "stop_step": stop, "dir": run_dir, "started": time.time()}
+        return True
+
+    def _stop_trace(self) -> None:
+        """Stop the trace window we opened (and only that one)."""
+        trace, self._trace = self._trace, None
+        if trace is None:
+            return
+        import tensorflow as tf
+        try:
+            tf.profiler.experimental.stop()
+        except Exception as error:  # noqa: BLE001 - the window is lost, training goes on
+            self._note_once("trace-stop", f"a profiler trace could not be saved: {error!r}")
+            return
+        profile_dir = os.path.join(trace["dir"], "plugins", "profile")
+        sessions = sorted((os.path.join(profile_dir, d) for d in os.listdir(profile_dir)), key=os.path.getmtime) \
+            if os.path.isdir(profile_dir) else []
+        if sessions:
+            self._traces.append(f"{trace['kind']}: {sessions[-1]}")
 
     def _finish(self) -> None:
-        self._flush()
+        self._flush(text=True)
         if self._writers is not None:
             self._writers.close()
             self._writers = None
@@ -776,6 +893,7 @@ def _flush_at_exit(ref) -> None:
         return
     try:
         monitor._abandon_probe(monitor._active_probe)
+        monitor._stop_trace()
         if monitor._in_fit:
             monitor._jit.restore()
         if monitor._writers is not None:

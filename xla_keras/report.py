@@ -119,6 +119,7 @@ class XlaReport:
     break_even_steps: Optional[float] = None
     cache_saved_seconds: Optional[float] = None
     probe: str = "profiler"
+    traces: List[str] = field(default_factory=list)
     notes: List[str] = field(default_factory=list)
     log_dir: Optional[str] = None
     versions: Dict[str, str] = field(default_factory=dict)
@@ -149,6 +150,7 @@ class XlaReport:
             "break_even_steps": _finite_or_none(self.break_even_steps),
             "cache_saved_seconds": self.cache_saved_seconds,
             "probe": self.probe,
+            "traces": list(self.traces),
             "notes": list(self.notes),
             "log_dir": self.log_dir,
             "versions": dict(self.versions),
@@ -171,6 +173,9 @@ class XlaReport:
 
     def __str__(self) -> str:
         return render(self)
+
+    def to_markdown(self) -> str:
+        return render_markdown(self)
 
 
 def _finite_or_none(x: Optional[float]) -> Optional[float]:
@@ -236,3 +241,40 @@ def render(report: XlaReport) -> str:
     if report.log_dir:
         lines.append(f"  logs            : tensorboard --logdir {report.log_dir}")
     return "\n".join(lines)
+
+
+def render_markdown(report: XlaReport) -> str:
+    """The report as markdown, for TensorBoard's Text tab (``xla/report``)."""
+    phases = [p for p in PHASES if report.steps.get(p)] or ["train"]
+    by_phase: Dict[str, float] = {}
+    for c in report.compilations:
+        by_phase[c.phase] = by_phase.get(c.phase, 0.0) + c.seconds
+    out = ["## XLA report", "",
+           f"**jit requested:** `{report.jit_mode}` &nbsp; **XLA active:** {_active_word(report.jit_active)}", "",
+           f"{report.jit_reason}", "",
+           "| phase | steps | compiles | compile time | distinct signatures | steady step |",
+           "|---|---|---|---|---|---|"]
+    for p in phases:
+        out.append(f"| {p} | {report.steps.get(p, 0)} | {report.compilation_count.get(p, 0)} | "
+                   f"{_ms(by_phase.get(p)) if p in by_phase else '0'} | {report.distinct_signatures.get(p, 0)} | "
+                   f"{_ms(report.steady_step_seconds_by_phase.get(p))} |")
+    out += ["", f"**compile time:** {_ms(report.compile_seconds)}"
+            + (f" ({report.compile_share:.0%} of {_ms(report.wall_seconds)} monitored)"
+               if report.compile_share is not None else "")]
+    out.append("")
+    out.append("**break-even:** " + (f"{report.break_even_steps:.0f} steps" if report.break_even_steps is not None
+                                     else "unknown (no non-XLA baseline measured)"))
+    if report.slow_step_count:
+        out += ["", f"**slow steps:** {report.slow_step_count} known-signature steps far above the steady median"]
+    if report.storms:
+        out += ["", "### Recompilation storms"]
+        for storm in report.storms:
+            out.append(f"- **{storm.phase}, step {storm.step}** ({storm.count} new shapes, action "
+                       f"`{storm.action}`): {storm.advice}")
+    if report.fallback:
+        out += ["", f"**fallback:** {report.fallback['reason']}"]
+    if report.traces:
+        out += ["", "### Profiler traces (Profile tab)"] + [f"- `{t}`" for t in report.traces]
+    if report.notes:
+        out += ["", "### Notes"] + [f"- {n}" for n in report.notes]
+    return "\n".join(out)

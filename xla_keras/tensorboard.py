@@ -17,8 +17,35 @@ RUNS = {"train": "train", "test": "validation"}
 REPORT_FILE = "xla_report.json"
 
 TAG_STEP_TIME = "xla/step_time_ms"
+TAG_STEADY_STEP_TIME = "xla/steady_step_time_ms"
 TAG_COMPILATIONS = "xla/compilations"
 TAG_COMPILE_TIME = "xla/compile_time_ms"
+TAG_DISTINCT_SIGNATURES = "xla/distinct_signatures"
+TAG_STORM = "xla/storm"
+TAG_REPORT = "xla/report"
+LAYOUT_CATEGORY = "XLA"
+
+
+def _layout() -> Any:
+    """The custom-scalars layout: one "XLA" category, three charts."""
+    from tensorboard.plugins.custom_scalar import layout_pb2
+
+    def chart(title, tags):
+        return layout_pb2.Chart(title=title, multiline=layout_pb2.MultilineChartContent(
+            tag=[f"^{t}$" for t in tags]))
+
+    return layout_pb2.Layout(category=[layout_pb2.Category(title=LAYOUT_CATEGORY, chart=[
+        chart("step time vs steady step time (ms)", [TAG_STEP_TIME, TAG_STEADY_STEP_TIME]),
+        chart("compilations and distinct signatures", [TAG_COMPILATIONS, TAG_DISTINCT_SIGNATURES]),
+        chart("compile time (ms)", [TAG_COMPILE_TIME]),
+        chart("recompilation storms", [TAG_STORM]),
+    ])])
+
+
+def _string_tensor(value: bytes) -> Any:
+    from tensorboard.compat.proto import tensor_pb2, tensor_shape_pb2, types_pb2
+    return tensor_pb2.TensorProto(dtype=types_pb2.DT_STRING, string_val=[value],
+                                  tensor_shape=tensor_shape_pb2.TensorShapeProto())
 
 
 class SummaryWriters:
@@ -47,10 +74,31 @@ class SummaryWriters:
         run = RUNS.get(phase)
         if run is None:
             return
+        from tensorboard.compat.proto.summary_pb2 import Summary
+        self._event(run, step, Summary.Value(tag=tag, simple_value=float(value)))
+
+    def _event(self, run: str, step: int, value: Any) -> None:
         from tensorboard.compat.proto.event_pb2 import Event
         from tensorboard.compat.proto.summary_pb2 import Summary
-        summary = Summary(value=[Summary.Value(tag=tag, simple_value=float(value))])
-        self._writer(run).add_event(Event(wall_time=time.time(), step=int(step), summary=summary))
+        self._writer(run).add_event(Event(wall_time=time.time(), step=int(step), summary=Summary(value=[value])))
+
+    def text(self, phase: str, tag: str, markdown: str, step: int) -> None:
+        """A text summary (TensorBoard's Text tab renders it as markdown)."""
+        from tensorboard.compat.proto.summary_pb2 import Summary
+        from tensorboard.plugins.text import metadata
+        run = RUNS.get(phase)
+        if run is not None:
+            self._event(run, step, Summary.Value(
+                tag=tag, metadata=metadata.create_summary_metadata(display_name=tag, description=""),
+                tensor=_string_tensor(markdown.encode("utf-8"))))
+
+    def layout(self) -> None:
+        """The custom-scalars layout with the "XLA" category (written once per writer)."""
+        from tensorboard.compat.proto.summary_pb2 import Summary
+        from tensorboard.plugins.custom_scalar import metadata
+        self._event("train", 0, Summary.Value(
+            tag=metadata.CONFIG_SUMMARY_TAG, metadata=metadata.create_summary_metadata(),
+            tensor=_string_tensor(_layout().SerializeToString())))
 
     def flush(self) -> None:
         for writer in self._writers.values():

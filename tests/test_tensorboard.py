@@ -1,0 +1,284 @@
+"""What users see in TensorBoard: event files read back, a real TensorBoard
+server with the Profile plugin, and the XLA charts rendered in headless Chromium."""
+
+import gzip
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+import warnings
+
+import numpy as np
+import pytest
+
+tf = pytest.importorskip("tensorflow")
+keras = pytest.importorskip("keras")
+
+import xla_keras  # noqa: E402
+from xla_keras.tensorboard import LAYOUT_CATEGORY, TAG_REPORT  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+XLA_SCALARS = {"xla/step_time_ms", "xla/steady_step_time_ms", "xla/compile_time_ms", "xla/compilations",
+               "xla/distinct_signatures", "xla/storm"}
+
+
+def _sequences(n=160):
+    lengths = np.random.default_rng(0).integers(4, 80, size=n)
+
+    def gen():
+        for length in lengths:
+            yield np.arange(length, dtype=np.int32) % 97 + 1, np.float32(length % 2)
+
+    return tf.data.Dataset.from_generator(gen, output_signature=(
+        tf.TensorSpec((None,), tf.int32), tf.TensorSpec((), tf.float32))).padded_batch(8)
+
+
+def _accumulator(run_dir):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    acc = EventAccumulator(run_dir, size_guidance={"tensors": 0, "scalars": 0})
+    acc.Reload()
+    return acc
+
+
+@pytest.fixture(scope="module")
+def storm_logdir(tmp_path_factory):
+    """A fit with a storm (epoch 1), steady steps (epoch 2), validation, every
+    scalar per batch and the default profile="auto"."""
+    log_dir = str(tmp_path_factory.mktemp("tb") / "logs")
+    model = keras.Sequential([keras.Input((None,), dtype="int32"), keras.layers.Embedding(100, 8),
+                              keras.layers.GlobalAveragePooling1D(), keras.layers.Dense(1)])
+    model.compile("adam", "mse")
+    monitor = xla_keras.XlaMonitor(log_dir=log_dir, jit="on", storm_threshold=4, update_freq="batch", verbose=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model.fit(_sequences(), epochs=2, validation_data=_sequences(24), callbacks=[monitor], verbose=0)
+    return log_dir, monitor.report
+
+
+def test_event_files_hold_every_xla_tag(storm_logdir):
+    log_dir, report = storm_logdir
+    train = _accumulator(os.path.join(log_dir, "train"))
+    assert set(train.Tags()["scalars"]) == XLA_SCALARS
+    assert {TAG_REPORT, "custom_scalars__config__"} <= set(train.Tags()["tensors"])
+    validation = _accumulator(os.path.join(log_dir, "validation"))
+    assert {"xla/compilations", "xla/compile_time_ms", "xla/steady_step_time_ms"} <= set(
+        validation.Tags()["scalars"])
+
+
+def test_scalar_values_match_the_report(storm_logdir):
+    log_dir, report = storm_logdir
+    train = _accumulator(os.path.join(log_dir, "train"))
+    compiles = [c for c in report.compilations if c.phase == "train"]
+    got = [(e.step, e.value) for e in train.Scalars("xla/compile_time_ms")]
+    assert [s for s, _ in got] == [c.step for c in compiles]
+    for (_, value), c in zip(got, compiles):
+        if c.source == "profiler":  # timing estimates are refined at report time
+            assert value == pytest.approx(c.seconds * 1e3, rel=1e-4)
+    assert [e.value for e in train.Scalars("xla/compilations")] == list(range(1, len(compiles) + 1))
+    assert train.Scalars("xla/distinct_signatures")[-1].value == report.distinct_signatures["train"]
+    assert [(e.step, e.value) for e in train.Scalars("xla/storm")] == [(report.storms[0].step, 1.0)]
+    assert train.Scalars("xla/steady_step_time_ms")[-1].value == pytest.approx(
+        report.steady_step_seconds * 1e3, rel=1e-3)
+    validation = _accumulator(os.path.join(log_dir, "validation"))
+    assert len(validation.Scalars("xla/compilations")) == report.compilation_count["test"]
+
+
+def test_text_report_is_the_markdown_report(storm_logdir):
+    log_dir, report = storm_logdir
+    events = _accumulator(os.path.join(log_dir, "train")).Tensors(TAG_REPORT)
+    text = events[-1].tensor_proto.string_val[0].decode()
+    assert text.startswith("## XLA report")
+    assert "**jit requested:** `on`" in text and "| train |" in text
+    assert "### Recompilation storms" in text and f"step {report.storms[0].step}" in text
+    assert "### Profiler traces (Profile tab)" in text
+
+
+def test_custom_scalars_layout_has_the_xla_category(storm_logdir):
+    from tensorboard.plugins.custom_scalar import layout_pb2
+    log_dir, _ = storm_logdir
+    event = _accumulator(os.path.join(log_dir, "train")).Tensors("custom_scalars__config__")[0]
+    layout = layout_pb2.Layout.FromString(event.tensor_proto.string_val[0])
+    assert [c.title for c in layout.category] == [LAYOUT_CATEGORY]
+    tags = {t for chart in layout.category[0].chart for t in chart.multiline.tag}
+    assert tags == {f"^{t}$" for t in XLA_SCALARS}
+
+
+def test_traces_land_where_the_profile_tab_finds_them(storm_logdir):
+    log_dir, report = storm_logdir
+    kinds = [t.split(":")[0] for t in report.traces]
+    assert kinds == ["storm", "steady"]
+    for trace in report.traces:
+        session = trace.split(": ", 1)[1]
+        assert os.path.dirname(session) == os.path.join(log_dir, "train", "plugins", "profile")
+        assert any(f.endswith(".xplane.pb") for f in os.listdir(session))
+
+
+def _mlp():
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
+    model.compile("sgd", "mse")
+    rng = np.random.default_rng(0)
+    return model, rng.random((320, 4), dtype=np.float32), rng.random((320, 1), dtype=np.float32)
+
+
+def test_profile_range_and_none(tmp_path):
+    model, x, y = _mlp()
+    monitor = xla_keras.XlaMonitor(log_dir=str(tmp_path / "a"), profile=(3, 5), verbose=0)
+    model.fit(x, y, batch_size=32, epochs=1, callbacks=[monitor], verbose=0)
+    assert [t.split(":")[0] for t in monitor.report.traces] == ["range"]
+    monitor = xla_keras.XlaMonitor(log_dir=str(tmp_path / "b"), profile=None, verbose=0)
+    model.fit(x, y, batch_size=32, epochs=2, callbacks=[monitor], verbose=0)
+    assert monitor.report.traces == []
+    assert not os.path.exists(tmp_path / "b" / "train" / "plugins")
+
+
+@pytest.mark.parametrize("profile", ["auto", (1, 3), [2, 2]])
+def test_profile_accepts(profile):
+    assert xla_keras.XlaMonitor(log_dir=None, profile=profile).profile in ("auto", (1, 3), (2, 2))
+
+
+@pytest.mark.parametrize("profile", ["always", (0, 3), (5, 2), (1, 2, 3), (1.0, 2)])
+def test_profile_rejects_bad_values_naming_the_choices(profile):
+    with pytest.raises(ValueError, match="'auto', None or \\(start, stop\\)"):
+        xla_keras.XlaMonitor(log_dir=None, profile=profile)
+
+
+def test_busy_profiler_skips_the_trace_and_stops_only_ours(tmp_path):
+    model, x, y = _mlp()
+    tf.profiler.experimental.start(str(tmp_path / "theirs"))
+    try:
+        monitor = xla_keras.XlaMonitor(log_dir=str(tmp_path / "ours"), profile=(2, 4), verbose=0)
+        model.fit(x, y, batch_size=32, epochs=1, callbacks=[monitor], verbose=0)
+    finally:
+        tf.profiler.experimental.stop()  # still running: the monitor did not stop it
+    assert monitor.report.traces == []
+    assert sum("skipped a profiler trace" in n for n in monitor.report.notes) == 1
+
+
+def test_side_by_side_with_keras_tensorboard_on_one_log_dir(tmp_path):
+    log_dir = str(tmp_path / "logs")
+    model, x, y = _mlp()
+    keras_tb = keras.callbacks.TensorBoard(log_dir=log_dir, update_freq="batch", profile_batch=(2, 3))
+    monitor = xla_keras.XlaMonitor(log_dir=log_dir, jit="on", profile=(12, 13), verbose=0)
+
+    class Pause(keras.callbacks.Callback):  # profiler session dirs are named by the second
+        def on_epoch_end(self, epoch, logs=None):
+            time.sleep(1.1)
+
+    model.fit(x, y, batch_size=32, epochs=2, validation_data=(x[:64], y[:64]),
+              callbacks=[keras_tb, monitor, Pause()], verbose=0)
+    train = _accumulator(os.path.join(log_dir, "train"))
+    tags = set(train.Tags()["scalars"]) | set(train.Tags()["tensors"])
+    assert "epoch_loss" in tags and "xla/compilations" in tags
+    sessions = os.listdir(os.path.join(log_dir, "train", "plugins", "profile"))
+    assert len(sessions) == 2  # Keras's window and ours
+    assert monitor.report.compilation_count["train"] == 1
+
+
+# ------------------------------------------------------------ a real TensorBoard
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _get(url, timeout=30):
+    with urllib.request.urlopen(url, timeout=timeout) as response:
+        body = response.read()
+        if response.headers.get("Content-Encoding") == "gzip":
+            body = gzip.decompress(body)
+        return response.status, body
+
+
+@pytest.fixture(scope="module")
+def tensorboard_server(storm_logdir, tmp_path_factory):
+    log_dir, report = storm_logdir
+    port = _free_port()
+    binary = shutil.which("tensorboard") or os.path.join(os.path.dirname(sys.executable), "tensorboard")
+    server_log = tmp_path_factory.mktemp("server") / "tensorboard.log"
+    log_file = open(server_log, "w")  # a file, not a pipe: a full pipe would block the server
+    proc = subprocess.Popen([binary, "--logdir", log_dir, "--host", "127.0.0.1", "--port", str(port)],
+                            stdout=log_file, stderr=subprocess.STDOUT)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.time() + 120
+        while True:
+            try:
+                _get(base + "/data/plugins_listing", timeout=5)
+                break
+            except OSError:
+                if proc.poll() is not None or time.time() > deadline:
+                    raise AssertionError("tensorboard did not start: " + server_log.read_text()[-2000:]) from None
+                time.sleep(0.5)
+        yield base, report
+    finally:
+        proc.terminate()  # by its PID
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        log_file.close()
+
+
+def test_real_tensorboard_serves_the_xla_data(tensorboard_server):
+    base, report = tensorboard_server
+    plugins = json.loads(_get(base + "/data/plugins_listing")[1])
+    for name in ("scalars", "text", "custom_scalars", "profile"):
+        assert plugins[name]["enabled"], name
+    tags = json.loads(_get(base + "/data/plugin/scalars/tags")[1])
+    assert XLA_SCALARS <= set(tags["train"])
+    series = json.loads(_get(base + "/data/plugin/scalars/scalars?run=train&tag=xla/compilations")[1])
+    assert [point[2] for point in series] == list(range(1, report.compilation_count["train"] + 1))
+    assert json.loads(_get(base + "/data/plugin/text/tags")[1]) == {"train": [TAG_REPORT]}
+    layout = json.loads(_get(base + "/data/plugin/custom_scalars/layout")[1])
+    assert layout["category"][0]["title"] == LAYOUT_CATEGORY
+
+
+def test_real_profile_plugin_lists_and_opens_our_traces(tensorboard_server):
+    base, report = tensorboard_server
+    runs = json.loads(_get(base + "/data/plugin/profile/runs")[1])
+    ours = sorted("train/" + os.path.basename(t.split(": ", 1)[1]) for t in report.traces)
+    assert sorted(runs) == ours
+    for run in runs:
+        tools = json.loads(_get(f"{base}/data/plugin/profile/run_tools?run={run}")[1])
+        for tool in ("overview_page", "hlo_stats"):
+            assert tool in tools
+        trace_viewer = next(t for t in tools if t.startswith("trace_viewer"))
+        hosts = json.loads(_get(f"{base}/data/plugin/profile/hosts?run={run}&tag={trace_viewer}")[1])
+        host = hosts[0]["hostname"]
+        for tool in (trace_viewer, "hlo_stats"):
+            status, body = _get(f"{base}/data/plugin/profile/data?run={run}&tag={tool}&host={host}", timeout=120)
+            assert status == 200 and len(body) > 100
+            json.loads(body)  # the tool's data opens
+
+
+def test_headless_chromium_renders_the_xla_charts(tensorboard_server):
+    base, _ = tensorboard_server
+    from playwright.sync_api import sync_playwright
+    chromium = shutil.which("chromium") or "/usr/bin/chromium"
+    assert os.path.exists(chromium), "chromium is installed by the README's test command"
+    artifacts = os.path.join(ROOT, "artifacts")
+    os.makedirs(artifacts, exist_ok=True)
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=chromium, args=[
+            "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+            "--disable-sync", "--no-first-run"])
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 1000})
+            page.goto(base + "/?darkMode=false#scalars&tagFilter=xla", wait_until="networkidle")
+            for tag in sorted(XLA_SCALARS):  # every chart card is there, by its title
+                page.get_by_text(tag, exact=True).first.wait_for(timeout=30000)
+            assert page.get_by_text("no/such_tag", exact=True).count() == 0
+            page.wait_for_timeout(1500)
+            page.screenshot(path=os.path.join(artifacts, "tensorboard_xla_scalars.png"))
+            page.goto(base + "/?darkMode=false#custom_scalars", wait_until="networkidle")
+            page.get_by_text("step time vs steady step time (ms)", exact=True).first.wait_for(timeout=30000)
+            page.screenshot(path=os.path.join(artifacts, "tensorboard_xla_custom_scalars.png"))
+        finally:
+            browser.close()
+    assert os.path.getsize(os.path.join(artifacts, "tensorboard_xla_scalars.png")) > 10000
