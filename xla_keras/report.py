@@ -236,6 +236,9 @@ def render(report: XlaReport) -> str:
         rest = report.total_compilations - len(shown)
         if rest > 0:
             lines.append(f"    ... {rest} more")
+    if report.traces:
+        lines.append(f"  profiler traces : {len(report.traces)} for the Profile tab "
+                     f"({', '.join(t.split(':')[0] for t in report.traces)})")
     for note in report.notes:
         lines.append(f"  note: {note}")
     if report.log_dir:

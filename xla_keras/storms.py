@@ -555,9 +555,12 @@ def partial_batch_note(phase: str, history: ShapeHistory) -> Optional[str]:
     if not partial:
         return None
     rows, full = next(iter(partial.values()))
-    unit = "epoch" if phase == "train" else "run"
-    return (f"{phase}: the last batch of each {unit} has {rows} rows instead of {full}: one extra compile "
-            "for this phase (no storm by itself); batch with drop_remainder=True to avoid it")
+    if phase == "train":
+        return (f"train: the last batch of each epoch has {rows} rows instead of {full}: one extra compile "
+                "for this phase (no storm by itself); batch with drop_remainder=True to avoid it")
+    return (f"{phase}: the last batch of each run has {rows} rows instead of {full}: one extra compile for this "
+            "phase (no storm by itself), which keeps every example; pad it to the full size to avoid it "
+            "(drop_remainder=True would drop examples from the results)")
 
 
 def train_vs_validation_note(train: ShapeHistory, test: ShapeHistory) -> Optional[str]:
