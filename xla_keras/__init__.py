@@ -9,12 +9,13 @@ from __future__ import annotations
 __version__ = "0.1.0"
 
 __all__ = ["XlaMonitor", "XlaReport", "Compilation", "SlowStep", "Storm", "RecompilationStormError",
-           "configure", "XlaKerasWarning",
+           "configure", "doctor", "XlaKerasWarning",
            "__version__"]
 
 _LAZY = {
     "XlaMonitor": "monitor",
     "configure": "jit",
+    "doctor": "doctor",
     "XlaKerasWarning": "jit",
     "XlaReport": "report",
     "Compilation": "report",

@@ -1,6 +1,8 @@
 """The ``xla-keras`` command line.
 
     xla-keras report LOGDIR [--json]   print the report(s) XlaMonitor wrote under LOGDIR
+    xla-keras doctor                   what this machine and environment will do with XLA
+    xla-keras explain LOGFILE|-        explain the TensorFlow/XLA lines of a training log
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from absl import app, flags
 from .report import XlaReport
 from .tensorboard import REPORT_FILE
 
-COMMANDS = ("report",)
+COMMANDS = ("report", "doctor", "explain")
 
 flags.DEFINE_bool("json", False, "print the report as JSON instead of the human summary")
 FLAGS = flags.FLAGS
@@ -69,6 +71,36 @@ def cmd_report(args: List[str], as_json: bool, out=sys.stdout) -> int:
     return 0
 
 
+def cmd_doctor(args: List[str], out=sys.stdout) -> int:
+    if args:
+        print("usage: xla-keras doctor", file=sys.stderr)
+        return 2
+    from .doctor import doctor, exit_code
+    findings = doctor()
+    for finding in findings:
+        out.write(str(finding) + "\n")
+    return exit_code(findings)
+
+
+def cmd_explain(args: List[str], out=sys.stdout) -> int:
+    if len(args) != 1:
+        print("usage: xla-keras explain LOGFILE|-", file=sys.stderr)
+        return 2
+    from .explain import explain, render
+    source = args[0]
+    if source == "-":
+        findings = explain(sys.stdin)
+    else:
+        try:
+            with open(source, errors="replace") as f:
+                findings = explain(f)
+        except OSError as e:
+            print(f"xla-keras explain: cannot read {source!r}: {e.strerror}", file=sys.stderr)
+            return 2
+    out.write(render(findings, None if source == "-" else source) + "\n")
+    return 0
+
+
 def run(argv: List[str]) -> int:
     args = argv[1:]
     if not args or args[0] not in COMMANDS:
@@ -76,6 +108,10 @@ def run(argv: List[str]) -> int:
         print(f"xla-keras: command must be one of {', '.join(COMMANDS)}; got {given}",
               file=sys.stderr)
         return 2
+    if args[0] == "doctor":
+        return cmd_doctor(args[1:])
+    if args[0] == "explain":
+        return cmd_explain(args[1:])
     return cmd_report(args[1:], FLAGS.json)
 
 

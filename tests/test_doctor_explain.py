@@ -1,0 +1,129 @@
+"""xla-keras doctor and explain, against real TensorFlow processes."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from xla_keras.explain import explain, render
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+LOG_SOURCES = os.path.join(ROOT, "tests", "log_sources.py")
+
+
+def _env(**extra):
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env.pop("TF_XLA_FLAGS", None)
+    env.pop("XLA_FLAGS", None)
+    env.update(extra)
+    return env
+
+
+def _stderr_of(*cmd, **env):
+    return subprocess.run([sys.executable, *cmd], capture_output=True, text=True, timeout=300,
+                          env=_env(**env)).stderr
+
+
+def _keys(text):
+    return [f.pattern.key for f in explain(text.splitlines())]
+
+
+# ------------------------------------------------------------------ explain
+
+
+@pytest.mark.scenario
+def test_explain_a_real_autoclustering_run(scenario_runs):
+    run = scenario_runs("partial_batch-auto-env")  # TF_CPP_VMODULE=device_compiler=1 was on
+    findings = {f.pattern.key: f for f in explain(run.stderr.splitlines())}
+    assert {"compiled_cluster", "compile_time", "xla_service"} <= set(findings)
+    assert findings["compiled_cluster"].count == 1  # TensorFlow logs it once per process
+    compile_time = findings["compile_time"]
+    assert compile_time.count == len(run.tf_compile_seconds)
+    assert compile_time.total_ms == pytest.approx(sum(run.tf_compile_seconds) * 1e3, rel=1e-6)
+    assert f"{compile_time.count} compiles" in render(list(findings.values()))
+
+
+def test_explain_an_unknown_tf_xla_flag_that_killed_tensorflow():
+    stderr = _stderr_of("-c", "import tensorflow as tf; tf.constant(1.0) + 1.0", TF_XLA_FLAGS="--no_such_flag")
+    findings = explain(stderr.splitlines())
+    assert [f.pattern.key for f in findings if f.pattern.key.startswith("unknown")] == ["unknown_tf_xla_flag"]
+    assert "--no_such_flag" in findings[[f.pattern.key for f in findings].index("unknown_tf_xla_flag")].examples[0]
+
+
+@pytest.mark.parametrize("kind, key", [("retrace", "retracing"), ("refused", "keras_refused_jit")])
+def test_explain_warnings_from_real_runs(kind, key):
+    findings = {f.pattern.key: f for f in explain(_stderr_of(LOG_SOURCES, kind).splitlines())}
+    assert key in findings
+    text = render(list(findings.values()))
+    assert f"[{key}]" in text and "fix" in text
+
+
+@pytest.mark.parametrize("line, key", [
+    # These two need TensorFlow's verbose logging to appear; written as TensorFlow prints them.
+    ("I0000 00:00:1 mark_for_compilation_pass.cc:1798] Not using XLA:CPU for cluster because envvar "
+     "TF_XLA_FLAGS=--tf_xla_cpu_global_jit was not set.", "not_using_xla_cpu"),
+    ("W0000 device_compilation_profiler.cc:140] Cluster cluster_3 is megamorphic: compiled 11 times", "megamorphic"),
+])
+def test_explain_lines_that_need_verbose_logging(line, key):
+    assert _keys(line) == [key]
+
+
+def test_explain_cli_reads_stdin_and_files(tmp_path):
+    log = tmp_path / "train.log"
+    log.write_text("noise\nI0000 device_compiler.h:538] Compilation of XLA executable time: 250 ms (x)\n"
+                   "I0000 device_compiler.h:538] Compilation of XLA executable time: 1.5 s (x)\n")
+    result = subprocess.run([sys.executable, "-m", "xla_keras.cli", "explain", str(log)], capture_output=True,
+                            text=True, env=_env(), timeout=120)
+    assert result.returncode == 0 and "2 compiles, 1.75 s in all" in result.stdout
+    result = subprocess.run([sys.executable, "-m", "xla_keras.cli", "explain", "-"], input="nothing here\n",
+                            capture_output=True, text=True, env=_env(), timeout=120)
+    assert result.returncode == 0 and "No TensorFlow/XLA lines found" in result.stdout
+    result = subprocess.run([sys.executable, "-m", "xla_keras.cli", "explain", str(tmp_path / "missing.log")],
+                            capture_output=True, text=True, env=_env(), timeout=120)
+    assert result.returncode == 2 and "cannot read" in result.stderr
+
+
+# ------------------------------------------------------------------ doctor
+
+
+def _doctor(**env):
+    return subprocess.run([sys.executable, "-m", "xla_keras.cli", "doctor"], capture_output=True, text=True,
+                          env=_env(**env), timeout=600)
+
+
+def test_doctor_on_a_cpu_machine_is_informational_and_exits_0():
+    result = _doctor()
+    assert result.returncode == 0, result.stdout + result.stderr
+    for words in ("versions: tensorflow 2.", "devices: CPU", "resolves to False here", "Profile tab",
+                  "persistent compilation cache"):
+        assert words in result.stdout
+
+
+@pytest.mark.parametrize("env, words", [
+    ({"TF_XLA_FLAGS": "--tf_xla_auto_jit=2 --no_such_flag"}, "Unknown flag in TF_XLA_FLAGS: --no_such_flag"),
+    ({"XLA_FLAGS": "--xla_no_such_flag=1"}, "Unknown flag in XLA_FLAGS"),
+    ({"TF_XLA_FLAGS": "--tf_xla_auto_jit=2"}, "the CPU global-jit flag is not set"),
+])
+def test_doctor_exits_non_zero_for_what_will_not_work(env, words):
+    result = _doctor(**env)
+    assert result.returncode == 1
+    assert "[error]" in result.stdout and words in result.stdout
+
+
+def test_doctor_accepts_valid_flags():
+    result = _doctor(TF_XLA_FLAGS="--tf_xla_auto_jit=2 --tf_xla_cpu_global_jit", TF_CPP_MIN_LOG_LEVEL="2")
+    assert result.returncode == 0, result.stdout
+    assert "TensorFlow started and compiled with these flags" in result.stdout
+    assert "TF_CPP_MIN_LOG_LEVEL=2 hides" in result.stdout
+    assert "CPU auto-clustering: can compile clusters" in result.stdout
+
+
+def test_doctor_in_process_does_not_create_devices():
+    code = ("import xla_keras, sys\n"
+            "from xla_keras import _internals\n"
+            "findings = xla_keras.doctor(check_flags=False)\n"
+            "assert any(f.topic == 'devices' for f in findings)\n"
+            "print(_internals.devices_initialized())\n")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=_env(), timeout=300)
+    assert result.stdout.strip().splitlines()[-1] == "False", result.stderr[-2000:]

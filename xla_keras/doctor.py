@@ -1,0 +1,159 @@
+"""xla_keras.doctor(): what this machine and environment will do with XLA.
+
+Findings have a level: "ok", "info", "warn" or "error". "error" is kept for a
+configuration that will fail or silently not do what was asked (an unknown
+flag in TF_XLA_FLAGS or XLA_FLAGS, auto-clustering requested on CPU without
+the global-jit flag); the command line exits non-zero only then.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from typing import List, Optional
+
+from . import _internals
+
+LEVELS = ("ok", "info", "warn", "error")
+
+# Started in a fresh process with the user's flags: an unknown TF_XLA_FLAGS
+# flag kills TensorFlow at its first op, an unknown XLA_FLAGS flag at XLA's
+# first compile. Running the real thing is the only list that cannot go stale.
+_FLAG_CHECK = (
+    "import tensorflow as tf\n"
+    "tf.constant(1.0) + 1.0\n"
+    "tf.function(lambda a: a * 2.0, jit_compile=True)(tf.ones((2,)))\n"
+    "print('XLA_KERAS_FLAGS_OK')\n"
+)
+
+
+@dataclass
+class Finding:
+    level: str
+    topic: str
+    message: str
+    fix: str = ""
+
+    def __str__(self) -> str:
+        return f"[{self.level:5s}] {self.topic}: {self.message}" + (f"\n        fix: {self.fix}" if self.fix else "")
+
+
+def _flags(name: str) -> List[str]:
+    return os.environ.get(name, "").split()
+
+
+def _check_flags_in_subprocess() -> Optional[str]:
+    """None if TensorFlow starts and compiles with the current flags, else the reason."""
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="0")
+    try:
+        proc = subprocess.run([sys.executable, "-c", _FLAG_CHECK], env=env, capture_output=True, text=True,
+                              timeout=300)
+    except subprocess.TimeoutExpired:
+        return "TensorFlow did not start within 300 s with these flags"
+    if "XLA_KERAS_FLAGS_OK" in proc.stdout:
+        return None
+    for line in proc.stderr.splitlines():
+        if "Unknown flag" in line or "Unknown flags" in line:
+            return line.split("] ", 1)[-1].strip()
+    return f"TensorFlow exited with status {proc.returncode}: " + proc.stderr.strip().splitlines()[-1][:300]
+
+
+def _cache_dir() -> Optional[str]:
+    for token in _flags("TF_XLA_FLAGS"):
+        name, _, value = token.lstrip("-").partition("=")
+        if name == "tf_xla_persistent_cache_directory" and value:
+            return value
+    return None
+
+
+def doctor(check_flags: bool = True) -> List[Finding]:
+    """Findings about versions, devices, jit resolution, flags, logging and the Profile tab.
+
+    Args:
+        check_flags: start TensorFlow in a subprocess with the current
+            TF_XLA_FLAGS / XLA_FLAGS to prove they are accepted (a few seconds).
+    """
+    findings: List[Finding] = []
+    versions = {name: _internals._version(name) for name in
+                ("tensorflow", "keras", "tensorboard", "tensorboard-plugin-profile", "xprof")}
+    findings.append(Finding("info", "versions", ", ".join(f"{k} {v}" for k, v in versions.items())
+                            + f", xla_keras {_internals.versions()['xla_keras']}"))
+    tf_flags, xla_flags = _flags("TF_XLA_FLAGS"), _flags("XLA_FLAGS")
+    findings.append(Finding("info", "TF_XLA_FLAGS", " ".join(tf_flags) or "(not set)"))
+    findings.append(Finding("info", "XLA_FLAGS", " ".join(xla_flags) or "(not set)"))
+    # Checked first, in a subprocess: with a bad flag, touching TensorFlow here
+    # would kill this process too.
+    problem = _check_flags_in_subprocess() if check_flags and (tf_flags or xla_flags) else None
+    if problem:
+        findings.append(Finding("error", "flags", f"TensorFlow will not run with these flags: {problem}",
+                                "remove or correct the flag"))
+    elif check_flags and (tf_flags or xla_flags):
+        findings.append(Finding("ok", "flags", "TensorFlow started and compiled with these flags"))
+
+    accelerators: list = []
+    if problem and "TF_XLA_FLAGS" in problem:
+        findings.append(Finding("warn", "devices", "not checked: TensorFlow cannot start with this TF_XLA_FLAGS"))
+    else:
+        import tensorflow as tf
+        devices = tf.config.list_physical_devices()  # does not create the devices
+        accelerators = [d for d in devices if d.device_type != "CPU"]
+        findings.append(Finding("info", "devices", ", ".join(f"{d.device_type}:{d.name.rsplit(':', 1)[-1]}"
+                                                             for d in devices) or "none"))
+        if accelerators:
+            findings.append(Finding("info", "jit_compile='auto'", "resolves to True here (an accelerator is "
+                                    "present), except under a tf.distribute strategy, where Keras resolves it "
+                                    "to False"))
+        else:
+            findings.append(Finding("info", "jit_compile='auto'", "resolves to False here: no GPU/TPU, so Keras "
+                                    "does not use XLA unless asked",
+                                    "XlaMonitor(jit='on') or compile(jit_compile=True)"))
+
+    auto_on = _internals.env_auto_jit_on()
+    cpu_flag = _internals.env_flag_set("tf_xla_cpu_global_jit")
+    if auto_on and not accelerators and not cpu_flag:
+        findings.append(Finding("error", "auto-clustering", "TF_XLA_FLAGS asks for auto-clustering, but this machine "
+                                "has only CPUs and the CPU global-jit flag is not set: no cluster will compile",
+                                "add --tf_xla_cpu_global_jit to TF_XLA_FLAGS"))
+    from .jit import FIX_CPU_AUTOCLUSTERING, cpu_autoclustering_effective
+    effective = cpu_autoclustering_effective() if not problem else None
+    findings.append(Finding(
+        "ok" if effective else "info", "CPU auto-clustering",
+        {True: "can compile clusters in this process",
+         None: "not enabled yet, and can still be: TensorFlow has not created its devices",
+         False: "cannot compile clusters in this process: the CPU global-jit flag was not set before TensorFlow "
+                "created its devices"}[effective],
+        "" if effective else FIX_CPU_AUTOCLUSTERING))
+
+    level = os.environ.get("TF_CPP_MIN_LOG_LEVEL", "0")
+    vmodule = os.environ.get("TF_CPP_VMODULE", "")
+    if level not in ("", "0"):
+        findings.append(Finding("info", "logging", f"TF_CPP_MIN_LOG_LEVEL={level} hides TensorFlow's XLA info lines "
+                                "(\"Compiled cluster using XLA!\", compile times)",
+                                "TF_CPP_MIN_LOG_LEVEL=0 when you need them (xla-keras explain reads them)"))
+    if "device_compiler" not in vmodule:
+        findings.append(Finding("info", "logging", "TensorFlow's per-compile time lines are off",
+                                "TF_CPP_VMODULE=device_compiler=1 (XlaMonitor measures compiles without them)"))
+
+    import importlib.util
+    if importlib.util.find_spec("tensorboard_plugin_profile") or importlib.util.find_spec("xprof"):
+        findings.append(Finding("ok", "Profile tab", "tensorboard-plugin-profile is installed"))
+    else:
+        findings.append(Finding("warn", "Profile tab", "tensorboard-plugin-profile is not installed: traces will "
+                                "not open in TensorBoard", "pip install tensorboard-plugin-profile"))
+
+    cache = _cache_dir()
+    if cache:
+        files = [os.path.join(cache, f) for f in os.listdir(cache)] if os.path.isdir(cache) else []
+        size = sum(os.path.getsize(f) for f in files if os.path.isfile(f))
+        findings.append(Finding("info", "persistent compilation cache",
+                                f"{cache}: {len(files)} file(s), {size / 1e6:.1f} MB"))
+    else:
+        findings.append(Finding("info", "persistent compilation cache", "not configured: every new process compiles "
+                                "again", "TF_XLA_FLAGS=--tf_xla_persistent_cache_directory=DIR"))
+    return findings
+
+
+def exit_code(findings: List[Finding]) -> int:
+    return 1 if any(f.level == "error" for f in findings) else 0
