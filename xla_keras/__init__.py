@@ -9,13 +9,15 @@ from __future__ import annotations
 __version__ = "0.1.0"
 
 __all__ = ["XlaMonitor", "XlaReport", "Compilation", "SlowStep", "Storm", "RecompilationStormError",
-           "configure", "doctor", "XlaKerasWarning",
+           "configure", "doctor", "compare", "CompareTable", "XlaKerasWarning",
            "__version__"]
 
 _LAZY = {
     "XlaMonitor": "monitor",
     "configure": "jit",
     "doctor": "doctor",
+    "compare": "compare",
+    "CompareTable": "compare",
     "XlaKerasWarning": "jit",
     "XlaReport": "report",
     "Compilation": "report",

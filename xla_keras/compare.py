@@ -1,0 +1,202 @@
+"""xla_keras.compare: the XLA configurations side by side on the same model and batches.
+
+Each mode trains a fresh copy of the model (same initial weights, same
+optimizer config) on the same batches, observed by an XlaMonitor, and the
+table says per mode: first-step time, compile time, steady step time and its
+spread, speedup against "off", break-even step, whether XLA really ran, and
+compiles. On small CPUs XLA is often slower: the table shows it.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+from dataclasses import asdict, dataclass
+from typing import Any, Callable, List, Optional, Sequence, Union
+
+from .jit import MODES
+from .timing import break_even_steps
+
+COMPARABLE_MODES = tuple(m for m in MODES if m != "keep")
+
+
+@dataclass
+class ModeResult:
+    mode: str
+    xla_ran: Optional[bool]
+    reason: str
+    compiles: int
+    first_step_seconds: float
+    compile_seconds: float
+    steady_step_ms: Optional[float]
+    steady_spread_ms: Optional[float]  # interquartile range of the steady steps
+    speedup_vs_off: Optional[float] = None
+    break_even_step: Optional[float] = None  # None: unknown or never
+
+
+@dataclass
+class CompareTable:
+    steps: int
+    results: List[ModeResult]
+
+    def to_dict(self) -> dict:
+        return {"steps": self.steps, "results": [asdict(r) for r in self.results]}
+
+    def __str__(self) -> str:
+        head = (f"{'mode':15s} {'XLA ran':>8s} {'compiles':>8s} {'first step':>11s} {'compile':>9s} "
+                f"{'steady step':>12s} {'spread':>8s} {'vs off':>7s} {'break-even':>11s}")
+        lines = [f"xla_keras.compare: {self.steps} steps per mode, same initial weights and batches", head]
+        for r in self.results:
+            ran = {True: "yes", False: "NO", None: "?"}[r.xla_ran]
+            steady = f"{r.steady_step_ms:.3f} ms" if r.steady_step_ms is not None else "n/a"
+            spread = f"{r.steady_spread_ms:.3f}" if r.steady_spread_ms is not None else "n/a"
+            speed = f"{r.speedup_vs_off:.2f}x" if r.speedup_vs_off is not None else "n/a"
+            if r.mode == "off" or not r.xla_ran:
+                even = "-"
+            elif r.break_even_step is not None:
+                even = f"{r.break_even_step:.0f}"
+            else:
+                even = "never" if r.speedup_vs_off is not None and r.speedup_vs_off <= 1 else "n/a"
+            lines.append(f"{r.mode:15s} {ran:>8s} {r.compiles:8d} {r.first_step_seconds * 1e3:9.0f} ms "
+                         f"{r.compile_seconds * 1e3:6.0f} ms {steady:>12s} {spread:>8s} {speed:>7s} {even:>11s}")
+        slower = [r.mode for r in self.results if r.speedup_vs_off is not None and r.speedup_vs_off < 1
+                  and r.mode != "off"]
+        if slower:
+            lines.append(f"XLA is slower than 'off' here for: {', '.join(slower)} (common on small CPUs).")
+        for r in self.results:
+            if r.xla_ran is False and r.mode != "off":
+                lines.append(f"{r.mode}: XLA did not run: {r.reason}")
+        return "\n".join(lines)
+
+
+def _batches(data: Any, steps: int, batch_size: int) -> list:
+    import tensorflow as tf
+    if isinstance(data, tf.data.Dataset):
+        batches = list(data.take(steps))
+    elif isinstance(data, (tuple, list)) and 1 <= len(data) <= 3:
+        n = len(data[0])
+        batches = [tuple(tf.constant(part[i:i + batch_size]) for part in data)
+                   for i in range(0, n, batch_size)][:steps]
+    else:
+        raise TypeError("data must be a tf.data.Dataset of batches or a tuple (x, y[, sample_weight]) of arrays; "
+                        f"got {type(data).__name__}")
+    if not batches:
+        raise ValueError("data yielded no batch")
+    return batches
+
+
+def _dataset(batches: list) -> Any:
+    import tensorflow as tf
+
+    spec = tf.nest.map_structure(lambda t: tf.TensorSpec([None] * len(t.shape), t.dtype), batches[0])
+    return tf.data.Dataset.from_generator(lambda: iter(batches), output_signature=spec)
+
+
+def _copier(model_or_builder: Union[Any, Callable[[], Any]]) -> Callable[[], Any]:
+    """Fresh compiled copies with the same initial weights and optimizer config."""
+    import keras
+    if isinstance(model_or_builder, keras.Model):
+        source = model_or_builder
+        if not source.compiled:
+            raise ValueError("compare() needs a compiled model (or a builder that returns one)")
+        weights = source.get_weights()
+        config = source.get_compile_config()
+
+        def copy():
+            clone = keras.models.clone_model(source)
+            clone.set_weights(weights)
+            clone.compile_from_config(config)
+            return clone
+        return copy
+    if callable(model_or_builder):
+        first = model_or_builder()
+        weights = first.get_weights()
+
+        def build():
+            model = model_or_builder()
+            model.set_weights(weights)
+            return model
+        return build
+    raise TypeError(f"model_or_builder must be a compiled keras.Model or a function returning one; "
+                    f"got {type(model_or_builder).__name__}")
+
+
+def compare(model_or_builder: Union[Any, Callable[[], Any]], data: Any, steps: int = 50,
+            modes: Sequence[str] = ("off", "autoclustering", "on"), log_dir: Optional[str] = None,
+            batch_size: int = 32) -> CompareTable:
+    """Run the configurations side by side and return the table.
+
+    Args:
+        model_or_builder: a compiled keras.Model (copied with its weights and
+            compile config) or a function returning a new compiled model.
+        data: a tf.data.Dataset of batches, or (x, y[, sample_weight]) arrays.
+        steps: batches per mode (the same batches for every mode).
+        modes: any of "off", "autoclustering", "on" ("off" is added as the
+            baseline if missing).
+        log_dir: if given, each mode is written as its own TensorBoard run
+            (``log_dir/<mode>/train``).
+        batch_size: for array data.
+
+    Example:
+        >>> table = xla_keras.compare(build_model, (x, y), steps=100)  # doctest: +SKIP
+        >>> print(table)                                               # doctest: +SKIP
+    """
+    import keras
+
+    from .monitor import XlaMonitor
+
+    bad = [m for m in modes if m not in COMPARABLE_MODES]
+    if bad or not modes:
+        raise ValueError(f"modes must be drawn from {', '.join(map(repr, COMPARABLE_MODES))}; got {list(modes)!r}")
+    if not isinstance(steps, int) or steps < 3:
+        raise ValueError(f"steps must be an int >= 3; got {steps!r}")
+    order = ["off"] + [m for m in modes if m != "off"]
+    batches = _batches(data, steps, batch_size)
+    new_model = _copier(model_or_builder)
+
+    class StepTimes(keras.callbacks.Callback):
+        def __init__(self):
+            super().__init__()
+            self.times: List[float] = []
+
+        def on_train_batch_begin(self, batch, logs=None):
+            self.start = _now()
+
+        def on_train_batch_end(self, batch, logs=None):
+            self.times.append(_now() - self.start)
+
+    # Warm TensorFlow's runtime (threads, tf.data, kernels) on a throwaway copy,
+    # so the first mode measured is not also paying for the process's first steps.
+    new_model().fit(_dataset(batches[:3]), epochs=1, verbose=0)
+
+    results = []
+    for mode in order:
+        model = new_model()
+        monitor = XlaMonitor(log_dir=os.path.join(log_dir, mode) if log_dir else None, jit=mode, verbose=0,
+                             profile=None)
+        timer = StepTimes()
+        model.fit(_dataset(batches), epochs=1, callbacks=[timer, monitor], verbose=0)
+        report = monitor.report
+        compile_steps = {c.step - 1 for c in report.compilations if c.phase == "train"}
+        steady = [t for i, t in enumerate(timer.times) if i and i not in compile_steps]
+        spread = None
+        if len(steady) >= 4:
+            q = statistics.quantiles(steady, n=4)
+            spread = (q[2] - q[0]) * 1e3
+        results.append(ModeResult(
+            mode=mode, xla_ran=report.jit_active, reason=report.jit_reason, compiles=report.total_compilations,
+            first_step_seconds=timer.times[0] if timer.times else 0.0, compile_seconds=report.compile_seconds,
+            steady_step_ms=statistics.median(steady) * 1e3 if steady else None, steady_spread_ms=spread))
+    baseline = results[0].steady_step_ms
+    for r in results:
+        if baseline and r.steady_step_ms:
+            r.speedup_vs_off = baseline / r.steady_step_ms
+            if r.mode != "off" and r.xla_ran and r.compile_seconds > 0:
+                even = break_even_steps(r.compile_seconds, r.steady_step_ms / 1e3, baseline / 1e3)
+                r.break_even_step = None if even is None or even == float("inf") else even
+    return CompareTable(steps=len(batches), results=[r for r in results if r.mode in modes or r.mode == "off"])
+
+
+def _now() -> float:
+    import time
+    return time.perf_counter()
