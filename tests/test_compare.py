@@ -103,3 +103,16 @@ def test_bad_input_names_the_choices(kwargs, error, words):
         xla_keras.compare(**args)
     for word in words:
         assert word in str(info.value)
+
+
+def test_unbuilt_models_and_short_data():
+    def unbuilt():  # no Input: weights exist only once the model has seen a batch
+        model = keras.Sequential([keras.layers.Dense(4), keras.layers.Dense(1)])
+        model.compile("sgd", "mse")
+        return model
+
+    x, y = _data(64 * 2)  # 2 batches, cycled to 6 steps
+    table = xla_keras.compare(unbuilt, (x, y), steps=6, modes=("off", "on"), batch_size=64)
+    assert table.steps == 6 and [r.compiles for r in table.results] == [0, 1]
+    table = xla_keras.compare(unbuilt(), (x, y), steps=6, modes=("on",), batch_size=64)
+    assert [r.mode for r in table.results] == ["off", "on"]

@@ -127,3 +127,27 @@ def test_doctor_in_process_does_not_create_devices():
             "print(_internals.devices_initialized())\n")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=_env(), timeout=300)
     assert result.stdout.strip().splitlines()[-1] == "False", result.stderr[-2000:]
+
+
+def test_explain_uses_the_exact_microseconds_and_long_units():
+    lines = ["Compilation of XLA executable time: 1.5 min (90000000 us) (cumulative: 1.5 min)",
+             "Compilation of XLA executable time: 456 us (456 us) (cumulative: 1.5 min)",
+             "Compilation of XLA executable time: 1.23 s (1234567 us) (cumulative: 1.5 min)"]
+    (finding,) = explain(lines)
+    assert finding.count == 3 and finding.total_ms == pytest.approx(90000 + 0.456 + 1234.567)
+
+
+def test_doctor_single_gpu_auto_jit_on_cpu_is_informational():
+    result = _doctor(TF_XLA_FLAGS="--tf_xla_auto_jit=single-gpu(2)")
+    assert result.returncode == 0, result.stdout
+    assert "clusters only on a machine with exactly one GPU" in result.stdout
+
+
+def test_doctor_counts_configure_as_the_cpu_flag():
+    code = ("import xla_keras\n"
+            "xla_keras.configure(cpu_autoclustering=True)\n"
+            "from xla_keras.doctor import doctor, exit_code\n"
+            "print('EXIT', exit_code(doctor(check_flags=False)))\n")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                            env=_env(TF_XLA_FLAGS="--tf_xla_auto_jit=2"))
+    assert "EXIT 0" in result.stdout, result.stdout + result.stderr[-2000:]

@@ -282,3 +282,55 @@ def test_headless_chromium_renders_the_xla_charts(tensorboard_server):
         finally:
             browser.close()
     assert os.path.getsize(os.path.join(artifacts, "tensorboard_xla_scalars.png")) > 10000
+
+
+def test_profile_range_with_steps_per_execution(tmp_path):
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
+    model.compile("sgd", "mse", steps_per_execution=4)
+    x, y = np.ones((320, 4), np.float32), np.ones((320, 1), np.float32)
+    monitor = xla_keras.XlaMonitor(log_dir=str(tmp_path), profile=(6, 7), verbose=0)  # calls start at 1, 5, 9
+    model.fit(x, y, batch_size=32, epochs=1, callbacks=[monitor], verbose=0)
+    assert [t.split(":")[0] for t in monitor.report.traces] == ["range"]
+
+
+def test_auto_traces_leave_the_profiler_to_keras_tensorboard(tmp_path):
+    log_dir = str(tmp_path / "logs")
+    model, x, y = _mlp()
+    keras_tb = keras.callbacks.TensorBoard(log_dir=log_dir, profile_batch=(12, 14))
+    monitor = xla_keras.XlaMonitor(log_dir=log_dir, verbose=0)  # profile="auto"
+    model.fit(x, y, batch_size=16, epochs=1, callbacks=[keras_tb, monitor], verbose=0)
+    assert monitor.report.traces == []
+    assert any("keras.callbacks.TensorBoard(profile_batch=...)" in n for n in monitor.report.notes)
+    assert len(os.listdir(os.path.join(log_dir, "train", "plugins", "profile"))) == 1  # Keras's own trace
+
+
+def test_an_error_inside_a_trace_window_frees_the_profiler(tmp_path):
+    def gen():
+        for i in range(10):
+            if i == 4:
+                raise ValueError("bad data")
+            yield np.ones((8, 4), np.float32), np.ones((8, 1), np.float32)
+    data = tf.data.Dataset.from_generator(gen, output_signature=(
+        tf.TensorSpec((None, 4), tf.float32), tf.TensorSpec((None, 1), tf.float32)))
+    model, _, _ = _mlp()
+    monitor = xla_keras.XlaMonitor(log_dir=str(tmp_path / "logs"), profile=(2, 8), verbose=0)
+    with pytest.raises(Exception, match="bad data"):
+        model.fit(data, epochs=1, callbacks=[monitor], verbose=0)
+    assert monitor._in_fit is False and monitor._trace is None
+    tf.profiler.experimental.start(str(tmp_path / "mine"))  # free again
+    tf.profiler.experimental.stop()
+    assert [t.split(":")[0] for t in monitor.report.traces] == ["range"]  # the partial window was saved
+
+
+def test_a_failed_trace_start_does_not_leave_the_profiler_busy(tmp_path):
+    from xla_keras import _internals
+    session = _internals.start_probe()  # a low-level session holds the profiler
+    try:
+        model, x, y = _mlp()
+        monitor = xla_keras.XlaMonitor(log_dir=str(tmp_path / "logs"), profile=(2, 3), verbose=0)
+        model.fit(x, y, batch_size=32, epochs=1, callbacks=[monitor], verbose=0)
+        assert monitor.report.traces == []
+    finally:
+        _internals.stop_probe(session)
+    tf.profiler.experimental.start(str(tmp_path / "mine"))  # would raise "Another profiler is running"
+    tf.profiler.experimental.stop()

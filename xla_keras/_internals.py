@@ -348,3 +348,48 @@ def raw_model_jit(model: Any) -> Any:
         return model._jit_compile
     except AttributeError as e:
         raise InternalsMoved("keras Trainer._jit_compile", e) from e
+
+
+# --------------------------------------------------------------------------
+# Trace windows for the Profile tab (tf.profiler.experimental).
+
+def start_trace(logdir: str) -> None:
+    """tf.profiler.experimental.start, without its leak: when it fails because
+    a low-level session is running, TF 2.21 leaves its module-level session
+    set, so every later start in the process fails too. Undo that."""
+    import tensorflow as tf
+    try:
+        from tensorflow.python.profiler import profiler_v2
+    except ImportError as e:
+        raise InternalsMoved("tensorflow.python.profiler.profiler_v2", e) from e
+    before = profiler_v2._profiler
+    try:
+        tf.profiler.experimental.start(logdir)
+    except Exception:
+        if before is None:
+            profiler_v2._profiler = None
+        raise
+
+
+def stop_trace() -> None:
+    import tensorflow as tf
+    tf.profiler.experimental.stop()
+
+
+def keras_profile_windows(model: Any) -> List[Tuple[int, int]]:
+    """(start, stop) batches that keras.callbacks.TensorBoard callbacks of the
+    running fit will profile, found through the fit call's `callbacks` local."""
+    import sys
+
+    import keras
+    windows = []
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code.co_name == "fit" and frame.f_locals.get("self") is model:
+            callback_list = frame.f_locals.get("callbacks")
+            for cb in getattr(callback_list, "callbacks", None) or []:
+                if isinstance(cb, keras.callbacks.TensorBoard) and getattr(cb, "_stop_batch", 0) > 0:
+                    windows.append((int(cb._start_batch), int(cb._stop_batch)))
+            break
+        frame = frame.f_back
+    return windows

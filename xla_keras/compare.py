@@ -30,7 +30,8 @@ class ModeResult:
     compile_seconds: float
     steady_step_ms: Optional[float]
     steady_spread_ms: Optional[float]  # interquartile range of the steady steps
-    speedup_vs_off: Optional[float] = None
+    steady_samples: int = 0
+    speedup_vs_off: Optional[float] = None  # None when either side has fewer than 3 steady steps
     break_even_step: Optional[float] = None  # None: unknown or never
 
 
@@ -70,6 +71,10 @@ class CompareTable:
 
 
 def _batches(data: Any, steps: int, batch_size: int) -> list:
+    """``steps`` batches, the same for every mode; data with fewer batches is
+    cycled (every step a mode times is a real step)."""
+    import itertools
+
     import tensorflow as tf
     if isinstance(data, tf.data.Dataset):
         batches = list(data.take(steps))
@@ -82,38 +87,56 @@ def _batches(data: Any, steps: int, batch_size: int) -> list:
                         f"got {type(data).__name__}")
     if not batches:
         raise ValueError("data yielded no batch")
-    return batches
+    return list(itertools.islice(itertools.cycle(batches), steps))
 
 
 def _dataset(batches: list) -> Any:
+    """The batches as a dataset whose spec keeps every dimension the batches
+    agree on (an unbuilt model needs its feature sizes), None elsewhere."""
     import tensorflow as tf
 
-    spec = tf.nest.map_structure(lambda t: tf.TensorSpec([None] * len(t.shape), t.dtype), batches[0])
-    return tf.data.Dataset.from_generator(lambda: iter(batches), output_signature=spec)
+    def spec(*leaves):
+        dims = [d if all(len(t.shape) == len(leaves[0].shape) and t.shape[i] == d for t in leaves) else None
+                for i, d in enumerate(leaves[0].shape)]
+        return tf.TensorSpec([None] + dims[1:], leaves[0].dtype)
+
+    signature = tf.nest.map_structure(spec, *batches)
+    return tf.data.Dataset.from_generator(lambda: iter(batches), output_signature=signature)
 
 
-def _copier(model_or_builder: Union[Any, Callable[[], Any]]) -> Callable[[], Any]:
+def _built(model: Any, batch: Any) -> Any:
+    """Build a model that has no weights yet on one batch, so its weights exist to copy."""
+    if not model.weights:
+        x = batch[0] if isinstance(batch, tuple) else batch
+        model(x)
+    return model
+
+
+def _copier(model_or_builder: Union[Any, Callable[[], Any]], batch: Any) -> Callable[[], Any]:
     """Fresh compiled copies with the same initial weights and optimizer config."""
     import keras
     if isinstance(model_or_builder, keras.Model):
         source = model_or_builder
         if not source.compiled:
             raise ValueError("compare() needs a compiled model (or a builder that returns one)")
-        weights = source.get_weights()
+        weights = _built(source, batch).get_weights()
         config = source.get_compile_config()
 
         def copy():
-            clone = keras.models.clone_model(source)
-            clone.set_weights(weights)
+            try:
+                clone = keras.models.clone_model(source)
+            except Exception as error:  # noqa: BLE001 - say what to do instead
+                raise TypeError(f"compare() could not clone this model ({error}); pass a function that builds "
+                                "and compiles a new one instead") from error
+            _built(clone, batch).set_weights(weights)
             clone.compile_from_config(config)
             return clone
         return copy
     if callable(model_or_builder):
-        first = model_or_builder()
-        weights = first.get_weights()
+        weights = _built(model_or_builder(), batch).get_weights()
 
         def build():
-            model = model_or_builder()
+            model = _built(model_or_builder(), batch)
             model.set_weights(weights)
             return model
         return build
@@ -130,7 +153,8 @@ def compare(model_or_builder: Union[Any, Callable[[], Any]], data: Any, steps: i
         model_or_builder: a compiled keras.Model (copied with its weights and
             compile config) or a function returning a new compiled model.
         data: a tf.data.Dataset of batches, or (x, y[, sample_weight]) arrays.
-        steps: batches per mode (the same batches for every mode).
+        steps: batches per mode (the same batches for every mode; data with
+            fewer batches is cycled).
         modes: any of "off", "autoclustering", "on" ("off" is added as the
             baseline if missing).
         log_dir: if given, each mode is written as its own TensorBoard run
@@ -152,7 +176,7 @@ def compare(model_or_builder: Union[Any, Callable[[], Any]], data: Any, steps: i
         raise ValueError(f"steps must be an int >= 3; got {steps!r}")
     order = ["off"] + [m for m in modes if m != "off"]
     batches = _batches(data, steps, batch_size)
-    new_model = _copier(model_or_builder)
+    new_model = _copier(model_or_builder, batches[0])
 
     class StepTimes(keras.callbacks.Callback):
         def __init__(self):
@@ -186,10 +210,11 @@ def compare(model_or_builder: Union[Any, Callable[[], Any]], data: Any, steps: i
         results.append(ModeResult(
             mode=mode, xla_ran=report.jit_active, reason=report.jit_reason, compiles=report.total_compilations,
             first_step_seconds=timer.times[0] if timer.times else 0.0, compile_seconds=report.compile_seconds,
-            steady_step_ms=statistics.median(steady) * 1e3 if steady else None, steady_spread_ms=spread))
+            steady_step_ms=statistics.median(steady) * 1e3 if steady else None, steady_spread_ms=spread,
+            steady_samples=len(steady)))
     baseline = results[0].steady_step_ms
     for r in results:
-        if baseline and r.steady_step_ms:
+        if baseline and r.steady_step_ms and r.steady_samples >= 3 and results[0].steady_samples >= 3:
             r.speedup_vs_off = baseline / r.steady_step_ms
             if r.mode != "off" and r.xla_ran and r.compile_seconds > 0:
                 even = break_even_steps(r.compile_seconds, r.steady_step_ms / 1e3, baseline / 1e3)

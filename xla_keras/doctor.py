@@ -57,7 +57,8 @@ def _check_flags_in_subprocess() -> Optional[str]:
     for line in proc.stderr.splitlines():
         if "Unknown flag" in line or "Unknown flags" in line:
             return line.split("] ", 1)[-1].strip()
-    return f"TensorFlow exited with status {proc.returncode}: " + proc.stderr.strip().splitlines()[-1][:300]
+    last = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
+    return f"TensorFlow exited with status {proc.returncode}: {last[:300]}"
 
 
 def _cache_dir() -> Optional[str]:
@@ -110,13 +111,18 @@ def doctor(check_flags: bool = True) -> List[Finding]:
                                     "does not use XLA unless asked",
                                     "XlaMonitor(jit='on') or compile(jit_compile=True)"))
 
-    auto_on = _internals.env_auto_jit_on()
-    cpu_flag = _internals.env_flag_set("tf_xla_cpu_global_jit")
-    if auto_on and not accelerators and not cpu_flag:
+    from .jit import FIX_CPU_AUTOCLUSTERING, cpu_autoclustering_effective
+    auto_value = (_internals._env_auto_jit() or "")
+    auto_on = _internals.env_auto_jit_on() and not auto_value.startswith("single-gpu")
+    cpu_flag = _internals.env_flag_set("tf_xla_cpu_global_jit") or (
+        not problem and cpu_autoclustering_effective() is True)  # with a bad flag, TF would abort this process
+    if auto_value.startswith("single-gpu") and not accelerators:
+        findings.append(Finding("info", "auto-clustering", f"--tf_xla_auto_jit={auto_value} clusters only on a "
+                                "machine with exactly one GPU: nothing is clustered here"))
+    if auto_on and not accelerators and not cpu_flag and not problem:
         findings.append(Finding("error", "auto-clustering", "TF_XLA_FLAGS asks for auto-clustering, but this machine "
                                 "has only CPUs and the CPU global-jit flag is not set: no cluster will compile",
                                 "add --tf_xla_cpu_global_jit to TF_XLA_FLAGS"))
-    from .jit import FIX_CPU_AUTOCLUSTERING, cpu_autoclustering_effective
     effective = cpu_autoclustering_effective() if not problem else None
     findings.append(Finding(
         "ok" if effective else "info", "CPU auto-clustering",

@@ -10,7 +10,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Iterable, List, Optional
 
-_MS = {"s": 1e3, "ms": 1.0, "us": 1e-3}
+_MS = {"h": 3.6e6, "min": 6e4, "s": 1e3, "ms": 1.0, "us": 1e-3}
 
 
 @dataclass(frozen=True)
@@ -40,7 +40,8 @@ PATTERNS = [
             "XLA compiled something in this process (logged once per process, whatever the number of compiles).",
             "Information: XLA ran at least once. It says nothing about how often it recompiled.",
             "Nothing to fix. To count compiles and their cost, use XlaMonitor."),
-    Pattern("compile_time", re.compile(r"Compilation of XLA executable time: ([0-9.]+) (s|ms|us)\b"),
+    Pattern("compile_time", re.compile(r"Compilation of XLA executable time: ([0-9.]+) (h|min|s|ms|us)\b"
+                                       r"(?: \((\d+) us\))?"),
             "One XLA compile and how long it took (TF_CPP_VMODULE=device_compiler=1).",
             "Many of these during training means recompiles: each new input shape compiles again.",
             "If they keep coming, fix the input shapes (XlaMonitor names the input and axis and computes "
@@ -89,8 +90,9 @@ def explain(lines: Iterable[str]) -> List[Finding]:
             finding.count += 1
             if len(finding.examples) < 2:
                 finding.examples.append(line.strip()[:200])
-            if pattern.key == "compile_time":
-                finding.total_ms += float(match.group(1)) * _MS[match.group(2)]
+            if pattern.key == "compile_time":  # the exact microseconds when TF prints them
+                exact = match.group(3)
+                finding.total_ms += int(exact) / 1e3 if exact else float(match.group(1)) * _MS[match.group(2)]
     return sorted(found.values(), key=lambda f: f.first_line)
 
 

@@ -246,7 +246,12 @@ class XlaMonitor(keras.callbacks.Callback):
         self._in_fit = True
         self._begin_segment()
         self._stop_trace()  # a window an exception left open
-        self._trace_plan = {"steady": False, "storm": False, "range": False, "storm_pending": False}
+        self._trace_plan = {"steady": False, "storm": False, "range": False, "storm_pending": False,
+                            "keras_profiles": False}
+        if self.profile == "auto" and _internals.keras_profile_windows(self.model):
+            self._trace_plan["keras_profiles"] = True
+            self._note_once("keras-profiles", "keras.callbacks.TensorBoard(profile_batch=...) profiles this fit: "
+                            "the monitor's automatic traces stay out of its way")
         model = self.model
         self._chief = _internals.strategy_facts(model)["chief"]
         self._fallback = None
@@ -503,16 +508,19 @@ class XlaMonitor(keras.callbacks.Callback):
             if not self._enabled:
                 return original(data)
             state.call_start = time.perf_counter()
-            if pulls and isinstance(data, iterator_types):
-                batches = _pull(data, self.model.steps_per_execution)
-            elif isinstance(data, list):
-                batches = data
-            else:  # e.g. train_on_batch's generator: run as Keras would, unobserved
-                state.call_batches = 0
-                return original(data)
-            probe = self._before_call(phase, state, batches, step_fn)
+            probe = None
             try:
+                if pulls and isinstance(data, iterator_types):
+                    batches = _pull(data, self.model.steps_per_execution)
+                elif isinstance(data, list):
+                    batches = data
+                else:  # e.g. train_on_batch's generator: run as Keras would, unobserved
+                    state.call_batches = 0
+                    return original(data)
+                probe = self._before_call(phase, state, batches, step_fn)
                 outputs = original(batches)
+            except StopIteration:
+                raise  # the end of an epoch, not an error
             except BaseException:
                 self._on_step_error(phase, probe)
                 raise
@@ -684,7 +692,8 @@ class XlaMonitor(keras.callbacks.Callback):
         state.add_record(record)
         self._scalar(phase, TAG_COMPILE_TIME, 1e3 * record.seconds, record.step)
         self._scalar(phase, TAG_COMPILATIONS, state.compile_count, record.step)
-        self._flush(files_only=True)
+        # Events at once; the JSON report too, at most once a second (storms compile a lot).
+        self._flush(files_only=time.perf_counter() - self._last_flush < 1.0)
 
     # ---------------------------------------------------------------- storms
 
@@ -778,8 +787,10 @@ class XlaMonitor(keras.callbacks.Callback):
         kind = stop = None
         if isinstance(self.profile, tuple):
             start, end = self.profile
-            if not plan.get("range") and start <= first <= end:
+            if not plan.get("range") and first <= end and first + n - 1 >= start:  # the call overlaps
                 kind, stop = "range", end
+        elif plan.get("keras_profiles"):
+            return False  # keras.callbacks.TensorBoard profiles this fit: leave it the profiler
         elif plan.get("storm_pending") and state.call_new:
             kind, stop = "storm", state.step + n  # one recompiling step
         elif (not plan.get("steady") and not state.call_new and first >= self._fit_first_step + 10
@@ -790,10 +801,9 @@ class XlaMonitor(keras.callbacks.Callback):
         plan[kind] = True
         if kind == "storm":
             plan["storm_pending"] = False
-        import tensorflow as tf
         run_dir = os.path.join(self.log_dir, "train")
         try:
-            tf.profiler.experimental.start(run_dir)
+            _internals.start_trace(run_dir)
         except Exception as error:  # noqa: BLE001 - another profiler: skip, never crash
             self._note_once("trace-busy", f"skipped a profiler trace: another profiler is running ({error!r}); "
                             "stop only what we started")
@@ -806,9 +816,8 @@ class XlaMonitor(keras.callbacks.Callback):
         trace, self._trace = self._trace, None
         if trace is None:
             return
-        import tensorflow as tf
         try:
-            tf.profiler.experimental.stop()
+            _internals.stop_trace()
         except Exception as error:  # noqa: BLE001 - the window is lost, training goes on
             self._note_once("trace-stop", f"a profiler trace could not be saved: {error!r}")
             return
