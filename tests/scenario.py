@@ -191,11 +191,19 @@ def main():
                         help="call xla_keras.configure(cpu_autoclustering=True) before any model")
     parser.add_argument("--profiler-busy", action="store_true")
     parser.add_argument("--log-dir", default=None)
+    parser.add_argument("--cache-dir", default=None, help="xla_keras.configure(cache_dir=...) before any model")
+    parser.add_argument("--cache-dir-late", default=None, help="the same, but after a model was built")
     parser.add_argument("--on-storm", default="warn")
     parser.add_argument("--threshold", type=int, default=8)
     args = parser.parse_args()
     if args.configure:
         xla_keras.configure(cpu_autoclustering=True)
+    if args.cache_dir:
+        import keras  # noqa: F401 - like a user script: configure right after the imports
+        xla_keras.configure(cache_dir=args.cache_dir)
+    if args.cache_dir_late:
+        mlp()  # TensorFlow creates its devices here
+        xla_keras.configure(cache_dir=args.cache_dir_late)
     extra = {}
     report = run(args.scenario, args.jit, args.log_dir, args.profiler_busy, args.on_storm, args.threshold,
                  extra)

@@ -16,6 +16,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     ("accuracy.py", ["batch sizes 16..23, jit on", "timing fallback (profiler busy)", "dumped"]),
     ("import_time.py", ["import xla_keras", "loads TensorFlow/Keras: no"]),
     ("memory.py", ["100 distinct signatures (reported: 100)", "bound:"]),
+    ("cold_start.py", ["quickstart  yes", "storm       yes", "loaded"]),
 ])
 def test_benchmark_quick_mode_runs(script, expect):
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))

@@ -151,3 +151,17 @@ def test_doctor_counts_configure_as_the_cpu_flag():
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
                             env=_env(TF_XLA_FLAGS="--tf_xla_auto_jit=2"))
     assert "EXIT 0" in result.stdout, result.stdout + result.stderr[-2000:]
+
+
+def test_doctor_reports_the_persistent_cache(tmp_path):
+    (tmp_path / "xla_compile_cache__1__2__XLA_CPU_JIT.pb").write_bytes(b"x" * 2000)
+    result = _doctor(TF_XLA_FLAGS=f"--tf_xla_persistent_cache_directory={tmp_path}")
+    assert result.returncode == 0, result.stdout
+    assert f"[ok   ] persistent compilation cache: {tmp_path}: 1 executable(s)" in result.stdout
+    code = ("import xla_keras, keras, warnings\n"
+            "keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])\n"
+            "warnings.simplefilter('ignore')\n"
+            f"xla_keras.configure(cache_dir={str(tmp_path / 'late')!r})\n"
+            "print([str(f) for f in xla_keras.doctor(check_flags=False) if 'cache' in f.topic])\n")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=_env())
+    assert "configured after TensorFlow read its flags" in result.stdout, result.stderr[-2000:]

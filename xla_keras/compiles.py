@@ -93,6 +93,43 @@ def compile_seconds_from_trace(events: Iterable[TraceEvent]) -> List[float]:
     return [(end - start) / 1e12 for start, end, _ in found]
 
 
+_EXECUTE = re.compile(r"Executable::Execute")
+_LOAD_OPS = re.compile(r"^__inference_|^_XlaCompile$|XlaLaunch")
+
+
+def cache_loads_from_trace(events: Iterable[TraceEvent]) -> List[float]:
+    """Seconds spent getting executables that were NOT compiled in this probe:
+    loads from TensorFlow's persistent compilation cache.
+
+    Measured on TF 2.21 CPU: a cache hit shows no compiler event at all; the
+    op that asked for the executable (the function's kernel under
+    jit_compile=True, ``_XlaCompile`` under auto-clustering) runs from the
+    start of lowering to the start of the executable's first run. That span
+    matched TensorFlow's own "Compilation of XLA executable time" line for the
+    load (89.9 vs 87.0 ms, 76.6 vs 75.4 ms). Call this only for a step whose
+    signature is new to the function: there an executable must be compiled
+    or loaded.
+    """
+    by_thread: Dict[Tuple[int, int], List[TraceEvent]] = {}
+    for e in events:
+        if e.duration_ps > 0:
+            by_thread.setdefault(e.thread, []).append(e)
+    loads = []
+    for evs in by_thread.values():
+        if any(_COMPILER_EVENT.search(e.name) and "Compiler::" in e.name for e in evs):
+            continue  # something compiled on this thread: not (only) a cache load
+        ops = [e for e in evs if _LOAD_OPS.search(e.name)]
+        # innermost ops only: the kernel, not EagerExecute around it
+        ops = [o for o in ops if not any(p is not o and o.start_ps <= p.start_ps and p.end_ps <= o.end_ps
+                                         for p in ops)]
+        for op in ops:
+            runs = [e.start_ps for e in evs if _EXECUTE.search(e.name) and op.start_ps <= e.start_ps <= op.end_ps]
+            end = min(runs) if runs else op.end_ps
+            loads.append((op.start_ps, end))
+    loads.sort()
+    return [(end - start) / 1e12 for start, end in loads]
+
+
 class CompileLedger:
     """Per phase: which signatures the running function has already compiled.
 

@@ -9,8 +9,10 @@ the global-jit flag); the command line exits non-zero only then.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass
 from typing import List, Optional
 
@@ -47,11 +49,19 @@ def _flags(name: str) -> List[str]:
 def _check_flags_in_subprocess() -> Optional[str]:
     """None if TensorFlow starts and compiles with the current flags, else the reason."""
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="0")
+    # The check compiles once: keep it out of the user's persistent cache (same flag, scratch dir).
+    scratch = tempfile.mkdtemp(prefix="xla_keras_doctor_")
+    env["TF_XLA_FLAGS"] = " ".join(
+        f"--tf_xla_persistent_cache_directory={scratch}"
+        if t.lstrip("-").partition("=")[0] == "tf_xla_persistent_cache_directory" else t
+        for t in env.get("TF_XLA_FLAGS", "").split())
     try:
         proc = subprocess.run([sys.executable, "-c", _FLAG_CHECK], env=env, capture_output=True, text=True,
                               timeout=300)
     except subprocess.TimeoutExpired:
         return "TensorFlow did not start within 300 s with these flags"
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
     if "XLA_KERAS_FLAGS_OK" in proc.stdout:
         return None
     for line in proc.stderr.splitlines():
@@ -59,14 +69,6 @@ def _check_flags_in_subprocess() -> Optional[str]:
             return line.split("] ", 1)[-1].strip()
     last = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
     return f"TensorFlow exited with status {proc.returncode}: {last[:300]}"
-
-
-def _cache_dir() -> Optional[str]:
-    for token in _flags("TF_XLA_FLAGS"):
-        name, _, value = token.lstrip("-").partition("=")
-        if name == "tf_xla_persistent_cache_directory" and value:
-            return value
-    return None
 
 
 def doctor(check_flags: bool = True) -> List[Finding]:
@@ -149,15 +151,30 @@ def doctor(check_flags: bool = True) -> List[Finding]:
         findings.append(Finding("warn", "Profile tab", "tensorboard-plugin-profile is not installed: traces will "
                                 "not open in TensorBoard", "pip install tensorboard-plugin-profile"))
 
-    cache = _cache_dir()
+    from .jit import persistent_cache
+    cache = persistent_cache()
     if cache:
-        files = [os.path.join(cache, f) for f in os.listdir(cache)] if os.path.isdir(cache) else []
+        directory = cache["dir"]
+        files = [os.path.join(directory, f) for f in os.listdir(directory)] if os.path.isdir(directory) else []
+        entries = [f for f in files if os.path.basename(f).startswith("xla_compile_cache__")]
         size = sum(os.path.getsize(f) for f in files if os.path.isfile(f))
-        findings.append(Finding("info", "persistent compilation cache",
-                                f"{cache}: {len(files)} file(s), {size / 1e6:.1f} MB"))
+        if cache["effective"]:
+            findings.append(Finding("ok", "persistent compilation cache",
+                                    f"{directory}: {len(entries)} executable(s), {size / 1e6:.1f} MB"))
+        else:
+            findings.append(Finding("warn", "persistent compilation cache",
+                                    f"{directory} was configured after TensorFlow read its flags: not used in this "
+                                    "process", "xla_keras.configure(cache_dir=...) right after import, before any "
+                                    "model is built"))
+    elif problem or not _internals.devices_initialized():
+        findings.append(Finding("info", "persistent compilation cache", "not configured (it can still be turned "
+                                "on in this process): every new process compiles again",
+                                "xla_keras.configure(cache_dir=DIR) right after import, or "
+                                "TF_XLA_FLAGS=--tf_xla_persistent_cache_directory=DIR"))
     else:
-        findings.append(Finding("info", "persistent compilation cache", "not configured: every new process compiles "
-                                "again", "TF_XLA_FLAGS=--tf_xla_persistent_cache_directory=DIR"))
+        findings.append(Finding("info", "persistent compilation cache", "not configured, and too late to turn on "
+                                "in this process (TensorFlow has created its devices)",
+                                "TF_XLA_FLAGS=--tf_xla_persistent_cache_directory=DIR at start"))
     return findings
 
 

@@ -9,6 +9,7 @@ back when the fit ends.
 
 from __future__ import annotations
 
+import os
 import warnings
 from dataclasses import dataclass, field
 from typing import Any, List, Optional
@@ -24,7 +25,8 @@ FIX_CPU_AUTOCLUSTERING = (
 )
 
 # What configure() did, so the monitor can tell an early opt-in from a late one.
-_opt_in = {"cpu_autoclustering": None}  # None: not asked; True: in time; False: too late
+_opt_in: dict = {"cpu_autoclustering": None,  # None: not asked; True: in time; False: too late
+                 "cache_dir": None}  # (absolute dir, in time) once asked
 
 
 class XlaKerasWarning(UserWarning):
@@ -48,22 +50,38 @@ def configure(cpu_autoclustering: bool = False, cache_dir: Optional[str] = None)
     Args:
         cpu_autoclustering: let ``tf.config.optimizer.set_jit("autoclustering")``
             (or ``XlaMonitor(jit="autoclustering")``) compile clusters on CPU.
-        cache_dir: reserved for the persistent compilation cache; not yet
-            supported (raises if given).
+        cache_dir: turn on TensorFlow's persistent XLA compilation cache in
+            this directory (a later process loads executables instead of
+            compiling them again).
 
     Returns:
-        ``{"cpu_autoclustering": bool}``: whether the flag will take effect.
+        ``{"cpu_autoclustering": bool, "cache_dir": bool}`` for what was
+        asked: whether it will take effect.
 
     Example:
         >>> import xla_keras
         >>> xla_keras.configure(cpu_autoclustering=True)  # doctest: +SKIP
         {'cpu_autoclustering': True}
     """
-    if cache_dir is not None:
-        raise NotImplementedError(
-            "configure(cache_dir=...) is not implemented in this version; set "
-            "TF_XLA_FLAGS=--tf_xla_persistent_cache_directory=DIR before starting Python")
     result = {}
+    if cache_dir is not None:
+        if not isinstance(cache_dir, (str, os.PathLike)) or not str(cache_dir):
+            raise ValueError(f"cache_dir must be a directory path (str); got {cache_dir!r}")
+        path = os.path.abspath(os.path.expanduser(os.fspath(cache_dir)))
+        os.makedirs(path, exist_ok=True)
+        in_time = not _internals.devices_initialized()
+        if in_time:
+            tokens = [t for t in os.environ.get("TF_XLA_FLAGS", "").split()
+                      if t.lstrip("-").partition("=")[0] != "tf_xla_persistent_cache_directory"]
+            os.environ["TF_XLA_FLAGS"] = " ".join(tokens + [f"--tf_xla_persistent_cache_directory={path}"])
+        else:
+            warnings.warn(
+                "xla_keras.configure(cache_dir=...) came too late: TensorFlow has already created its devices "
+                "and read TF_XLA_FLAGS, so no persistent compilation cache is used in this process. Fix: call "
+                "it right after import, before any model is built, or start Python with "
+                f"TF_XLA_FLAGS=--tf_xla_persistent_cache_directory={path}.", XlaKerasWarning, stacklevel=2)
+        _opt_in["cache_dir"] = (path, in_time)
+        result["cache_dir"] = in_time
     if cpu_autoclustering:
         in_time = not _internals.devices_initialized()
         _internals.set_cpu_global_jit(True)
@@ -75,6 +93,24 @@ def configure(cpu_autoclustering: bool = False, cache_dir: Optional[str] = None)
                 f"Fix: {FIX_CPU_AUTOCLUSTERING}.", XlaKerasWarning, stacklevel=2)
         result["cpu_autoclustering"] = in_time
     return result
+
+
+def persistent_cache() -> Optional[dict]:
+    """``{"dir", "effective"}`` of TensorFlow's persistent compilation cache,
+    or None when none is configured. ``effective`` is False when
+    configure(cache_dir=...) came after TensorFlow read its flags."""
+    from .cache import FLAG
+    directory = None
+    for token in os.environ.get("TF_XLA_FLAGS", "").split():
+        name, _, value = token.lstrip("-").partition("=")
+        if name == FLAG and value:
+            directory = os.path.abspath(value)
+    asked = _opt_in["cache_dir"]
+    if asked is not None and not asked[1] and asked[0] != directory:
+        return {"dir": asked[0], "effective": False}
+    if directory is None:
+        return None
+    return {"dir": directory, "effective": True}
 
 
 def cpu_autoclustering_effective() -> Optional[bool]:

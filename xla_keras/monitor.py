@@ -26,10 +26,11 @@ from typing import Any, Dict, List, Optional
 import keras
 
 from . import _internals
-from .compiles import CompileLedger, compile_seconds_from_trace
-from .jit import JitController, JitState, XlaKerasWarning
+from .cache import CompileTimes, model_key
+from .compiles import CompileLedger, cache_loads_from_trace, compile_seconds_from_trace
+from .jit import JitController, JitState, XlaKerasWarning, persistent_cache
 from .report import PHASES, Compilation, SlowStep, XlaReport
-from .signatures import signature_of
+from .signatures import describe, signature_of
 from .storms import (
     ON_STORM,
     RecompilationStormError,
@@ -99,6 +100,7 @@ class _PhaseState:
         self.call_batches = 0
         self.call_new: List[tuple] = []      # (step, signature) new to the function
         self.call_modules: Optional[List[float]] = None  # probe result, None = not probed
+        self.call_loads: List[float] = []  # persistent-cache loads seen by the probe
         self.call_probe_sig: Optional[tuple] = None
         self.call_traced = False
         self.tracing_before: Optional[int] = None
@@ -230,6 +232,12 @@ class XlaMonitor(keras.callbacks.Callback):
         self._wall = 0.0
         self._last_flush = 0.0
         self._wrapped: Dict[str, Any] = {}
+        self._cache: Optional[dict] = None       # the persistent compilation cache, if any
+        self._cache_times: Optional[CompileTimes] = None
+        self._model_key = ""
+        self._saved = 0.0
+        self._saved_known = 0
+        self._loads_unknown = 0
         self._trace: Optional[dict] = None       # the trace window we opened, if any
         self._traces: List[str] = []
         self._trace_plan: Dict[str, bool] = {}   # per fit: which windows are done / pending
@@ -262,6 +270,7 @@ class XlaMonitor(keras.callbacks.Callback):
             model.make_train_function(force=True)
         self._install("train")
         self._read_back("train")
+        self._setup_cache()
         optimizer = getattr(model, "optimizer", None)
         # One read per fit (not per step): the train step equals
         # optimizer.iterations after that step.
@@ -344,9 +353,18 @@ class XlaMonitor(keras.callbacks.Callback):
         report.storms = [self._refreshed(storm) for storm in self._storms]
         report.fallback = dict(self._fallback) if self._fallback else None
         report.traces = list(self._traces)
+        report.cache_saved_seconds = self._saved if self._saved_known else None
         report.probe = ("timing" if self._probe_busy and not self._probe_used else
                         "profiler+timing" if self._probe_busy else "profiler")
         report.notes = list(self._notes)
+        if self._cache and not self._cache["effective"]:
+            report.notes.append(f"the persistent compilation cache at {self._cache['dir']} was configured too late "
+                                "for this process (after TensorFlow read its flags): nothing is cached or loaded. "
+                                "Fix: xla_keras.configure(cache_dir=...) right after import, before any model is "
+                                "built, or TF_XLA_FLAGS=--tf_xla_persistent_cache_directory=DIR at start")
+        if self._loads_unknown:
+            report.notes.append(f"{self._loads_unknown} executable(s) came from the persistent cache with no fresh "
+                                "compile time on record, so what they saved is not counted")
         storm_phases = {s.phase for s in self._storms}
         for name, phase in self._phases.items():
             note = partial_batch_note(name, phase.history) if name not in storm_phases else None
@@ -423,6 +441,7 @@ class XlaMonitor(keras.callbacks.Callback):
         self._install(phase)
         if not self._in_fit:
             self._read_back(phase)
+            self._setup_cache()
 
     def _end_phase(self, phase: str) -> None:
         self._phases[phase].history.end_of_run()
@@ -626,6 +645,9 @@ class XlaMonitor(keras.callbacks.Callback):
             self._active_probe = None
         self._probe_used = True
         state.call_modules = compile_seconds_from_trace(events)
+        state.call_loads = []
+        if not state.call_modules and state.call_new and self._cache and self._cache["effective"]:
+            state.call_loads = cache_loads_from_trace(events)
         after = _internals.tracing_count(step_fn)
         state.call_traced = after is not None and after != state.tracing_before
 
@@ -676,16 +698,41 @@ class XlaMonitor(keras.callbacks.Callback):
             self._flush()
 
     def _record_probed(self, phase: str, state: _PhaseState, seconds: float, n: int) -> None:
-        modules = state.call_modules
-        state.call_modules = None
+        modules, loads = state.call_modules, state.call_loads
+        state.call_modules, state.call_loads = None, []
         owners = state.call_new or ([state.call_probe_sig] if state.call_probe_sig else [])
-        if not modules:
+        if not modules and not loads:
             return  # the probe saw no compile: nothing compiled (e.g. a lazy cluster)
-        for i, module_seconds in enumerate(modules):
+        cached = not modules
+        for i, module_seconds in enumerate(modules or loads):
             step, sig = owners[min(i, len(owners) - 1)]
-            self._record(phase, Compilation(phase, step, sig, module_seconds, "profiler",
+            self._record(phase, Compilation(phase, step, sig, module_seconds, "profiler", cached=cached,
                                             step_seconds=seconds, traced=state.call_traced,
-                                            call_batches=n, call_compiles=len(modules)))
+                                            call_batches=n, call_compiles=len(modules or loads)))
+            self._cache_account(phase, sig, i, module_seconds, cached)
+
+    def _setup_cache(self) -> None:
+        self._cache = persistent_cache()
+        self._cache_times = None
+        if self._cache and self._cache["effective"]:
+            self._cache_times = CompileTimes(self._cache["dir"])
+            self._model_key = model_key(self.model)
+
+    def _cache_account(self, phase: str, sig: tuple, index: int, seconds: float, cached: bool) -> None:
+        """Fresh compiles are remembered in the cache dir; a load is credited
+        with what the same module cost when it was compiled fresh."""
+        if self._cache_times is None:
+            return
+        key = f"{self._model_key}|{phase}|{self.jit}|{describe(sig)}|{index}"
+        if not cached:
+            self._cache_times.put(key, seconds)
+            return
+        fresh = self._cache_times.get(key)
+        if fresh is None:
+            self._loads_unknown += 1
+        else:
+            self._saved += max(0.0, fresh - seconds)
+            self._saved_known += 1
 
     def _record(self, phase: str, record: Compilation) -> None:
         state = self._phases[phase]

@@ -216,6 +216,10 @@ def render(report: XlaReport) -> str:
                     if report.compile_share is not None else ""))
     lines.append("  steady step     : " + (", ".join(
         f"{p} {_ms(report.steady_step_seconds_by_phase.get(p))}" for p in phases) or "n/a"))
+    cached = sum(1 for c in report.compilations if c.cached)
+    if cached:
+        lines.append(f"  persistent cache: {cached} of the compiles were loads from the cache"
+                     + (f", {_ms(report.cache_saved_seconds)} saved" if report.cache_saved_seconds is not None else ""))
     if report.break_even_steps is not None:
         lines.append(f"  break-even      : {report.break_even_steps:.0f} steps")
     if report.slow_step_count:
@@ -232,7 +236,8 @@ def render(report: XlaReport) -> str:
         shown = report.compilations[:8]
         for c in shown:
             lines.append(f"    {c.phase} step {c.step}: {describe(c.signature)}  {_ms(c.seconds)}"
-                         + (" (estimated from step time)" if c.source == "timing" else ""))
+                         + (" (estimated from step time)" if c.source == "timing" else "")
+                         + (" (loaded from the persistent cache)" if c.cached else ""))
         rest = report.total_compilations - len(shown)
         if rest > 0:
             lines.append(f"    ... {rest} more")

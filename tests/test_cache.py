@@ -1,0 +1,68 @@
+"""The persistent compilation cache, with ground truth: two fresh processes
+sharing a cache directory, XLA's dump and TensorFlow's own compile-time lines."""
+
+import json
+import os
+
+import pytest
+from scenario import run_scenario
+
+pytestmark = pytest.mark.scenario
+
+
+def _total(run):
+    return sum(run.report["compilation_count"].values())
+
+
+@pytest.fixture(scope="module")
+def env_runs(tmp_path_factory):
+    """Process 1 compiles and fills the cache; process 2 (same cache, env flag) loads."""
+    root = tmp_path_factory.mktemp("cache_env")
+    flag = f"--tf_xla_persistent_cache_directory={root / 'cache'}"
+    first = run_scenario(str(root / "p1"), "partial_batch", "on", env_flags=flag)
+    second = run_scenario(str(root / "p2"), "partial_batch", "on", env_flags=flag)
+    return root / "cache", first, second
+
+
+def test_first_process_compiles_fresh_and_fills_the_cache(env_runs):
+    cache, first, _ = env_runs
+    assert _total(first) == first.dump_modules == 4
+    assert not any(c["cached"] for c in first.report["compilations"])
+    files = [f for f in os.listdir(cache) if f.startswith("xla_compile_cache__")]
+    assert len(files) == first.dump_modules  # one cache file per executable
+    assert first.report["cache_saved_seconds"] is None
+
+
+def test_second_process_reports_cache_loads_and_what_they_saved(env_runs):
+    _, first, second = env_runs
+    report = second.report
+    assert second.dump_modules == 0  # nothing compiled: a load writes no dump file
+    assert _total(second) == 4 and all(c["cached"] for c in report["compilations"])
+    # Load times against TensorFlow's own lines for the loads, and what the cache saved against
+    # the difference of TensorFlow's lines between the two processes.
+    assert report["compile_seconds"] == pytest.approx(sum(second.tf_compile_seconds), rel=0.15)
+    truth_saved = sum(first.tf_compile_seconds) - sum(second.tf_compile_seconds)
+    assert truth_saved > 0
+    assert report["cache_saved_seconds"] == pytest.approx(truth_saved, rel=0.15)
+    assert report["compile_seconds"] < 0.4 * first.report["compile_seconds"]
+
+
+def test_configure_cache_dir_works_and_a_late_call_says_so(tmp_path):
+    cache = str(tmp_path / "cache")
+    first = run_scenario(str(tmp_path / "p1"), "partial_batch", "on", extra_args=("--cache-dir", cache))
+    second = run_scenario(str(tmp_path / "p2"), "partial_batch", "on", extra_args=("--cache-dir", cache))
+    assert first.dump_modules == 4 and second.dump_modules == 0
+    assert all(c["cached"] for c in second.report["compilations"]) and _total(second) == 4
+    late_cache = str(tmp_path / "late")
+    late = run_scenario(str(tmp_path / "p3"), "partial_batch", "on", extra_args=("--cache-dir-late", late_cache))
+    assert late.dump_modules == 4 and not any(c["cached"] for c in late.report["compilations"])
+    assert not [f for f in os.listdir(late_cache) if f.startswith("xla_compile_cache__")]
+    assert "came too late" in late.stderr
+    assert any("configured too late" in note for note in late.report["notes"])
+
+
+def test_sidecar_holds_fresh_compile_seconds(env_runs):
+    cache, first, _ = env_runs
+    with open(cache / "xla_keras_compile_seconds.json") as f:
+        times = json.load(f)
+    assert sorted(times.values()) == pytest.approx(sorted(c["seconds"] for c in first.report["compilations"]))
