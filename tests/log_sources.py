@@ -11,8 +11,10 @@ import tensorflow as tf
 
 
 class NoJit(keras.layers.Layer):
-    def __init__(self):
-        super().__init__()
+    """A layer Keras refuses to jit-compile (supports_jit=False)."""
+
+    def __init__(self, name=None):
+        super().__init__(name=name)
         self.supports_jit = False
 
     def call(self, x):

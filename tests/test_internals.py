@@ -160,13 +160,7 @@ def test_strategy_facts_default_and_mirrored():
 
 
 def test_layers_without_jit_and_raw_jit():
-    class NoJit(keras.layers.Layer):
-        def __init__(self):
-            super().__init__()
-            self.supports_jit = False
-
-        def call(self, x):
-            return x
+    from log_sources import NoJit
 
     model = keras.Sequential([keras.Input((4,)), NoJit(), keras.layers.Dense(1)])
     model.compile("sgd", "mse", jit_compile=False)

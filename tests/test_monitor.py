@@ -77,15 +77,9 @@ def test_second_fit_reuses_the_compiled_function():
 
 
 def test_keras_refusing_jit_is_reported_with_the_layer():
-    class NoJit(keras.layers.Layer):
-        def __init__(self):
-            super().__init__(name="no_jit_layer")
-            self.supports_jit = False
+    from log_sources import NoJit
 
-        def call(self, x):
-            return x
-
-    model = _model(jit_compile=False, layers=[NoJit()])
+    model = _model(jit_compile=False, layers=[NoJit(name="no_jit_layer")])
     monitor = xla_keras.XlaMonitor(log_dir=None, jit="on", verbose=0)
     model.fit(*_data(), batch_size=64, epochs=1, callbacks=[monitor], verbose=0)
     report = monitor.report

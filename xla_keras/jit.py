@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import os
 import warnings
-from dataclasses import dataclass, field
-from typing import Any, List, Optional
+from dataclasses import dataclass
+from typing import Any, Optional
 
 from . import _internals
 
@@ -133,7 +133,6 @@ class JitState:
     active: Optional[bool] = None
     reason: str = ""
     autoclustering: bool = False  # clusters may compile (verified by the probe)
-    notes: List[str] = field(default_factory=list)
 
 
 class JitController:

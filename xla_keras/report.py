@@ -13,6 +13,7 @@ from typing import Any, Dict, List, Optional
 
 from .signatures import InputSignature, describe, from_jsonable, to_jsonable
 from .storms import Storm
+from .timing import excess_over_steady
 
 PHASES = ("train", "test", "predict")
 SOURCES = ("profiler", "timing")
@@ -67,8 +68,8 @@ class Compilation:
         above the steady median."""
         if self.step_seconds is None:
             return self.seconds
-        excess = self.step_seconds - self.call_batches * (steady_seconds or 0.0)
-        return max(0.0, excess) / max(1, self.call_compiles)
+        steady_call = None if steady_seconds is None else self.call_batches * steady_seconds
+        return excess_over_steady(self.step_seconds, steady_call) / max(1, self.call_compiles)
 
 
 @dataclass
