@@ -10,6 +10,7 @@ Tested on tensorflow 2.21 and keras 3.15.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from typing import Any, Callable, List, Optional, Tuple
 
@@ -258,6 +259,24 @@ def set_autoclustering(enabled: bool) -> None:
     tf.config.optimizer.set_jit("autoclustering" if enabled else False)
 
 
+@contextlib.contextmanager
+def clustering_paused():
+    """Functions first run inside are not auto-clustered, whatever the
+    Python setting or TF_XLA_FLAGS say. Measured: the clustering decision is
+    taken once, when a function is first instantiated, and sticks."""
+    saved = autoclustering_setting()
+    env_on = env_auto_jit_on()
+    restore_autoclustering_setting(False)
+    if env_on:
+        set_auto_jit_off(True)
+    try:
+        yield
+    finally:
+        restore_autoclustering_setting(saved)
+        if env_on:
+            set_auto_jit_off(False)
+
+
 def has_accelerator() -> bool:
     import tensorflow as tf
     return any(d.device_type != "CPU" for d in tf.config.list_physical_devices())
@@ -316,6 +335,33 @@ def strategy_facts(model: Any) -> dict:
     }
 
 
+def keras_multi_worker_fit_faults() -> List[str]:
+    """The steps of Keras's fit that fail under MultiWorkerMirroredStrategy
+    (keras-team/keras#20585), read from the source of the functions that run:
+    "build" (the first batch is averaged across workers to build the model)
+    and "logs" (scalar logs averaged with axis=0). Empty when both are gone
+    (fixed, or patched by xla_keras.multiworker.WORKAROUND). The multi-worker
+    test proves this agrees with what fit really does on two workers."""
+    import inspect
+    import re
+    try:
+        from keras.src.backend.tensorflow import trainer
+        build, reduce = trainer.TensorFlowTrainer._maybe_symbolic_build, trainer.reduce_per_replica
+    except (ImportError, AttributeError) as e:
+        raise InternalsMoved("keras.src.backend.tensorflow.trainer (_maybe_symbolic_build, reduce_per_replica)",
+                             e) from e
+    try:
+        build_source, reduce_source = inspect.getsource(build), inspect.getsource(reduce)
+    except (OSError, TypeError):
+        return []  # no source to read (e.g. a zipped install): cannot tell
+    faults = []
+    if re.search(r"distribute_strategy\.reduce\(\s*[\"']MEAN[\"']", build_source):
+        faults.append("build")
+    if re.search(r"strategy\.reduce\(\s*[\"']MEAN[\"'],\s*v,\s*axis=0\s*\)", reduce_source):
+        faults.append("logs")
+    return faults
+
+
 def layers_without_jit(model: Any) -> List[str]:
     """Names of the layers that declare supports_jit=False (Keras then refuses
     jit_compile=True)."""
@@ -365,15 +411,41 @@ def start_trace(logdir: str) -> None:
     before = profiler_v2._profiler
     try:
         tf.profiler.experimental.start(logdir)
-    except Exception:
-        if before is None:
-            profiler_v2._profiler = None
+    except BaseException:
+        # A failed start, or a Ctrl-C that landed after the session started
+        # (TF resets its module-level session only on Exception): never leave
+        # a session behind, running or not.
+        if before is None and profiler_v2._profiler is not None:
+            session, profiler_v2._profiler = profiler_v2._profiler, None
+            try:
+                session.stop()
+            except Exception:  # noqa: BLE001 - it never started
+                pass
         raise
 
 
 def stop_trace() -> None:
     import tensorflow as tf
-    tf.profiler.experimental.stop()
+    from tensorflow.python.profiler import profiler_v2
+    try:
+        tf.profiler.experimental.stop()
+    except BaseException:
+        # The export failed or was interrupted (a Ctrl-C while the trace is
+        # written): TF keeps its module-level session set and the profiler
+        # busy for the whole process. Drop it.
+        profiler_v2._profiler = None
+        raise
+
+
+def fit_callback_list(model: Any) -> Any:
+    """The CallbackList of the running ``model.fit`` (its ``callbacks`` local), or None."""
+    import sys
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code.co_name == "fit" and frame.f_locals.get("self") is model:
+            return frame.f_locals.get("callbacks")
+        frame = frame.f_back
+    return None
 
 
 def keras_profile_windows(model: Any) -> List[Tuple[int, int]]:

@@ -14,6 +14,7 @@ from typing import List, Optional
 
 from absl import app, flags
 
+from .multiworker import KERAS_ISSUE, WORKAROUND
 from .report import XlaReport
 from .tensorboard import REPORT_FILE
 
@@ -79,6 +80,8 @@ def cmd_doctor(args: List[str], out=sys.stdout) -> int:
     findings = doctor()
     for finding in findings:
         out.write(str(finding) + "\n")
+    if any(f.topic == "multi-worker" and f.level == "error" and KERAS_ISSUE in f.message for f in findings):
+        out.write(f"\n# The patch for {KERAS_ISSUE} (xla_keras.multiworker.WORKAROUND):\n{WORKAROUND}")
     return exit_code(findings)
 
 

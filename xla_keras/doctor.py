@@ -144,6 +144,8 @@ def doctor(check_flags: bool = True) -> List[Finding]:
         findings.append(Finding("info", "logging", "TensorFlow's per-compile time lines are off",
                                 "TF_CPP_VMODULE=device_compiler=1 (XlaMonitor measures compiles without them)"))
 
+    findings.extend(_multi_worker_findings())
+
     import importlib.util
     if importlib.util.find_spec("tensorboard_plugin_profile") or importlib.util.find_spec("xprof"):
         findings.append(Finding("ok", "Profile tab", "tensorboard-plugin-profile is installed"))
@@ -175,6 +177,31 @@ def doctor(check_flags: bool = True) -> List[Finding]:
         findings.append(Finding("info", "persistent compilation cache", "not configured, and too late to turn on "
                                 "in this process (TensorFlow has created its devices)",
                                 "TF_XLA_FLAGS=--tf_xla_persistent_cache_directory=DIR at start"))
+    return findings
+
+
+def _multi_worker_findings() -> List[Finding]:
+    from .multiworker import KERAS_ISSUE, cluster_from_env, keras_fit_problem
+    cluster = cluster_from_env()
+    try:
+        problem = keras_fit_problem()
+    except _internals.InternalsMoved as error:
+        return [Finding("info", "multi-worker", f"could not check Keras's fit under MultiWorkerMirroredStrategy: "
+                        f"{error}")]
+    fix = (f"the patch printed below (run it on every worker before fit), or a Keras release with {KERAS_ISSUE} "
+           "fixed")
+    if cluster is None:
+        # Most users train in one process: a hint, not the 30-line patch.
+        return [Finding("info", "multi-worker", f"TF_CONFIG not set (single process). {problem}",
+                        "with TF_CONFIG set, `xla-keras doctor` prints a patch (xla_keras.multiworker.WORKAROUND)")] \
+            if problem else []
+    if "error" in cluster:
+        return [Finding("error", "multi-worker", cluster["error"], "fix TF_CONFIG (JSON with 'cluster' and 'task')")]
+    where = (f"TF_CONFIG: {cluster['tasks']} task(s); this is {cluster['task']} {cluster['index']}"
+             f"{' (the chief: XlaMonitor writes files here)' if cluster['chief'] else ' (not the chief: XlaMonitor writes no files here)'}")
+    findings = [Finding("info", "multi-worker", where)]
+    if problem and cluster["tasks"] > 1:
+        findings.append(Finding("error", "multi-worker", problem, fix))
     return findings
 
 

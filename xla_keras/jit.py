@@ -63,6 +63,8 @@ def configure(cpu_autoclustering: bool = False, cache_dir: Optional[str] = None)
         >>> xla_keras.configure(cpu_autoclustering=True)  # doctest: +SKIP
         {'cpu_autoclustering': True}
     """
+    if not isinstance(cpu_autoclustering, bool):
+        raise TypeError(f"cpu_autoclustering must be True or False; got {cpu_autoclustering!r}")
     result = {}
     if cache_dir is not None:
         if not isinstance(cache_dir, (str, os.PathLike)) or not str(cache_dir):
