@@ -39,8 +39,9 @@ def _free_ports(n):
     return ports
 
 
-def run_workers(tmp_root, spec, workers=2, timeout=300, env_extra=None):
-    """Run the worker program on ``workers`` local processes; a list of WorkerRun."""
+def run_workers(tmp_root, spec, workers=2, timeout=300, env_extra=None, script=SCRIPT):
+    """Run ``script --spec JSON`` (this file's worker by default) on ``workers``
+    local processes; a list of WorkerRun."""
     cluster = {"worker": [f"127.0.0.1:{p}" for p in _free_ports(workers)]}
     procs = []
     for index in range(workers):
@@ -54,7 +55,7 @@ def run_workers(tmp_root, spec, workers=2, timeout=300, env_extra=None):
             "PYTHONPATH": ROOT + os.pathsep + env.get("PYTHONPATH", ""),
             **(env_extra or {}),
         })
-        procs.append(subprocess.Popen([sys.executable, SCRIPT, "--spec", json.dumps(spec)], env=env,
+        procs.append(subprocess.Popen([sys.executable, script, "--spec", json.dumps(spec)], env=env,
                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
     deadline = time.monotonic() + timeout
     runs = []
@@ -65,7 +66,7 @@ def run_workers(tmp_root, spec, workers=2, timeout=300, env_extra=None):
             for p in procs:
                 p.kill()
             tails = "\n".join(f"--- worker {i}:\n{p.communicate()[1][-3000:]}" for i, p in enumerate(procs))
-            raise AssertionError(f"multi-worker run hung for {timeout} s (a collective mismatch?)\n{tails}")
+            raise AssertionError(f"multi-worker run hung for {timeout} s (a collective mismatch?)\n{tails}") from None
         runs.append(WorkerRun(index, proc.returncode, out, err, os.path.join(tmp_root, f"dump{index}")))
     return runs
 

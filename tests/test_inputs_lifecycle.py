@@ -326,11 +326,6 @@ def test_sparse_with_jit_on_fails_in_xla_and_the_monitor_steps_aside():
     assert not hasattr(fed.model.train_function, "_xla_keras_original")
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
-    "bug: when the model needs ragged row splits as compile-time constants (tf.reduce_mean over the "
-    "ragged axis), XLA compiles once per distinct split VALUES; the monitor keys on shapes only and "
-    "never probes a known shape, so it under-counts (4 vs XLA's 5 here: test_xla_dump_ragged_...); "
-    "proposed patch in /tmp/helper_inputs_patch.diff"))
 def test_ragged_row_splits_as_constants_count_every_xla_compile():
     fed = fed_ragged_reduce_mean(np.random.default_rng(0))
     monitor, counter = _monitor("on"), BatchCounter()
@@ -409,10 +404,6 @@ def test_lifecycle_accumulates_steps_and_compiles_only_what_is_new():
     assert seen[-1][1]["batches"] == {"train": 17, "test": 9, "predict": 6}
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
-    "gap: CompileLedger.set_function's 'new function' answer is dropped by XlaMonitor._install, so after "
-    "model.compile(...) the report shows known shapes compiling again with no word why; proposed patch "
-    "in /tmp/helper_inputs_patch.diff"))
 def test_recompile_says_a_rebuilt_function_started_a_new_compile_cache():
     (x, y), _ = _lifecycle_data()
     model = _mlp()
@@ -435,11 +426,6 @@ def _three_lengths(rng):
         tf.TensorSpec((8, None), tf.int32), tf.TensorSpec((8, 1), tf.float32)))
 
 
-@pytest.mark.xfail(strict=True, raises=xla_keras.RecompilationStormError, reason=(
-    "bug: after model.compile(...) the rebuilt function's compiles of KNOWN shapes feed the storm "
-    "detector as 'new input shapes' (3 shapes ever, storm says 4, 'in 1 steps' as the fresh optimizer "
-    "restarts the step count): on_storm='raise' stops a legitimate fit; proposed patch in "
-    "/tmp/helper_inputs_patch.diff"))
 def test_recompile_is_no_recompilation_storm():
     rng = np.random.default_rng(0)
     model = keras.Sequential([keras.Input((None,), dtype="int32"), keras.layers.Embedding(20, 4),
@@ -478,10 +464,6 @@ def _backend_message(error_text, backend):
     return backend in lowered and "tensorflow" in lowered and "backend" in lowered
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
-    "bug: XlaMonitor() constructs under any Keras backend; under jax the fit then logs an internal "
-    "AttributeError ('distribute_strategy') and the monitor disables itself; proposed patch in "
-    "/tmp/helper_inputs_patch.diff"))
 @pytest.mark.parametrize("backend", ["numpy", "jax", "torch"])
 def test_non_tensorflow_backend_is_refused_naming_it(backend):
     env = dict(os.environ, KERAS_BACKEND=backend, CUDA_VISIBLE_DEVICES="", TF_CPP_MIN_LOG_LEVEL="2",
@@ -495,9 +477,6 @@ def test_non_tensorflow_backend_is_refused_naming_it(backend):
     assert _backend_message(proc.stdout, backend), proc.stdout
 
 
-@pytest.mark.xfail(strict=True, raises=pytest.fail.Exception, reason=(
-    "bug: no backend check at construction (see the subprocess test); proposed patch in "
-    "/tmp/helper_inputs_patch.diff"))
 def test_non_tensorflow_backend_is_refused_simulated(monkeypatch):
     # Runs everywhere: jax / torch are often not installed, and numpy's Keras
     # backend imports jax. Keras answers the backend through these two calls.

@@ -10,7 +10,6 @@ Tested on tensorflow 2.21 and keras 3.15.
 
 from __future__ import annotations
 
-import contextlib
 import os
 from typing import Any, Callable, List, Optional, Tuple
 
@@ -257,24 +256,6 @@ def autoclustering_enabled() -> bool:
 def set_autoclustering(enabled: bool) -> None:
     import tensorflow as tf
     tf.config.optimizer.set_jit("autoclustering" if enabled else False)
-
-
-@contextlib.contextmanager
-def clustering_paused():
-    """Functions first run inside are not auto-clustered, whatever the
-    Python setting or TF_XLA_FLAGS say. Measured: the clustering decision is
-    taken once, when a function is first instantiated, and sticks."""
-    saved = autoclustering_setting()
-    env_on = env_auto_jit_on()
-    restore_autoclustering_setting(False)
-    if env_on:
-        set_auto_jit_off(True)
-    try:
-        yield
-    finally:
-        restore_autoclustering_setting(saved)
-        if env_on:
-            set_auto_jit_off(False)
 
 
 def has_accelerator() -> bool:

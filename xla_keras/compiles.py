@@ -146,6 +146,14 @@ class CompileLedger:
         self._occurrences: Dict[str, Dict[int, int]] = {}
         self._lifetime: Dict[str, set] = {}
 
+    def has_function(self, phase: str) -> bool:
+        """Whether a function was declared for ``phase`` before."""
+        return phase in self._function_token
+
+    def known(self, phase: str, signature: InputSignature) -> bool:
+        """Whether ``phase`` saw this signature before, under any function."""
+        return fingerprint(signature) in self._lifetime.get(phase, ())
+
     def set_function(self, phase: str, token: object) -> bool:
         """Declare the function that runs ``phase``; True if it is a new one."""
         if phase in self._function_token and self._function_token[phase] is token:

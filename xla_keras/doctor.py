@@ -144,7 +144,8 @@ def doctor(check_flags: bool = True) -> List[Finding]:
         findings.append(Finding("info", "logging", "TensorFlow's per-compile time lines are off",
                                 "TF_CPP_VMODULE=device_compiler=1 (XlaMonitor measures compiles without them)"))
 
-    findings.extend(_multi_worker_findings())
+    # Reading Keras imports TensorFlow, which a bad TF_XLA_FLAGS would kill.
+    findings.extend(_multi_worker_findings(read_keras=not (problem and "TF_XLA_FLAGS" in problem)))
 
     import importlib.util
     if importlib.util.find_spec("tensorboard_plugin_profile") or importlib.util.find_spec("xprof"):
@@ -180,11 +181,11 @@ def doctor(check_flags: bool = True) -> List[Finding]:
     return findings
 
 
-def _multi_worker_findings() -> List[Finding]:
+def _multi_worker_findings(read_keras: bool = True) -> List[Finding]:
     from .multiworker import KERAS_ISSUE, cluster_from_env, keras_fit_problem
     cluster = cluster_from_env()
     try:
-        problem = keras_fit_problem()
+        problem = keras_fit_problem() if read_keras else None
     except _internals.InternalsMoved as error:
         return [Finding("info", "multi-worker", f"could not check Keras's fit under MultiWorkerMirroredStrategy: "
                         f"{error}")]
@@ -197,8 +198,9 @@ def _multi_worker_findings() -> List[Finding]:
             if problem else []
     if "error" in cluster:
         return [Finding("error", "multi-worker", cluster["error"], "fix TF_CONFIG (JSON with 'cluster' and 'task')")]
-    where = (f"TF_CONFIG: {cluster['tasks']} task(s); this is {cluster['task']} {cluster['index']}"
-             f"{' (the chief: XlaMonitor writes files here)' if cluster['chief'] else ' (not the chief: XlaMonitor writes no files here)'}")
+    role = ("the chief: XlaMonitor writes files here" if cluster["chief"] else
+            "not the chief: XlaMonitor writes no files here")
+    where = f"TF_CONFIG: {cluster['tasks']} task(s); this is {cluster['task']} {cluster['index']} ({role})"
     findings = [Finding("info", "multi-worker", where)]
     if problem and cluster["tasks"] > 1:
         findings.append(Finding("error", "multi-worker", problem, fix))

@@ -32,7 +32,7 @@ from .compiles import CompileLedger, cache_loads_from_trace, compile_seconds_fro
 from .jit import JitController, JitState, XlaKerasWarning, persistent_cache
 from .multiworker import cluster_from_env, keras_fit_problem
 from .report import PHASES, Compilation, SlowStep, XlaReport
-from .signatures import describe, signature_of
+from .signatures import describe, is_ragged, signature_of
 from .storms import (
     ON_STORM,
     RecompilationStormError,
@@ -65,6 +65,10 @@ _FLUSH_EVERY_SECONDS = 5.0
 # Auto-clustering compiles a new signature of an already-run cluster only on
 # its second request (lazy compilation): probe the first few occurrences.
 _AUTOCLUSTER_PROBES = 3
+# XLA also keys its cache on the values of compile-time constant arguments: a
+# model that needs ragged row splits as constants compiles per split values.
+# Known ragged batches are probed until this many in a row compiled nothing.
+_RAGGED_PROBE_MISSES = 8
 # Measured on TF 2.21 with two local workers: stopping a profiler session in
 # a MultiWorkerMirroredStrategy worker aborts the process ("double free or
 # corruption", in ProfilerSession.stop) in about 1 run in 4; never seen without
@@ -126,6 +130,9 @@ class _PhaseState:
         self.deferred_new: Optional[int] = None  # step of a smaller new batch, maybe the last
         self.usual_rows: Optional[int] = None
         self.compile_count = 0
+        self.ragged_probe = False     # this call probes a known ragged signature
+        self.ragged_misses = 0        # such probes in a row that saw no compile
+        self.value_compiles = 0       # compiles of known ragged shapes (new split values)
         self.profiler_seconds = 0.0
         self.timing_step_share = 0.0  # sum of step_seconds / call_compiles
         self.timing_batch_share = 0.0  # sum of call_batches / call_compiles
@@ -195,6 +202,13 @@ class XlaMonitor(keras.callbacks.Callback):
     def __init__(self, log_dir: Optional[str] = "logs/xla", jit: str = "keep",
                  storm_threshold: int = 8, storm_window: int = 200, on_storm: str = "warn",
                  profile: Any = "auto", update_freq: Any = "epoch", verbose: int = 1, max_records: int = 1000):
+        backend = keras.backend.backend()
+        if backend != "tensorflow":
+            raise RuntimeError(
+                f"xla_keras.XlaMonitor needs Keras's TensorFlow backend, but Keras runs the {backend!r} backend "
+                f"here (KERAS_BACKEND={os.environ.get('KERAS_BACKEND', '(unset)')}): XLA under jit_compile, the "
+                "tf.function step and the TensorFlow profiler it reads are TensorFlow's. Set "
+                "KERAS_BACKEND=tensorflow before keras is first imported.")
         super().__init__()
         if log_dir is not None and not isinstance(log_dir, str):
             raise TypeError(f"log_dir must be a str or None; got {type(log_dir).__name__}")
@@ -244,13 +258,13 @@ class XlaMonitor(keras.callbacks.Callback):
         self._writers: Optional[SummaryWriters] = None
         self._chief = True
         self._multi_worker = False
-        self._pulled_from = None  # id of the last distributed iterator pulled from
         self._in_fit = False
         self._segment_start: Optional[float] = None
         self._last_activity = 0.0
         self._wall = 0.0
         self._last_flush = 0.0
         self._wrapped: Dict[str, Any] = {}
+        self._rebuilds: Dict[str, int] = dict.fromkeys(PHASES, 0)  # step functions replaced under us
         self._cache: Optional[dict] = None       # the persistent compilation cache, if any
         self._cache_times: Optional[CompileTimes] = None
         self._model_key = ""
@@ -379,6 +393,20 @@ class XlaMonitor(keras.callbacks.Callback):
         report.probe = ("timing" if (self._probe_busy or self._multi_worker) and not self._probe_used else
                         "profiler+timing" if self._probe_busy else "profiler")
         report.notes = list(self._notes)
+        for name, count in self._rebuilds.items():
+            if count:
+                report.notes.append(
+                    f"{name}: the step function was rebuilt {count} time(s) (model.compile(...) or a jit change): "
+                    "a rebuilt function starts with an empty XLA compile cache, so shapes compiled before "
+                    "compiled again")
+        for name, phase in self._phases.items():
+            if phase.value_compiles:
+                report.notes.append(
+                    f"{name}: XLA compiled {phase.value_compiles} module(s) for ragged batches of shapes it had "
+                    "compiled already: the model needs the row splits as compile-time constants (e.g. "
+                    "tf.reduce_mean over the ragged axis), so XLA compiles per distinct row lengths, not per "
+                    "shape. Fix: pad to dense batches (padded_batch, RaggedTensor.to_tensor) or compute from the "
+                    "row splits with gathers")
         if self._cache and not self._cache["effective"]:
             report.notes.append(f"the persistent compilation cache at {self._cache['dir']} was configured too late "
                                 "for this process (after TensorFlow read its flags): nothing is cached or loaded. "
@@ -575,7 +603,9 @@ class XlaMonitor(keras.callbacks.Callback):
             getattr(model, _MAKE_FUNCTION[phase])(force=True)
             original = getattr(model, attr)
             step_fn = _internals.find_step_function(original)
-        self._ledger.set_function(phase, step_fn)
+        had_function = self._ledger.has_function(phase)
+        if self._ledger.set_function(phase, step_fn) and had_function and not rebuild:
+            self._rebuilds[phase] += 1  # a storm fallback (rebuild=True) is reported as such
         wrapper = _internals.wrap_marker(self._make_wrapper(phase, step_fn), original, weakref.ref(self))
         self._wrapped[phase] = wrapper
         self._relink(phase, [wrapper] + others, original)
@@ -599,12 +629,6 @@ class XlaMonitor(keras.callbacks.Callback):
             count = self.model.steps_per_execution
             if not isinstance(data, distributed_type):
                 return _pull(data, count)
-            if id(data) != self._pulled_from:
-                # The pull is ours, not the model's: keep auto-clustering from
-                # compiling it (an XLA module the model's own fit would not have).
-                self._pulled_from = id(data)
-                with _internals.clustering_paused():
-                    return _pull(data, count, _graph_next())
             return _pull(data, count, _graph_next())
 
         def wrapped(data):
@@ -662,6 +686,7 @@ class XlaMonitor(keras.callbacks.Callback):
         state.call_new = []
         state.call_probe_sig = None
         state.call_modules = None
+        state.ragged_probe = False
         expected = self._xla_expected()
         probe_wanted = False
         for i, batch in enumerate(batches):
@@ -671,11 +696,14 @@ class XlaMonitor(keras.callbacks.Callback):
                 state.deferred_new = None
             sig = signature_of(batch, unwrap)
             state.history.observe(sig)
+            seen_before = self._ledger.known(phase, sig)
             is_new, worth_probe = self._ledger.observe(phase, sig)
             if is_new:
                 state.call_new.append((step, sig))
                 state.last_new_step = step
-                if expected:
+                # A shape seen before, new only to a rebuilt function (model.compile),
+                # compiles again but is no sign of varying shapes: not a storm step.
+                if expected and not seen_before:
                     rows = batch_rows(sig)
                     if state.usual_rows is None:
                         state.usual_rows = rows
@@ -687,6 +715,9 @@ class XlaMonitor(keras.callbacks.Callback):
                         self._count_new(phase, state, step)
             if worth_probe and (is_new or self._state.autoclustering):
                 probe_wanted = True
+                state.call_probe_sig = state.call_probe_sig or (step, sig)
+            elif self._state.active and state.ragged_misses < _RAGGED_PROBE_MISSES and is_ragged(sig):
+                probe_wanted = state.ragged_probe = True  # maybe new split values (_RAGGED_PROBE_MISSES)
                 state.call_probe_sig = state.call_probe_sig or (step, sig)
             state.call_signature = sig
         state.call_traced = False
@@ -790,8 +821,14 @@ class XlaMonitor(keras.callbacks.Callback):
         modules, loads = state.call_modules, state.call_loads
         state.call_modules, state.call_loads = None, []
         owners = state.call_new or ([state.call_probe_sig] if state.call_probe_sig else [])
+        ragged_only = state.ragged_probe and not state.call_new
         if not modules and not loads:
+            if ragged_only:
+                state.ragged_misses += 1
             return  # the probe saw no compile: nothing compiled (e.g. a lazy cluster)
+        if ragged_only:
+            state.ragged_misses = 0
+            state.value_compiles += len(modules or loads)
         cached = not modules
         for i, module_seconds in enumerate(modules or loads):
             step, sig = owners[min(i, len(owners) - 1)]
@@ -1107,7 +1144,16 @@ def _graph_next() -> Any:
     same pulls, so the collectives stay matched."""
     if not _GRAPH_NEXT:
         import tensorflow as tf
-        _GRAPH_NEXT.append(tf.function(lambda iterator: iterator.get_next(), autograph=False))
+
+        def graph_next(iterator):
+            # The pull is ours, not the model's: auto-clustering must not compile
+            # it (an XLA module the model's own fit would not have). Measured:
+            # pausing the switch around the call is not enough (the function is
+            # re-instantiated when the switch comes back); marking the ops is.
+            with tf.xla.experimental.jit_scope(compile_ops=False):
+                return iterator.get_next()
+
+        _GRAPH_NEXT.append(tf.function(graph_next, autograph=False))
     return _GRAPH_NEXT[0]
 
 

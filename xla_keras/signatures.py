@@ -160,6 +160,11 @@ def signature_of(batch: Any, unwrap: Callable[[Any], Any] = _identity) -> InputS
     return tuple(out)
 
 
+def is_ragged(signature: InputSignature) -> bool:
+    """Whether the batch holds a RaggedTensor (its row splits are leaves)."""
+    return any(leaf.path.rsplit("/", 1)[-1].startswith("row_splits_") for leaf in signature)
+
+
 def fingerprint(signature: InputSignature) -> int:
     """A small exact key for counting distinct signatures without keeping them."""
     return hash(signature)

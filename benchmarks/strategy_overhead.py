@@ -1,0 +1,122 @@
+"""Per-step cost of XlaMonitor under tf.distribute, side by side.
+
+MirroredStrategy over 2 logical CPUs (this process) and
+MultiWorkerMirroredStrategy with 2 local worker processes on loopback (the
+patch for keras-team/keras#20585 applied, as `xla-keras doctor` prints it).
+Configurations are interleaved over several rounds on the same warm model:
+bare fit, XlaMonitor(), and XlaMonitor() pulling batches with an eager
+``next()`` instead of its graph pull (what the pull choice is worth).
+Reported: median seconds per step over the rounds, and the ratio to bare.
+
+    python benchmarks/strategy_overhead.py [--quick] [--rounds 5] [--steps 200]
+"""
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.join(ROOT, "tests"))
+
+CONFIGS = ("bare", "XlaMonitor()", "XlaMonitor() eager pull")
+
+
+def _eager_pull():
+    """Swap the monitor's graph pull for an eager next() (benchmark only)."""
+    from xla_keras import monitor as monitor_module
+    graph_next = monitor_module._graph_next
+    monitor_module._graph_next = lambda: next
+    return lambda: setattr(monitor_module, "_graph_next", graph_next)
+
+
+def measure(strategy, rounds, steps, batch=64):
+    import keras
+    import numpy as np
+    import tensorflow as tf
+
+    import xla_keras
+
+    with strategy.scope():
+        model = keras.Sequential([keras.Input((32,)), keras.layers.Dense(64, activation="relu"),
+                                  keras.layers.Dense(64, activation="relu"), keras.layers.Dense(1)])
+        model.compile("adam", "mse")
+    rng = np.random.default_rng(0)
+    x = rng.random((batch * steps, 32), dtype=np.float32)
+    data = tf.data.Dataset.from_tensor_slices((x, x[:, :1])).batch(batch)
+    tmp = tempfile.mkdtemp(prefix="xla_keras_strategy_")
+
+    def fit(config):
+        callbacks = [] if config == "bare" else [xla_keras.XlaMonitor(log_dir=f"{tmp}/m", verbose=0)]
+        undo = _eager_pull() if config.endswith("eager pull") else None
+        try:
+            start = time.perf_counter()
+            model.fit(data, epochs=1, verbose=0, callbacks=callbacks)
+            return (time.perf_counter() - start) / steps
+        finally:
+            if undo:
+                undo()
+
+    for config in CONFIGS:  # warm every call path: no configuration pays a trace inside the measurement
+        fit(config)
+    per_step = {config: [] for config in CONFIGS}
+    for _ in range(rounds):
+        for config in CONFIGS:
+            per_step[config].append(fit(config))
+    return {config: statistics.median(values) for config, values in per_step.items()}
+
+
+def _print(name, results):
+    bare = results["bare"]
+    for config, seconds in results.items():
+        print(f"{name:26s} {config:26s} {seconds * 1e3:9.3f} {seconds / bare:7.3f}x")
+
+
+def worker(spec):
+    import tensorflow as tf
+
+    from xla_keras.multiworker import WORKAROUND
+    exec(WORKAROUND, {})
+    results = measure(tf.distribute.MultiWorkerMirroredStrategy(), spec["rounds"], spec["steps"])
+    print("XLA_KERAS_MW " + json.dumps({"task": json.loads(os.environ["TF_CONFIG"])["task"]["index"],
+                                        "results": results}), flush=True)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--quick", action="store_true", help="tiny run that only proves the script works")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--steps", type=int, default=200)
+    parser.add_argument("--spec", help=argparse.SUPPRESS)  # a multi-worker worker (run by this script)
+    args = parser.parse_args(argv)
+    if args.spec:
+        return worker(json.loads(args.spec))
+    if args.quick:
+        args.rounds, args.steps = 1, 10
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    import tensorflow as tf
+    cpu = tf.config.list_physical_devices("CPU")[0]
+    tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+
+    print(f"{args.steps} steps x {args.rounds} rounds, interleaved; median per step (MLP, global batch 64)")
+    print(f"{'strategy':26s} {'configuration':26s} {'ms/step':>9s} {'vs bare':>8s}")
+    mirrored = measure(tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"]), args.rounds, args.steps)
+    _print("Mirrored (2 logical CPUs)", mirrored)
+
+    from multiworker import run_workers
+    runs = run_workers(tempfile.mkdtemp(prefix="xla_keras_mw_bench_"), {"rounds": args.rounds, "steps": args.steps},
+                       script=os.path.abspath(__file__), timeout=1800)
+    for run in runs:
+        if run.result is None:
+            raise SystemExit(f"worker {run.index} failed:\n{run.stderr[-3000:]}")
+    chief = next(run for run in runs if run.result["task"] == 0)
+    _print("MultiWorker (2 workers)", chief.result["results"])
+    return {"mirrored": mirrored, "multi_worker": chief.result["results"]}
+
+
+if __name__ == "__main__":
+    main()
