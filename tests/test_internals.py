@@ -193,3 +193,42 @@ def test_auto_jit_mode_override_round_trip(monkeypatch):
     assert _internals.autoclustering_setting() in (None, True, False)
     monkeypatch.delenv("TF_XLA_FLAGS")
     _internals.set_auto_jit_off(False)  # TF's own mode back to the default for the other tests
+
+
+def test_running_fit_and_its_callback_list_are_found_from_a_callback():
+    seen = {}
+
+    class Probe(keras.callbacks.Callback):
+        def on_train_begin(self, logs=None):
+            seen["locals"] = _internals.running_fit(self.model) is not None
+            seen["list"] = _internals.fit_callback_list(self.model)
+
+        def on_test_begin(self, logs=None):
+            seen["in_evaluate"] = _internals.running_fit(self.model)
+
+    model = _model(False)
+    probe = Probe()
+    x, y = np.ones((8, 4), np.float32), np.ones((8, 2), np.float32)
+    model.fit(x, y, epochs=1, verbose=0, callbacks=[probe])
+    assert seen["locals"] is True
+    assert isinstance(seen["list"], keras.callbacks.CallbackList) and probe in seen["list"].callbacks
+    model.evaluate(x, y, verbose=0, callbacks=[probe])
+    assert seen["in_evaluate"] is None  # evaluate on its own: no fit on the stack
+    assert _internals.fit_callback_list(model) is None
+
+
+def test_keras_multi_worker_fit_faults_reads_the_installed_keras():
+    faults = _internals.keras_multi_worker_fit_faults()
+    assert set(faults) <= {"build", "logs"}
+    # tests/test_multiworker.py proves this agrees with what fit does on two workers; here: the
+    # functions it reads are still where it looks, and once the patch replaces them it stops
+    # reporting faults (so the monitor does not warn about a patched Keras).
+    from keras.src.backend.tensorflow import trainer
+    saved = trainer.TensorFlowTrainer._maybe_symbolic_build, trainer.reduce_per_replica
+    try:
+        from xla_keras.multiworker import WORKAROUND
+        exec(WORKAROUND, {})
+        assert _internals.keras_multi_worker_fit_faults() == []
+    finally:
+        trainer.TensorFlowTrainer._maybe_symbolic_build, trainer.reduce_per_replica = saved
+    assert _internals.keras_multi_worker_fit_faults() == faults

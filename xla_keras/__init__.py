@@ -10,10 +10,11 @@ __version__ = "0.1.0"
 
 __all__ = ["XlaMonitor", "XlaReport", "Compilation", "SlowStep", "Storm", "RecompilationStormError",
            "configure", "doctor", "compare", "CompareTable", "XlaKerasWarning",
-           "__version__"]
+           "LogDirError", "__version__"]
 
 _LAZY = {
     "XlaMonitor": "monitor",
+    "LogDirError": "monitor",
     "configure": "jit",
     "doctor": "doctor",
     "compare": "compare",

@@ -418,15 +418,31 @@ def stop_trace() -> None:
         raise
 
 
-def fit_callback_list(model: Any) -> Any:
-    """The CallbackList of the running ``model.fit`` (its ``callbacks`` local), or None."""
+def running_fit(model: Any) -> Optional[dict]:
+    """The local variables of ``model.fit`` when it is on the call stack
+    (validation inside a fit), else None (e.g. a fit that an exception ended
+    before on_train_end). Walks frames: call it once per fit / evaluate /
+    predict, never per step."""
     import sys
     frame = sys._getframe(1)
     while frame is not None:
         if frame.f_code.co_name == "fit" and frame.f_locals.get("self") is model:
-            return frame.f_locals.get("callbacks")
+            return frame.f_locals
         frame = frame.f_back
     return None
+
+
+def fit_callback_list(model: Any) -> Any:
+    """The CallbackList of the running ``model.fit`` (its ``callbacks`` local), or None outside a fit."""
+    import keras
+    local = running_fit(model)
+    if local is None:
+        return None
+    callbacks = local.get("callbacks")
+    if not isinstance(callbacks, keras.callbacks.CallbackList):
+        raise InternalsMoved("the `callbacks` CallbackList local of keras Model.fit",
+                             TypeError(f"found {type(callbacks).__name__}"))
+    return callbacks
 
 
 def keras_profile_windows(model: Any) -> List[Tuple[int, int]]:

@@ -16,7 +16,6 @@ import atexit
 import functools
 import logging
 import os
-import sys
 import tempfile
 import time
 import traceback
@@ -500,7 +499,7 @@ class XlaMonitor(keras.callbacks.Callback):
     # ------------------------------------------------------------- wrapping
 
     def _begin_phase(self, phase: str) -> None:
-        if self._in_fit and not _fit_running(self.model):
+        if self._in_fit and _internals.running_fit(self.model) is None:
             self._abort_fit()  # an exception ended the last fit before on_train_end
         if self._in_fit:
             self._stop_trace()  # a train window ends where validation begins: its steps are probed
@@ -1103,18 +1102,6 @@ def _guard_fit_callbacks(monitor: "XlaMonitor") -> None:
 
 def _run_word(phase: str) -> str:
     return {"train": "fit", "test": "evaluation", "predict": "prediction"}[phase]
-
-
-def _fit_running(model: Any) -> bool:
-    """Whether ``model.fit`` is on the call stack (validation inside a fit),
-    as opposed to a fit that an exception ended before on_train_end. Walks
-    frames once per evaluate/predict call, never per step."""
-    frame = sys._getframe(1)
-    while frame is not None:
-        if frame.f_code.co_name == "fit" and frame.f_locals.get("self") is model:
-            return True
-        frame = frame.f_back
-    return False
 
 
 def _pull(iterator: Any, count: int, graph_next: Optional[Any] = None) -> list:
