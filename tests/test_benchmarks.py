@@ -17,6 +17,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     ("import_time.py", ["import xla_keras", "loads TensorFlow/Keras: no"]),
     ("memory.py", ["100 distinct signatures (reported: 100)", "bound:"]),
     ("cold_start.py", ["quickstart  yes", "storm       yes", "loaded"]),
+    ("strategy_overhead.py", ["Mirrored (2 logical CPUs)", "MultiWorker (2 workers)", "eager pull", "vs bare"]),
 ])
 def test_benchmark_quick_mode_runs(script, expect):
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
