@@ -13,18 +13,14 @@ import _thread
 import json
 import logging
 import os
-import shutil
-import socket
-import subprocess
-import sys
-import time
-import urllib.request
 
 import numpy as np
 import pytest
 
 tf = pytest.importorskip("tensorflow")
 keras = pytest.importorskip("keras")
+
+from tensorboard_server import get_json, running_tensorboard  # noqa: E402
 
 import xla_keras  # noqa: E402
 from xla_keras import _internals  # noqa: E402
@@ -473,21 +469,6 @@ def test_ctrl_c_landing_inside_the_profiler_frees_it(during, tmp_path, monkeypat
 # ------------------------------------------- 3. an interrupted run in TensorBoard
 
 
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _get_json(url, timeout=30):
-    import gzip
-    with urllib.request.urlopen(url, timeout=timeout) as response:
-        body = response.read()
-        if response.headers.get("Content-Encoding") == "gzip":
-            body = gzip.decompress(body)
-        return json.loads(body)
-
-
 @pytest.fixture(scope="module")
 def interrupted_tensorboard(tmp_path_factory):
     """A real TensorBoard on the log dir of a fit stopped by Ctrl-C in its
@@ -502,57 +483,34 @@ def interrupted_tensorboard(tmp_path_factory):
     _free_the_profiler()
     report = monitor.report
 
-    port = _free_port()
-    binary = shutil.which("tensorboard") or os.path.join(os.path.dirname(sys.executable), "tensorboard")
-    server_log = root / "tensorboard.log"
-    log_file = open(server_log, "w")  # a file, not a pipe: a full pipe would block the server
-    proc = subprocess.Popen([binary, "--logdir", log_dir, "--host", "127.0.0.1", "--port", str(port)],
-                            stdout=log_file, stderr=subprocess.STDOUT)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.time() + 120
-        while True:
-            try:
-                # Up, and done with its first load of the log dir.
-                if "xla/distinct_signatures" in _get_json(base + "/data/plugin/scalars/tags", 5).get("train", {}):
-                    break
-            except OSError:
-                if proc.poll() is not None:
-                    raise AssertionError("tensorboard exited: " + server_log.read_text()[-2000:]) from None
-            if time.time() > deadline:
-                raise AssertionError("tensorboard never served the train run: " + server_log.read_text()[-2000:])
-            time.sleep(0.5)
+    def ready(base):  # up, and done with its first load of the log dir
+        return "xla/distinct_signatures" in get_json(base + "/data/plugin/scalars/tags", 5).get("train", {})
+
+    with running_tensorboard(log_dir, root, ready) as base:
         yield base, report
-    finally:
-        proc.terminate()  # by its PID
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        log_file.close()
 
 
 def test_interrupted_run_opens_in_a_real_tensorboard(interrupted_tensorboard):
     base, report = interrupted_tensorboard
     assert report.steps["train"] == 4 and len(report.traces) == 1
-    plugins = _get_json(base + "/data/plugins_listing")
+    plugins = get_json(base + "/data/plugins_listing")
     for name in ("scalars", "custom_scalars", "profile"):
         assert plugins[name]["enabled"], name
-    tags = set(_get_json(base + "/data/plugin/scalars/tags")["train"])
+    tags = set(get_json(base + "/data/plugin/scalars/tags")["train"])
     assert "xla/distinct_signatures" in tags
-    series = _get_json(base + "/data/plugin/scalars/scalars?run=train&tag=xla/distinct_signatures")
+    series = get_json(base + "/data/plugin/scalars/scalars?run=train&tag=xla/distinct_signatures")
     assert [(point[1], point[2]) for point in series] == [(1, 1.0)]
     if "xla/step_time_ms" in tags:  # absent when auto-clustering is live on CPU: steps 1-3 are then probed
-        series = _get_json(base + "/data/plugin/scalars/scalars?run=train&tag=xla/step_time_ms")
+        series = get_json(base + "/data/plugin/scalars/scalars?run=train&tag=xla/step_time_ms")
         assert 0 < max(point[1] for point in series) < 4  # step 4 ran in the window, step 5 was interrupted
-    runs = _get_json(base + "/data/plugin/profile/runs")
+    runs = get_json(base + "/data/plugin/profile/runs")
     assert runs == ["train/" + os.path.basename(report.traces[0].split(": ", 1)[1])]
 
 
 def test_interrupted_run_has_its_text_report_in_tensorboard(interrupted_tensorboard):
     base, _ = interrupted_tensorboard
-    assert _get_json(base + "/data/plugins_listing")["text"]["enabled"]
-    assert _get_json(base + "/data/plugin/text/tags") == {"train": [TAG_REPORT]}
+    assert get_json(base + "/data/plugins_listing")["text"]["enabled"]
+    assert get_json(base + "/data/plugin/text/tags") == {"train": [TAG_REPORT]}
 
 
 # ----------------------------------- 4. internal errors with a trace window open

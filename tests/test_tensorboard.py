@@ -1,15 +1,10 @@
 """What users see in TensorBoard: event files read back, a real TensorBoard
 server with the Profile plugin, and the XLA charts rendered in headless Chromium."""
 
-import gzip
 import json
 import os
 import shutil
-import socket
-import subprocess
-import sys
 import time
-import urllib.request
 import warnings
 
 import numpy as np
@@ -17,6 +12,8 @@ import pytest
 
 tf = pytest.importorskip("tensorflow")
 keras = pytest.importorskip("keras")
+
+from tensorboard_server import get, running_tensorboard  # noqa: E402
 
 import xla_keras  # noqa: E402
 from xla_keras.tensorboard import LAYOUT_CATEGORY, TAG_REPORT  # noqa: E402
@@ -181,78 +178,41 @@ def test_side_by_side_with_keras_tensorboard_on_one_log_dir(tmp_path):
 # ------------------------------------------------------------ a real TensorBoard
 
 
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _get(url, timeout=30):
-    with urllib.request.urlopen(url, timeout=timeout) as response:
-        body = response.read()
-        if response.headers.get("Content-Encoding") == "gzip":
-            body = gzip.decompress(body)
-        return response.status, body
-
-
 @pytest.fixture(scope="module")
 def tensorboard_server(storm_logdir, tmp_path_factory):
     log_dir, report = storm_logdir
-    port = _free_port()
-    binary = shutil.which("tensorboard") or os.path.join(os.path.dirname(sys.executable), "tensorboard")
-    server_log = tmp_path_factory.mktemp("server") / "tensorboard.log"
-    log_file = open(server_log, "w")  # a file, not a pipe: a full pipe would block the server
-    proc = subprocess.Popen([binary, "--logdir", log_dir, "--host", "127.0.0.1", "--port", str(port)],
-                            stdout=log_file, stderr=subprocess.STDOUT)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.time() + 120
-        while True:
-            try:
-                _get(base + "/data/plugins_listing", timeout=5)
-                break
-            except OSError:
-                if proc.poll() is not None or time.time() > deadline:
-                    raise AssertionError("tensorboard did not start: " + server_log.read_text()[-2000:]) from None
-                time.sleep(0.5)
+    with running_tensorboard(log_dir, tmp_path_factory.mktemp("server")) as base:
         yield base, report
-    finally:
-        proc.terminate()  # by its PID
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        log_file.close()
 
 
 def test_real_tensorboard_serves_the_xla_data(tensorboard_server):
     base, report = tensorboard_server
-    plugins = json.loads(_get(base + "/data/plugins_listing")[1])
+    plugins = json.loads(get(base + "/data/plugins_listing")[1])
     for name in ("scalars", "text", "custom_scalars", "profile"):
         assert plugins[name]["enabled"], name
-    tags = json.loads(_get(base + "/data/plugin/scalars/tags")[1])
+    tags = json.loads(get(base + "/data/plugin/scalars/tags")[1])
     assert XLA_SCALARS <= set(tags["train"])
-    series = json.loads(_get(base + "/data/plugin/scalars/scalars?run=train&tag=xla/compilations")[1])
+    series = json.loads(get(base + "/data/plugin/scalars/scalars?run=train&tag=xla/compilations")[1])
     assert [point[2] for point in series] == list(range(1, report.compilation_count["train"] + 1))
-    assert json.loads(_get(base + "/data/plugin/text/tags")[1]) == {"train": [TAG_REPORT]}
-    layout = json.loads(_get(base + "/data/plugin/custom_scalars/layout")[1])
+    assert json.loads(get(base + "/data/plugin/text/tags")[1]) == {"train": [TAG_REPORT]}
+    layout = json.loads(get(base + "/data/plugin/custom_scalars/layout")[1])
     assert layout["category"][0]["title"] == LAYOUT_CATEGORY
 
 
 def test_real_profile_plugin_lists_and_opens_our_traces(tensorboard_server):
     base, report = tensorboard_server
-    runs = json.loads(_get(base + "/data/plugin/profile/runs")[1])
+    runs = json.loads(get(base + "/data/plugin/profile/runs")[1])
     ours = sorted("train/" + os.path.basename(t.split(": ", 1)[1]) for t in report.traces)
     assert sorted(runs) == ours
     for run in runs:
-        tools = json.loads(_get(f"{base}/data/plugin/profile/run_tools?run={run}")[1])
+        tools = json.loads(get(f"{base}/data/plugin/profile/run_tools?run={run}")[1])
         for tool in ("overview_page", "hlo_stats"):
             assert tool in tools
         trace_viewer = next(t for t in tools if t.startswith("trace_viewer"))
-        hosts = json.loads(_get(f"{base}/data/plugin/profile/hosts?run={run}&tag={trace_viewer}")[1])
+        hosts = json.loads(get(f"{base}/data/plugin/profile/hosts?run={run}&tag={trace_viewer}")[1])
         host = hosts[0]["hostname"]
         for tool in (trace_viewer, "hlo_stats"):
-            status, body = _get(f"{base}/data/plugin/profile/data?run={run}&tag={tool}&host={host}", timeout=120)
+            status, body = get(f"{base}/data/plugin/profile/data?run={run}&tag={tool}&host={host}", timeout=120)
             assert status == 200 and len(body) > 100
             json.loads(body)  # the tool's data opens
 
