@@ -268,3 +268,15 @@ def test_set_function_none_is_a_function_too():
     ledger = CompileLedger()
     assert ledger.set_function("train", None) is True
     assert ledger.set_function("train", None) is False
+
+
+def test_forget_makes_an_unfinished_step_new_again_and_keeps_the_distinct_count():
+    ledger = CompileLedger(probes_per_signature=2)
+    assert ledger.observe("train", sig(64)) == (True, True)
+    ledger.forget("train", sig(64))  # that step raised before it finished
+    assert ledger.observe("train", sig(64)) == (True, True)
+    assert ledger.observe("train", sig(64)) == (False, True)
+    ledger.forget("train", sig(64))  # a later occurrence failing: back one occurrence only
+    assert ledger.observe("train", sig(64)) == (False, True)
+    ledger.forget("test", sig(8))  # never seen: nothing to undo
+    assert ledger.distinct_signatures() == {"train": 1, "test": 0, "predict": 0}

@@ -636,3 +636,107 @@ def test_someone_elses_profiler_session_stays_theirs(tmp_path, caplog):
     assert not os.path.exists(os.path.join(log_dir, "train", "plugins"))
     assert any(f.endswith(".xplane.pb") for _, _, files in os.walk(theirs) for f in files)  # their trace
     assert _profiler_is_free(tmp_path)
+
+
+# ------------------------- 6. errors no step wrapper sees, and an unfinished first step
+
+
+class _RaiseIn(keras.callbacks.Callback):
+    def __init__(self, hook):
+        super().__init__()
+        setattr(self, hook, self._boom)
+
+    @staticmethod
+    def _boom(*args, **kwargs):
+        raise RuntimeError("boom in another callback")
+
+
+def _run_and_forget_the_traceback(call, error):
+    """Like a script's try/except: once the except block ends, the failed
+    call's frames (and its CallbackList) are gone."""
+    try:
+        call()
+    except error:
+        return True
+    return False
+
+
+@pytest.mark.parametrize("hook, order, call", [
+    ("on_train_begin", "monitor_first", "fit"),      # a hook of the monitor's own kind, after it ran
+    ("on_train_end", "monitor_last", "fit"),         # the monitor's on_train_end never runs
+    ("on_predict_batch_end", "monitor_last", "predict"),
+    ("on_predict_end", "monitor_last", "predict"),
+    ("on_test_batch_end", "monitor_last", "evaluate"),
+])
+def test_an_error_in_any_callback_hook_gives_everything_back(hook, order, call, tmp_path):
+    log_dir = str(tmp_path / "logs")
+    model = _model()
+    before = tf.config.optimizer.get_jit()
+    monitor = xla_keras.XlaMonitor(log_dir=log_dir, jit="autoclustering", verbose=0)
+    other = _RaiseIn(hook)
+    callbacks = [monitor, other] if order == "monitor_first" else [other, monitor]
+    x, y = _xy()
+    run = {"fit": lambda: model.fit(x, y, batch_size=BATCH, epochs=1, callbacks=callbacks, verbose=0),
+           "predict": lambda: model.predict(x, batch_size=BATCH, callbacks=callbacks, verbose=0),
+           "evaluate": lambda: model.evaluate(x, y, batch_size=BATCH, callbacks=callbacks, verbose=0)}[call]
+    assert _run_and_forget_the_traceback(run, RuntimeError)
+    assert tf.config.optimizer.get_jit() == before
+    for attr in ("train_function", "test_function", "predict_function"):
+        assert not hasattr(getattr(model, attr), "_xla_keras_original"), attr
+    assert not monitor._in_fit
+    with open(os.path.join(log_dir, REPORT_FILE)) as f:
+        assert json.load(f)["steps"] == monitor.report.steps
+
+
+def test_ctrl_c_in_keras_own_loop_code_is_cleaned_up_once_the_fit_is_gone(tmp_path, monkeypatch):
+    """Ctrl-C while Keras creates the validation iterator: no hook and no step sees it."""
+    from tensorflow.python.data.ops import dataset_ops
+    real_iter, armed = dataset_ops.DatasetV2.__iter__, [False]
+
+    def iterate(self):
+        if armed[0]:
+            armed[0] = False
+            raise KeyboardInterrupt
+        return real_iter(self)
+
+    monkeypatch.setattr(dataset_ops.DatasetV2, "__iter__", iterate)
+
+    class Arm(keras.callbacks.Callback):
+        def on_test_begin(self, logs=None):
+            armed[0] = True
+
+    log_dir = str(tmp_path / "logs")
+    model = _model()
+    before = tf.config.optimizer.get_jit()
+    monitor = xla_keras.XlaMonitor(log_dir=log_dir, jit="autoclustering", verbose=0)
+    x, y = _xy()
+    assert _run_and_forget_the_traceback(lambda: model.fit(
+        x, y, batch_size=BATCH, epochs=2, validation_split=0.25, callbacks=[monitor, Arm()], verbose=0),
+        KeyboardInterrupt)
+    assert tf.config.optimizer.get_jit() == before  # a plain fit next would not auto-cluster
+    assert not hasattr(model.train_function, "_xla_keras_original")
+    with open(os.path.join(log_dir, REPORT_FILE)) as f:
+        assert json.load(f)["steps"]["train"] == 6  # every train step of epoch 1 ran
+
+
+def test_an_unfinished_first_step_still_counts_its_compile_when_it_runs_again():
+    class CtrlCWhileTracing(keras.layers.Layer):
+        armed = False
+
+        def call(self, x):
+            if CtrlCWhileTracing.armed:  # Python runs while TensorFlow traces the first step
+                CtrlCWhileTracing.armed = False
+                raise KeyboardInterrupt
+            return x
+
+    model = keras.Sequential([keras.Input((4,)), CtrlCWhileTracing(), keras.layers.Dense(1)])
+    monitor = xla_keras.XlaMonitor(log_dir=None, jit="on", verbose=0)
+    x, _ = _xy()
+    CtrlCWhileTracing.armed = True
+    assert _run_and_forget_the_traceback(
+        lambda: model.predict(x, batch_size=BATCH, callbacks=[monitor], verbose=0), KeyboardInterrupt)
+    model.predict(x, batch_size=BATCH, callbacks=[monitor], verbose=0)
+    report = monitor.report
+    # XLA compiled once, in the second predict (a control without the interrupt compiles once too).
+    assert report.compilation_count["predict"] == 1
+    assert [c.source for c in report.compilations] == ["profiler"]

@@ -195,26 +195,34 @@ def test_auto_jit_mode_override_round_trip(monkeypatch):
     _internals.set_auto_jit_off(False)  # TF's own mode back to the default for the other tests
 
 
-def test_running_fit_and_its_callback_list_are_found_from_a_callback():
+def test_running_fit_and_the_callback_list_of_the_running_call_are_found_from_a_callback():
     seen = {}
 
     class Probe(keras.callbacks.Callback):
         def on_train_begin(self, logs=None):
-            seen["locals"] = _internals.running_fit(self.model) is not None
-            seen["list"] = _internals.fit_callback_list(self.model)
+            seen["fit"] = _internals.running_fit(self.model) is not None
+            seen["fit list"] = _internals.running_callback_list(self.model)
 
         def on_test_begin(self, logs=None):
-            seen["in_evaluate"] = _internals.running_fit(self.model)
+            seen.setdefault("test", []).append((_internals.running_fit(self.model) is not None,
+                                                _internals.running_callback_list(self.model)))
+
+        def on_predict_begin(self, logs=None):
+            seen["predict list"] = _internals.running_callback_list(self.model)
 
     model = _model(False)
     probe = Probe()
     x, y = np.ones((8, 4), np.float32), np.ones((8, 2), np.float32)
-    model.fit(x, y, epochs=1, verbose=0, callbacks=[probe])
-    assert seen["locals"] is True
-    assert isinstance(seen["list"], keras.callbacks.CallbackList) and probe in seen["list"].callbacks
+    model.fit(x, y, epochs=1, verbose=0, callbacks=[probe], validation_data=(x, y))
+    assert seen["fit"] is True
+    assert isinstance(seen["fit list"], keras.callbacks.CallbackList) and probe in seen["fit list"].callbacks
+    assert seen["test"][0] == (True, seen["fit list"])  # validation shares fit's list
     model.evaluate(x, y, verbose=0, callbacks=[probe])
-    assert seen["in_evaluate"] is None  # evaluate on its own: no fit on the stack
-    assert _internals.fit_callback_list(model) is None
+    in_fit, evaluate_list = seen["test"][1]
+    assert in_fit is False and evaluate_list is not seen["fit list"] and probe in evaluate_list.callbacks
+    model.predict(x, verbose=0, callbacks=[probe])
+    assert probe in seen["predict list"].callbacks
+    assert _internals.running_callback_list(model) is None and _internals.running_fit(model) is None
 
 
 def test_keras_multi_worker_fit_faults_reads_the_installed_keras():

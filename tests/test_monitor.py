@@ -205,7 +205,7 @@ def test_internal_error_disables_the_monitor_once_and_training_finishes(monkeypa
 def test_interrupted_fit_keeps_compile_events_and_next_fit_removes_the_leftover_wrapper(tmp_path, monkeypatch):
     log_dir = str(tmp_path / "logs")
     # An interruption the monitor cannot see (e.g. Ctrl-C in Keras's own loop code between hooks).
-    monkeypatch.setattr(monitor_module, "_guard_fit_callbacks", lambda monitor: None)
+    monkeypatch.setattr(monitor_module, "_guard_call_callbacks", lambda monitor: None)
 
     class Interrupt(keras.callbacks.Callback):
         def on_train_batch_end(self, batch, logs=None):

@@ -432,17 +432,23 @@ def running_fit(model: Any) -> Optional[dict]:
     return None
 
 
-def fit_callback_list(model: Any) -> Any:
-    """The CallbackList of the running ``model.fit`` (its ``callbacks`` local), or None outside a fit."""
+def running_callback_list(model: Any) -> Any:
+    """The CallbackList of the innermost running ``model.fit`` / ``evaluate``
+    / ``predict`` (its ``callbacks`` local), or None outside them. Validation
+    inside fit shares fit's list."""
+    import sys
+
     import keras
-    local = running_fit(model)
-    if local is None:
-        return None
-    callbacks = local.get("callbacks")
-    if not isinstance(callbacks, keras.callbacks.CallbackList):
-        raise InternalsMoved("the `callbacks` CallbackList local of keras Model.fit",
-                             TypeError(f"found {type(callbacks).__name__}"))
-    return callbacks
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code.co_name in ("fit", "evaluate", "predict") and frame.f_locals.get("self") is model:
+            callbacks = frame.f_locals.get("callbacks")
+            if not isinstance(callbacks, keras.callbacks.CallbackList):
+                raise InternalsMoved(f"the `callbacks` CallbackList local of keras Model.{frame.f_code.co_name}",
+                                     TypeError(f"found {type(callbacks).__name__}"))
+            return callbacks
+        frame = frame.f_back
+    return None
 
 
 def keras_profile_windows(model: Any) -> List[Tuple[int, int]]:

@@ -46,16 +46,22 @@ def cmd_report(args: List[str], as_json: bool, out=sys.stdout) -> int:
         print(f"xla-keras report: no {REPORT_FILE} under {log_dir!r}; was XlaMonitor(log_dir=...) "
               "pointed there?", file=sys.stderr)
         return 1
-    reports = {}
+    reports, failed = {}, 0
     for path in paths:
         try:
             with open(path) as f:
                 data = json.load(f)
+            if not isinstance(data, dict):
+                raise ValueError(f"a JSON {type(data).__name__}, not an XlaMonitor report")
             rendered = str(XlaReport.from_dict(data))
-        except (OSError, ValueError, KeyError, TypeError) as e:
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+            # One broken file must not hide the others: say which, print the rest, exit 1.
             print(f"xla-keras report: cannot read {path}: {e!r}", file=sys.stderr)
-            return 1
+            failed += 1
+            continue
         reports[os.path.dirname(path)] = (data, rendered)
+    if not reports:
+        return 1
     try:
         if as_json:
             datas = {d: data for d, (data, _) in reports.items()}
@@ -69,7 +75,7 @@ def cmd_report(args: List[str], as_json: bool, out=sys.stdout) -> int:
         out.flush()
     except BrokenPipeError:  # e.g. piped into head
         sys.stderr.close()
-    return 0
+    return 1 if failed else 0
 
 
 def cmd_doctor(args: List[str], out=sys.stdout) -> int:
@@ -106,6 +112,13 @@ def cmd_explain(args: List[str], out=sys.stdout) -> int:
 
 def run(argv: List[str]) -> int:
     args = argv[1:]
+    if args and args[0] in ("help", "-h", "--help", "-help"):
+        print(__doc__.strip())
+        return 0
+    if args and args[0] == "--version":
+        from . import __version__
+        print(f"xla-keras {__version__}")
+        return 0
     if not args or args[0] not in COMMANDS:
         given = repr(args[0]) if args else "nothing"
         print(f"xla-keras: command must be one of {', '.join(COMMANDS)}; got {given}",
@@ -119,6 +132,9 @@ def run(argv: List[str]) -> int:
 
 
 def main(argv: Optional[List[str]] = None) -> None:
+    argv = list(sys.argv if argv is None else argv)
+    if len(argv) > 1 and argv[1] in ("help", "-h", "--help", "-help", "--version"):
+        sys.exit(run(argv))  # before absl, whose --help knows only its flags
     app.run(lambda a: sys.exit(run(a)), argv=argv)
 
 

@@ -14,6 +14,7 @@ import statistics
 from dataclasses import asdict, dataclass
 from typing import Any, Callable, List, Optional, Sequence, Union
 
+from .arguments import integer
 from .jit import MODES
 from .timing import break_even_steps
 
@@ -169,11 +170,16 @@ def compare(model_or_builder: Union[Any, Callable[[], Any]], data: Any, steps: i
 
     from .monitor import XlaMonitor
 
+    choices = ', '.join(map(repr, COMPARABLE_MODES))
+    if isinstance(modes, str):
+        raise ValueError(f"modes must be a sequence of modes drawn from {choices}, e.g. ({modes!r},); "
+                         f"got the string {modes!r}")
     bad = [m for m in modes if m not in COMPARABLE_MODES]
     if bad or not modes:
-        raise ValueError(f"modes must be drawn from {', '.join(map(repr, COMPARABLE_MODES))}; got {list(modes)!r}")
-    if not isinstance(steps, int) or steps < 3:
+        raise ValueError(f"modes must be drawn from {choices}; got {list(modes)!r}")
+    if integer(steps) is None or steps < 3:
         raise ValueError(f"steps must be an int >= 3; got {steps!r}")
+    steps = integer(steps)
     order = ["off"] + [m for m in modes if m != "off"]
     batches = _batches(data, steps, batch_size)
     new_model = _copier(model_or_builder, batches[0])

@@ -177,6 +177,16 @@ class CompileLedger:
         seen[fp] = count + 1
         return count == 0, count < self.probes_per_signature
 
+    def forget(self, phase: str, signature: InputSignature) -> None:
+        """Undo one ``observe`` of a step that did not finish: its signature
+        is new to the function again (the distinct count is kept)."""
+        seen = self._occurrences.get(phase, {})
+        fp = fingerprint(signature)
+        if seen.get(fp, 0) <= 1:
+            seen.pop(fp, None)
+        else:
+            seen[fp] -= 1
+
     def distinct_count(self, phase: str) -> int:
         return len(self._lifetime.get(phase, ()))
 

@@ -26,6 +26,7 @@ from typing import Any, Dict, List, Optional
 import keras
 
 from . import _internals
+from .arguments import directory, integer
 from .cache import CompileTimes, model_key
 from .compiles import CompileLedger, cache_loads_from_trace, compile_seconds_from_trace
 from .jit import JitController, JitState, XlaKerasWarning, persistent_cache
@@ -209,34 +210,32 @@ class XlaMonitor(keras.callbacks.Callback):
                 "tf.function step and the TensorFlow profiler it reads are TensorFlow's. Set "
                 "KERAS_BACKEND=tensorflow before keras is first imported.")
         super().__init__()
-        if log_dir is not None and not isinstance(log_dir, str):
-            raise TypeError(f"log_dir must be a str or None; got {type(log_dir).__name__}")
-        if log_dir == "":
-            raise ValueError("log_dir must be a non-empty directory path or None; got ''")
-        if not (update_freq in UPDATE_FREQS or (isinstance(update_freq, int)
-                                                 and not isinstance(update_freq, bool) and update_freq >= 1)):
+        log_dir = directory(log_dir, "log_dir")
+        if integer(update_freq) is not None:
+            update_freq = integer(update_freq)
+        if not (update_freq in UPDATE_FREQS or (isinstance(update_freq, int) and update_freq >= 1)):
             raise ValueError(f"update_freq must be one of {', '.join(map(repr, UPDATE_FREQS))} "
                              f"or an int >= 1; got {update_freq!r}")
         if on_storm not in ON_STORM:
             raise ValueError(f"on_storm must be one of {', '.join(map(repr, ON_STORM))}; got {on_storm!r}")
-        if not (profile in ("auto", None) or (
-                isinstance(profile, (tuple, list)) and len(profile) == 2
-                and all(isinstance(v, int) and not isinstance(v, bool) for v in profile)
-                and 1 <= profile[0] <= profile[1])):
+        if isinstance(profile, (tuple, list)) and len(profile) == 2 and None not in map(integer, profile):
+            profile = tuple(map(integer, profile))
+        if not (profile in ("auto", None) or (isinstance(profile, tuple) and 1 <= profile[0] <= profile[1])):
             raise ValueError(f"profile must be 'auto', None or (start, stop) train steps with 1 <= start <= stop; "
                              f"got {profile!r}")
-        if not isinstance(verbose, int) or verbose not in (0, 1, 2):
+        if integer(verbose) not in (0, 1, 2):
             raise ValueError(f"verbose must be 0, 1 or 2; got {verbose!r}")
-        if not isinstance(max_records, int) or isinstance(max_records, bool) or max_records < 1:
+        if integer(max_records) is None or max_records < 1:
             raise ValueError(f"max_records must be an int >= 1; got {max_records!r}")
+        verbose, max_records = integer(verbose), integer(max_records)
         self._detector = StormDetector(storm_threshold, storm_window)  # validates both
         self.log_dir = log_dir
         self.jit = jit
         self._jit = JitController(jit)  # validates jit, naming the choices
-        self.storm_threshold = storm_threshold
-        self.storm_window = storm_window
+        self.storm_threshold = self._detector.threshold
+        self.storm_window = self._detector.window
         self.on_storm = on_storm
-        self.profile = tuple(profile) if isinstance(profile, list) else profile
+        self.profile = profile
         self.update_freq = 1 if update_freq == "batch" else update_freq
         self.verbose = verbose
         self.max_records = max_records
@@ -257,6 +256,7 @@ class XlaMonitor(keras.callbacks.Callback):
         self._writers: Optional[SummaryWriters] = None
         self._chief = True
         self._multi_worker = False
+        self._call_token: Optional[object] = None  # the fit / evaluate / predict being watched
         self._in_fit = False
         self._segment_start: Optional[float] = None
         self._last_activity = 0.0
@@ -286,7 +286,7 @@ class XlaMonitor(keras.callbacks.Callback):
         if self._in_fit:
             self._abort_fit()  # the previous fit was interrupted
         self._in_fit = True
-        _guard_fit_callbacks(self)
+        _guard_call_callbacks(self)
         self._begin_segment()
         self._stop_trace()  # a window an exception left open
         self._trace_plan = {"steady": False, "storm": False, "range": False, "storm_pending": False,
@@ -505,6 +505,7 @@ class XlaMonitor(keras.callbacks.Callback):
             self._stop_trace()  # a train window ends where validation begins: its steps are probed
         if not self._in_fit:
             self._check_log_dir()
+            _guard_call_callbacks(self)
             self._begin_segment()
             self._distribution()
             if self._jit.apply(self.model):
@@ -540,15 +541,24 @@ class XlaMonitor(keras.callbacks.Callback):
                               "to keep the report in memory only") from error
 
     def _on_callback_error(self) -> None:
-        """A callback of this fit raised (or a Ctrl-C landed in one): the fit
-        is over without on_train_end. Count the step that ran, give the
-        profiler and the flags back and flush, never masking the error."""
-        if not self._enabled or not self._in_fit:
+        """A callback of this fit / evaluate / predict raised (or a Ctrl-C
+        landed in one), or the call is gone without its end hook: count the
+        step that ran, give the profiler and the flags back, remove the
+        wrappers and flush, never masking the error."""
+        if not self._enabled or not (self._in_fit or self._wrapped):
             return
         try:
-            if self._phases["train"].call_batches:
-                self._end_step("train")  # our batch end was not reached
-            self._abort_fit()
+            for phase in list(self._wrapped):
+                if self._phases[phase].call_batches:
+                    self._end_step(phase)  # our batch end was not reached
+            if self._in_fit:
+                self._abort_fit()
+                return
+            self._stop_trace()
+            self._unwrap_all()
+            self._restore_model()
+            self._end_segment(at=self._last_activity)
+            self._flush(text=True)
         except Exception as error:  # noqa: BLE001 - never mask the user's error
             logger.error("xla_keras: cleanup after a failed callback failed too: %r", error)
 
@@ -665,6 +675,12 @@ class XlaMonitor(keras.callbacks.Callback):
         the user's exception with one of ours."""
         try:
             self._abandon_probe(probe)
+            state = self._phases[phase]
+            for _, sig in state.call_new:
+                # The step did not finish: whether XLA compiled is unknown, so the
+                # signature is new again (a probe of its next step will tell).
+                self._ledger.forget(phase, sig)
+            state.call_new = []
             self._stop_trace()
             text = self._in_fit
             if self._in_fit or phase != "train":
@@ -1068,36 +1084,54 @@ def _warn_keras_multi_worker_fault() -> None:
                       XlaKerasWarning, stacklevel=3)
 
 
-_GUARDED_HOOKS = ("on_epoch_begin", "on_epoch_end", "on_train_batch_begin", "on_train_batch_end",
-                  "on_test_begin", "on_test_end", "on_test_batch_begin", "on_test_batch_end")
+_GUARDED_HOOKS = ("on_epoch_begin", "on_epoch_end", "on_train_batch_begin", "on_train_batch_end", "on_train_end",
+                  "on_test_begin", "on_test_end", "on_test_batch_begin", "on_test_batch_end",
+                  "on_predict_begin", "on_predict_end", "on_predict_batch_begin", "on_predict_batch_end")
 
 
-def _guard_fit_callbacks(monitor: "XlaMonitor") -> None:
-    """Wrap the running fit's CallbackList (once per list) so that an
-    exception escaping any callback hook reaches every monitor of the fit
-    before it reaches the user. Keras then skips on_train_end, and the step
-    wrapper never sees an error raised between steps."""
-    callback_list = _internals.fit_callback_list(monitor.model)
-    if callback_list is None or getattr(callback_list, "_xla_keras_guarded", False):
+def _guard_call_callbacks(monitor: "XlaMonitor") -> None:
+    """Wrap the hooks of the running fit's (or evaluate's / predict's)
+    CallbackList, once per list, so that an exception escaping any callback
+    reaches every monitor of the call before it reaches the user: Keras then
+    skips the end hooks, and the step wrapper never sees an error raised
+    between steps. As a backstop for what no hook sees (a Ctrl-C in Keras's
+    own loop code), the monitor also cleans up when the list is freed, i.e.
+    when the call's frames are gone, if its end hook never ran."""
+    callback_list = _internals.running_callback_list(monitor.model)
+    if callback_list is None:
+        return
+    token = monitor._call_token = object()
+    weakref.finalize(callback_list, _call_gone, weakref.ref(monitor), token)
+    if getattr(callback_list, "_xla_keras_guarded", False):
         return
 
-    def guard(hook):
+    list_ref = weakref.ref(callback_list)  # no cycle: the list must be freed with the call's frames
+
+    def guard(hook):  # the class's function: a bound method would hold the list too
         @functools.wraps(hook)
         def run(*args, **kwargs):
             try:
-                return hook(*args, **kwargs)
+                return hook(list_ref(), *args, **kwargs)
             except BaseException:
-                for cb in getattr(callback_list, "callbacks", []):
+                for cb in getattr(list_ref(), "callbacks", []):
                     if isinstance(cb, XlaMonitor):
                         cb._on_callback_error()
                 raise
         return run
 
     for name in _GUARDED_HOOKS:
-        hook = getattr(callback_list, name, None)
+        hook = getattr(type(callback_list), name, None)
         if hook is not None:
             setattr(callback_list, name, guard(hook))  # instance attributes: gone with the list
     callback_list._xla_keras_guarded = True
+
+
+def _call_gone(ref, token) -> None:
+    """The CallbackList of a monitored call was freed: if that call never
+    reached its end hook, clean up now."""
+    monitor = ref()
+    if monitor is not None and monitor._call_token is token:
+        monitor._on_callback_error()
 
 
 def _run_word(phase: str) -> str:

@@ -15,6 +15,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+from .arguments import integer
 from .signatures import InputSignature, diff, fingerprint
 
 ON_STORM = ("warn", "raise", "fallback")
@@ -83,12 +84,12 @@ class StormDetector:
     """
 
     def __init__(self, threshold: int = 8, window: int = 200):
-        if not isinstance(threshold, int) or isinstance(threshold, bool) or threshold < 2:
+        if integer(threshold) is None or threshold < 2:
             raise ValueError(f"storm_threshold must be an int >= 2; got {threshold!r}")
-        if not isinstance(window, int) or isinstance(window, bool) or window < 1:
+        if integer(window) is None or window < 1:
             raise ValueError(f"storm_window must be an int >= 1; got {window!r}")
-        self.threshold = threshold
-        self.window = window
+        self.threshold = integer(threshold)
+        self.window = integer(window)
         self._recent: Dict[str, deque] = {}
         self._open: Dict[str, bool] = {}
 
