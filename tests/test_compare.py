@@ -94,6 +94,7 @@ def test_copies_start_from_the_same_weights():
 @pytest.mark.parametrize("kwargs, error, words", [
     ({"modes": ("fast",)}, ValueError, ["'off'", "'autoclustering'", "'on'"]),
     ({"modes": ("keep",)}, ValueError, ["'off'"]),
+    ({"modes": "on"}, ValueError, ["sequence of modes", "('on',)", "the string 'on'"]),
     ({"steps": 1}, ValueError, ["steps must be an int >= 3"]),
     ({"data": "x.npy"}, TypeError, ["tf.data.Dataset"]),
 ])

@@ -241,8 +241,8 @@ def _case(kwargs, error, words, bug=None):
     _case({"max_records": "10"}, ValueError, ["max_records", "int >= 1"]),
     _case({"max_records": None}, ValueError, ["max_records", "int >= 1"]),
     _case({"max_records": False}, ValueError, ["max_records", "int >= 1"]),
-    _case({"log_dir": b"logs"}, TypeError, ["log_dir", "str or None", "bytes"]),
-    _case({"log_dir": ["logs"]}, TypeError, ["log_dir", "str or None", "list"]),
+    _case({"log_dir": b"logs"}, TypeError, ["log_dir", "os.PathLike", "bytes"]),
+    _case({"log_dir": ["logs"]}, TypeError, ["log_dir", "os.PathLike", "list"]),
     _case({"log_dir": ""}, ValueError, ["log_dir"], bug=BUG_LOG_DIR_EMPTY),
     _case({"max_records": True}, ValueError, ["max_records", "int >= 1"], bug=BUG_BOOL_INT),
     _case({"verbose": 1.0}, ValueError, ["0, 1 or 2"], bug=BUG_BOOL_INT),
@@ -740,3 +740,45 @@ def test_an_unfinished_first_step_still_counts_its_compile_when_it_runs_again():
     # XLA compiled once, in the second predict (a control without the interrupt compiles once too).
     assert report.compilation_count["predict"] == 1
     assert [c.source for c in report.compilations] == ["profiler"]
+
+
+def test_an_internal_error_after_a_storm_fallback_lets_the_fit_finish(monkeypatch, caplog):
+    """The fallback rebuilt the step functions without XLA; disabling must not leave them None
+    (Keras reads train_function at every step), and the model's own jit comes back afterwards."""
+    sizes = [4 + i % 10 for i in range(30)]
+    data = tf.data.Dataset.from_generator(
+        lambda: ((np.ones((n, 4), np.float32), np.ones((n, 1), np.float32)) for n in sizes),
+        output_signature=(tf.TensorSpec((None, 4), tf.float32), tf.TensorSpec((None, 1), tf.float32)))
+    model = _model()
+    monitor = xla_keras.XlaMonitor(log_dir=None, jit="on", on_storm="fallback", storm_threshold=3, verbose=0)
+
+    def boom(self, phase):
+        raise RuntimeError("injected internal error")
+
+    monkeypatch.setattr(type(monitor), "_epoch_scalars", boom)  # at the first epoch end, after the fallback
+    with caplog.at_level(logging.ERROR, logger="xla_keras"):
+        history = _run_fit(model, data, monitor)
+    assert len(history.history["loss"]) == 2  # both epochs ran
+    assert monitor.report.fallback is not None and "disabled itself" in monitor._error
+    assert len([r for r in caplog.records if r.name == "xla_keras"]) == 1
+    assert model.jit_compile is True  # the user's setting (jit="on") is back once the fit is over
+    model.fit(data, epochs=1, verbose=0)  # and the next fit runs
+
+
+def _run_fit(model, data, monitor):
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the storm warning
+        return model.fit(data, epochs=2, verbose=0, callbacks=[monitor])
+
+
+def test_paths_tilde_and_numpy_integers_are_taken_like_keras_takes_them(tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monitor = xla_keras.XlaMonitor(log_dir=tmp_path / "logs", storm_threshold=np.int64(4), storm_window=np.int32(50),
+                                   profile=(np.int64(3), np.int64(6)), update_freq=np.int64(2),
+                                   verbose=np.int64(0), max_records=np.int64(10))
+    assert monitor.log_dir == str(tmp_path / "logs")
+    assert (monitor.storm_threshold, monitor.storm_window, monitor.profile, monitor.update_freq,
+            monitor.verbose, monitor.max_records) == (4, 50, (3, 6), 2, 0, 10)
+    assert all(type(v) is int for v in (monitor.storm_threshold, monitor.update_freq, *monitor.profile))
+    assert xla_keras.XlaMonitor(log_dir="~/xla", verbose=0).log_dir == str(tmp_path / "xla")

@@ -225,18 +225,88 @@ def test_running_fit_and_the_callback_list_of_the_running_call_are_found_from_a_
     assert _internals.running_callback_list(model) is None and _internals.running_fit(model) is None
 
 
-def test_keras_multi_worker_fit_faults_reads_the_installed_keras():
-    faults = _internals.keras_multi_worker_fit_faults()
-    assert set(faults) <= {"build", "logs"}
-    # tests/test_multiworker.py proves this agrees with what fit does on two workers; here: the
-    # functions it reads are still where it looks, and once the patch replaces them it stops
-    # reporting faults (so the monitor does not warn about a patched Keras).
+@pytest.mark.parametrize("patched", [(), ("build",), ("logs",), ("build", "logs")])
+def test_keras_multi_worker_fit_faults_reads_each_function_that_runs(patched, tmp_path, monkeypatch):
+    """tests/test_multiworker.py proves the detection agrees with what fit does on two workers.
+    Here: the functions it reads are still where it looks, and each is read on its own, so a
+    half-applied patch leaves the other fault reported. The patch is imported from a real file,
+    so its source is read as well."""
+    import importlib
+
     from keras.src.backend.tensorflow import trainer
-    saved = trainer.TensorFlowTrainer._maybe_symbolic_build, trainer.reduce_per_replica
+
+    from xla_keras.multiworker import WORKAROUND
+    stock = {"build": trainer.TensorFlowTrainer._maybe_symbolic_build, "logs": trainer.reduce_per_replica}
+    assert _internals.keras_multi_worker_fit_faults() == ["build", "logs"]  # Keras 3.15 as installed
+    # Same values: only so that monkeypatch puts the stock functions back at teardown.
+    monkeypatch.setattr(trainer.TensorFlowTrainer, "_maybe_symbolic_build", stock["build"])
+    monkeypatch.setattr(trainer, "reduce_per_replica", stock["logs"])
+    name = "mw_patch_" + ("_".join(patched) or "none")
+    (tmp_path / f"{name}.py").write_text(WORKAROUND)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    importlib.import_module(name)  # applies both faults' fixes
+    if "build" not in patched:
+        trainer.TensorFlowTrainer._maybe_symbolic_build = stock["build"]
+    if "logs" not in patched:
+        trainer.reduce_per_replica = stock["logs"]
+    assert _internals.keras_multi_worker_fit_faults() == [f for f in ("build", "logs") if f not in patched]
+
+
+def test_restore_autoclustering_setting_round_trip():
+    saved = _internals.autoclustering_setting()
     try:
-        from xla_keras.multiworker import WORKAROUND
-        exec(WORKAROUND, {})
-        assert _internals.keras_multi_worker_fit_faults() == []
+        _internals.restore_autoclustering_setting(True)
+        assert _internals.autoclustering_setting() is True and tf.config.optimizer.get_jit() == "autoclustering"
+        _internals.restore_autoclustering_setting(None)
+        assert _internals.autoclustering_setting() is None
     finally:
-        trainer.TensorFlowTrainer._maybe_symbolic_build, trainer.reduce_per_replica = saved
-    assert _internals.keras_multi_worker_fit_faults() == faults
+        _internals.restore_autoclustering_setting(saved)
+
+
+def test_has_accelerator_matches_the_physical_devices():
+    others = [d for d in tf.config.list_physical_devices() if d.device_type != "CPU"]
+    assert _internals.has_accelerator() is bool(others)
+
+
+def test_set_raw_model_jit_round_trip():
+    model = _model("auto")
+    _internals.set_raw_model_jit(model, None)
+    assert _internals.raw_model_jit(model) is None
+    _internals.set_raw_model_jit(model, True)
+    assert _internals.raw_model_jit(model) is True and model.jit_compile is True
+
+
+def test_start_and_stop_trace_write_a_session_and_a_ctrl_c_in_start_frees_the_profiler(tmp_path, monkeypatch):
+    _internals.start_trace(str(tmp_path / "a"))
+    tf.constant(1.0) + 1.0
+    _internals.stop_trace()
+    sessions = list((tmp_path / "a" / "plugins" / "profile").iterdir())
+    assert len(sessions) == 1 and any(f.name.endswith(".xplane.pb") for f in sessions[0].iterdir())
+
+    real_start = tf.profiler.experimental.start
+
+    def interrupted(logdir, options=None):
+        real_start(logdir)  # the session started, then Ctrl-C lands
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(tf.profiler.experimental, "start", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        _internals.start_trace(str(tmp_path / "b"))
+    monkeypatch.undo()
+    tf.profiler.experimental.start(str(tmp_path / "c"))  # free again
+    tf.profiler.experimental.stop()
+
+
+def test_keras_profile_windows_reads_keras_tensorboard_in_the_running_fit(tmp_path):
+    seen = {}
+
+    class Probe(keras.callbacks.Callback):
+        def on_train_begin(self, logs=None):
+            seen["windows"] = _internals.keras_profile_windows(self.model)
+
+    model = _model(False)
+    board = keras.callbacks.TensorBoard(log_dir=str(tmp_path), profile_batch=(2, 3))
+    x, y = np.ones((32, 4), np.float32), np.ones((32, 2), np.float32)
+    model.fit(x, y, batch_size=8, epochs=1, verbose=0, callbacks=[board, Probe()])
+    assert seen["windows"] == [(2, 3)]
+    assert _internals.keras_profile_windows(model) == []  # no fit running

@@ -1,10 +1,12 @@
 """Load: what the monitor keeps per step stays bounded, and counts stay exact.
 
-20k steps over 1000 distinct signatures go through the very bookkeeping
-objects the monitor's step path uses (a phase's state with its shape history
-and steady timing, the compile ledger, the storm detector): 1000 real XLA
-compiles would take too long, and the bookkeeping is the same. The per-step
-*time* staying flat over a real 20k-step fit is shown by benchmarks/memory.py.
+20k steps over 1000 distinct signatures go through the monitor's own step
+path (``_before_call`` then ``_end_step``: signatures, ledger, shape history,
+storm detector, compile records, steady timing), with XLA taken as on and the
+profiler as busy, so every new signature is a compile recorded from step
+time: 1000 real XLA compiles would take too long, and the bookkeeping is the
+same. The per-step *time* staying flat over a real 20k-step fit is shown by
+benchmarks/memory.py.
 """
 
 import tracemalloc
@@ -12,11 +14,11 @@ import tracemalloc
 import numpy as np
 import pytest
 
-from xla_keras.compiles import CompileLedger
-from xla_keras.monitor import _AUTOCLUSTER_PROBES, _PhaseState
-from xla_keras.report import Compilation
-from xla_keras.signatures import signature_of
-from xla_keras.storms import StormDetector
+tf = pytest.importorskip("tensorflow")
+keras = pytest.importorskip("keras")
+
+import xla_keras  # noqa: E402
+from xla_keras import _internals  # noqa: E402
 
 STEPS, DISTINCT, MAX_RECORDS = 20_000, 1000, 100
 
@@ -26,49 +28,47 @@ def _xla_keras_bytes():
     return sum(stat.size for stat in snapshot.statistics("filename"))
 
 
-def test_20k_steps_over_1000_signatures_keep_exact_counts_in_bounded_memory():
+def test_20k_steps_over_1000_signatures_keep_exact_counts_in_bounded_memory(monkeypatch):
+    def busy():
+        raise _internals.ProfilerBusy("a test holds the profiler")
+
+    monkeypatch.setattr(_internals, "start_probe", busy)
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
+    monitor = xla_keras.XlaMonitor(log_dir=None, profile=None, verbose=0, max_records=MAX_RECORDS,
+                                   storm_threshold=10 * DISTINCT, storm_window=10)
+    monitor.set_model(model)
+    monitor._state.active = True  # as if jit_compile=True ran: new signatures are compiles
+    state = monitor._phases["train"]
     # Batch i has i % 1000 + 1 rows: 1000 distinct signatures, each seen 20 times.
     batches = [(np.zeros((n + 1, 4), np.float32), np.zeros((n + 1, 1), np.float32)) for n in range(DISTINCT)]
-    state = _PhaseState(MAX_RECORDS)
-    ledger = CompileLedger(probes_per_signature=_AUTOCLUSTER_PROBES)
-    detector = StormDetector(8, 200)
-    ledger.set_function("train", object())
     sizes = {}
     tracemalloc.start()
     try:
         for step in range(1, STEPS + 1):
-            sig = signature_of(batches[(step - 1) % DISTINCT])
-            state.history.observe(sig)
-            is_new, _ = ledger.observe("train", sig)
-            if is_new:
-                detector.new_signature("train", step)
-                state.add_record(Compilation("train", step, sig, 0.01, "profiler"))
-            else:
-                state.timing.add_steady(0.001)
-            if step in (DISTINCT, STEPS // 2, STEPS):
+            monitor._before_call("train", state, [batches[(step - 1) % DISTINCT]], None)
+            monitor._end_step("train")
+            if step in (3 * DISTINCT, STEPS // 2, STEPS):
                 sizes[step] = _xla_keras_bytes()
     finally:
         tracemalloc.stop()
+    report = monitor.report
 
+    assert monitor._error is None  # the step path itself never failed
     # Counts are exact however many details are dropped.
-    assert ledger.distinct_count("train") == DISTINCT
-    assert state.compile_count == DISTINCT
-    assert len(state.records) == MAX_RECORDS and state.records_dropped == DISTINCT - MAX_RECORDS
-    assert state.compile_seconds() == pytest.approx(0.01 * DISTINCT)
-    assert sum(state.history.batches.values()) + state.history.untracked == STEPS
-    assert state.timing.steady_count == STEPS - DISTINCT
-    # Once every signature has been seen, 19 000 more steps add (almost) nothing...
-    assert sizes[STEPS] - sizes[DISTINCT] < 16_000, sizes
-    assert sizes[STEPS] - sizes[STEPS // 2] < 8_000, sizes
+    assert report.steps["train"] == STEPS
+    assert report.distinct_signatures["train"] == DISTINCT
+    assert report.compilation_count["train"] == DISTINCT
+    assert len(report.compilations) == MAX_RECORDS and report.compilations_dropped == DISTINCT - MAX_RECORDS
+    assert all(c.source == "timing" for c in report.compilations)
+    # Once every signature has been seen and the steady-time ring buffer (1024) is full,
+    # 17 000 more steps add (almost) nothing...
+    assert sizes[STEPS] - sizes[3 * DISTINCT] < 8_000, sizes
+    assert sizes[STEPS] - sizes[STEPS // 2] < 4_000, sizes
     # ...and what is kept per signature is small (fingerprints, counts, one signature each).
     assert sizes[STEPS] / DISTINCT < 2_000, sizes
 
 
 def test_the_report_caps_details_and_counts_the_overflow():
-    tf = pytest.importorskip("tensorflow")
-    keras = pytest.importorskip("keras")
-    import xla_keras
-
     sizes = list(range(4, 16))  # 12 batch sizes: 12 real compiles under jit="on"
     data = tf.data.Dataset.from_generator(
         lambda: ((np.ones((n, 4), np.float32), np.ones((n, 1), np.float32)) for n in sizes),

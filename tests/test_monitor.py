@@ -42,7 +42,7 @@ def _events(run_dir):
     ({"update_freq": 0}, ValueError, ["int >= 1"]),
     ({"update_freq": True}, ValueError, ["'epoch'"]),
     ({"verbose": 5}, ValueError, ["0, 1 or 2"]),
-    ({"log_dir": 3}, TypeError, ["str or None"]),
+    ({"log_dir": 3}, TypeError, ["os.PathLike"]),
     ({"max_records": 0}, ValueError, ["max_records"]),
 ])
 def test_constructor_rejects_bad_input_naming_the_choices(kwargs, error, words):

@@ -145,14 +145,12 @@ class CompileLedger:
         self._function_token: Dict[str, object] = {}
         self._occurrences: Dict[str, Dict[int, int]] = {}
         self._lifetime: Dict[str, set] = {}
+        self.last_fingerprint = 0    # of the signature last observed
+        self.last_known = False      # whether it had been seen before (any function)
 
-    def has_function(self, phase: str) -> bool:
-        """Whether a function was declared for ``phase`` before."""
-        return phase in self._function_token
-
-    def known(self, phase: str, signature: InputSignature) -> bool:
-        """Whether ``phase`` saw this signature before, under any function."""
-        return fingerprint(signature) in self._lifetime.get(phase, ())
+    def function(self, phase: str) -> object:
+        """The function last declared for ``phase`` (None if none)."""
+        return self._function_token.get(phase)
 
     def set_function(self, phase: str, token: object) -> bool:
         """Declare the function that runs ``phase``; True if it is a new one."""
@@ -170,8 +168,10 @@ class CompileLedger:
         signature stays worth probing for its first ``probes_per_signature``
         occurrences.
         """
-        fp = fingerprint(signature)
-        self._lifetime.setdefault(phase, set()).add(fp)
+        fp = self.last_fingerprint = fingerprint(signature)
+        lifetime = self._lifetime.setdefault(phase, set())
+        self.last_known = fp in lifetime  # seen before, under any function of the phase
+        lifetime.add(fp)
         seen = self._occurrences.setdefault(phase, {})
         count = seen.get(fp, 0)
         seen[fp] = count + 1

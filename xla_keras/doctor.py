@@ -79,6 +79,10 @@ def doctor(check_flags: bool = True) -> List[Finding]:
             TF_XLA_FLAGS / XLA_FLAGS to prove they are accepted (a few seconds).
     """
     findings: List[Finding] = []
+    # TensorFlow's Python sets TF_CPP_MIN_LOG_LEVEL=1 on import when it is unset, after its C++
+    # logging has started (measured: its info lines still print). Read the user's value first.
+    tf_was_loaded = "tensorflow" in sys.modules
+    user_level = os.environ.get("TF_CPP_MIN_LOG_LEVEL", "0")
     versions = {name: _internals._version(name) for name in
                 ("tensorflow", "keras", "tensorboard", "tensorboard-plugin-profile", "xprof")}
     findings.append(Finding("info", "versions", ", ".join(f"{k} {v}" for k, v in versions.items())
@@ -134,11 +138,11 @@ def doctor(check_flags: bool = True) -> List[Finding]:
                 "created its devices"}[effective],
         "" if effective else FIX_CPU_AUTOCLUSTERING))
 
-    level = os.environ.get("TF_CPP_MIN_LOG_LEVEL", "0")
     vmodule = os.environ.get("TF_CPP_VMODULE", "")
-    if level not in ("", "0"):
-        findings.append(Finding("info", "logging", f"TF_CPP_MIN_LOG_LEVEL={level} hides TensorFlow's XLA info lines "
-                                "(\"Compiled cluster using XLA!\", compile times)",
+    # In-process after TensorFlow's import, "1" may be TensorFlow's own (harmless) value.
+    if user_level not in ("", "0") and not (tf_was_loaded and user_level == "1"):
+        findings.append(Finding("info", "logging", f"TF_CPP_MIN_LOG_LEVEL={user_level} hides TensorFlow's XLA info "
+                                "lines (\"Compiled cluster using XLA!\", compile times)",
                                 "TF_CPP_MIN_LOG_LEVEL=0 when you need them (xla-keras explain reads them)"))
     if "device_compiler" not in vmodule:
         findings.append(Finding("info", "logging", "TensorFlow's per-compile time lines are off",
@@ -203,7 +207,10 @@ def _multi_worker_findings(read_keras: bool = True) -> List[Finding]:
     where = f"TF_CONFIG: {cluster['tasks']} task(s); this is {cluster['task']} {cluster['index']} ({role})"
     findings = [Finding("info", "multi-worker", where)]
     if problem and cluster["tasks"] > 1:
-        findings.append(Finding("error", "multi-worker", problem, fix))
+        # A warning, not an error: TF_CONFIG alone does not say MultiWorkerMirroredStrategy will be used
+        # (managed platforms set it for every job).
+        findings.append(Finding("warn", "multi-worker", problem + " (if this job uses MultiWorkerMirroredStrategy)",
+                                fix))
     return findings
 
 

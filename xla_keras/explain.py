@@ -61,10 +61,11 @@ PATTERNS = [
             "Yes if you expected XLA: the model runs without it (model.jit_compile reads False).",
             "Find the layer (XlaMonitor(jit='on') names it), or accept running without XLA."),
     Pattern("keras_multi_worker_fit", re.compile(r"Attempt to convert a value \(PerReplica:"),
-            "Keras tried to turn a per-replica value into one tensor: under MultiWorkerMirroredStrategy, Keras "
-            "3.15's fit averages the first batch across workers to build the model and fails before the first "
-            "step (keras-team/keras#20585).",
-            "Fatal: fit never started.",
+            "Something tried to turn a per-replica value into one tensor. Under MultiWorkerMirroredStrategy "
+            "this is Keras 3.15's own fit: it averages the first batch across workers to build the model and "
+            "fails before the first step (keras-team/keras#20585). Elsewhere, a PerReplica value reached code "
+            "that expects a tensor (e.g. outside strategy.run).",
+            "Fatal: the call failed.",
             "Run the patch `xla-keras doctor` prints (with TF_CONFIG set) on every worker before fit, or use a "
             "Keras release with the fix."),
     Pattern("xla_service", re.compile(r"XLA service \S+ initialized for platform (\w+)"),

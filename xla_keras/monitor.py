@@ -132,6 +132,7 @@ class _PhaseState:
         self.compile_count = 0
         self.ragged_probe = False     # this call probes a known ragged signature
         self.ragged_misses = 0        # such probes in a row that saw no compile
+        self.ragged_fps: set = set()  # fingerprints of ragged signatures
         self.value_compiles = 0       # compiles of known ragged shapes (new split values)
         self.profiler_seconds = 0.0
         self.timing_step_share = 0.0  # sum of step_seconds / call_compiles
@@ -213,16 +214,20 @@ class XlaMonitor(keras.callbacks.Callback):
         log_dir = directory(log_dir, "log_dir")
         if integer(update_freq) is not None:
             update_freq = integer(update_freq)
-        if not (update_freq in UPDATE_FREQS or (isinstance(update_freq, int) and update_freq >= 1)):
+        if not (isinstance(update_freq, str) and update_freq in UPDATE_FREQS
+                or isinstance(update_freq, int) and not isinstance(update_freq, bool) and update_freq >= 1):
             raise ValueError(f"update_freq must be one of {', '.join(map(repr, UPDATE_FREQS))} "
                              f"or an int >= 1; got {update_freq!r}")
         if on_storm not in ON_STORM:
             raise ValueError(f"on_storm must be one of {', '.join(map(repr, ON_STORM))}; got {on_storm!r}")
-        if isinstance(profile, (tuple, list)) and len(profile) == 2 and None not in map(integer, profile):
-            profile = tuple(map(integer, profile))
-        if not (profile in ("auto", None) or (isinstance(profile, tuple) and 1 <= profile[0] <= profile[1])):
+        steps = (tuple(map(integer, profile)) if isinstance(profile, (tuple, list)) and len(profile) == 2
+                 else (None, None))
+        if not (isinstance(profile, str) and profile == "auto" or profile is None
+                or (None not in steps and 1 <= steps[0] <= steps[1])):
             raise ValueError(f"profile must be 'auto', None or (start, stop) train steps with 1 <= start <= stop; "
                              f"got {profile!r}")
+        if None not in steps:
+            profile = steps
         if integer(verbose) not in (0, 1, 2):
             raise ValueError(f"verbose must be 0, 1 or 2; got {verbose!r}")
         if integer(max_records) is None or max_records < 1:
@@ -257,13 +262,17 @@ class XlaMonitor(keras.callbacks.Callback):
         self._chief = True
         self._multi_worker = False
         self._call_token: Optional[object] = None  # the fit / evaluate / predict being watched
+        self._observing = True  # False after an internal error under multi-worker (see _disable)
+        self._restore_model_later = False
         self._in_fit = False
         self._segment_start: Optional[float] = None
         self._last_activity = 0.0
         self._wall = 0.0
         self._last_flush = 0.0
         self._wrapped: Dict[str, Any] = {}
-        self._rebuilds: Dict[str, int] = dict.fromkeys(PHASES, 0)  # step functions replaced under us
+        self._rebuilds: Dict[str, int] = dict.fromkeys(PHASES, 0)  # step functions the user rebuilt
+        self._forced: set = set()  # phases whose function the monitor itself dropped or rebuilt
+        self._function_models: Dict[str, int] = {}  # id of the model each phase's function belongs to
         self._cache: Optional[dict] = None       # the persistent compilation cache, if any
         self._cache_times: Optional[CompileTimes] = None
         self._model_key = ""
@@ -282,9 +291,9 @@ class XlaMonitor(keras.callbacks.Callback):
 
     @_guarded
     def on_train_begin(self, logs=None):
-        self._check_log_dir()  # before anything changes: raises LogDirError
         if self._in_fit:
             self._abort_fit()  # the previous fit was interrupted
+        self._check_log_dir()  # before anything changes: raises LogDirError
         self._in_fit = True
         _guard_call_callbacks(self)
         self._begin_segment()
@@ -303,6 +312,7 @@ class XlaMonitor(keras.callbacks.Callback):
             model.test_function = None
             model.predict_function = None
             model.make_train_function(force=True)
+            self._forced.update(PHASES)
         self._install("train")
         self._read_back("train")
         self._setup_cache()
@@ -312,6 +322,12 @@ class XlaMonitor(keras.callbacks.Callback):
         self._phases["train"].step = int(optimizer.iterations.numpy()) if optimizer is not None else 0
         self._fit_first_step = self._phases["train"].step + 1
         self._phases["train"].last_new_step = self._phases["train"].step
+        if isinstance(self.profile, tuple) and self.profile[1] < self._fit_first_step:
+            self._note_once("range-behind", f"profile={self.profile} names train steps before this fit's first "
+                            f"step ({self._fit_first_step}; steps count from optimizer.iterations, across fits): "
+                            "nothing is traced")
+        if self._jit.refusal and self.jit == "on":
+            warnings.warn(f"xla_keras: {self._jit.refusal}", XlaKerasWarning, stacklevel=2)
         if self.verbose:
             print(f"xla_keras: jit={self.jit!r} -> XLA {self._active_words()}: {self._state.reason}")
 
@@ -395,9 +411,9 @@ class XlaMonitor(keras.callbacks.Callback):
         for name, count in self._rebuilds.items():
             if count:
                 report.notes.append(
-                    f"{name}: the step function was rebuilt {count} time(s) (model.compile(...) or a jit change): "
-                    "a rebuilt function starts with an empty XLA compile cache, so shapes compiled before "
-                    "compiled again")
+                    f"{name}: the step function was rebuilt {count} time(s) outside the monitor (e.g. "
+                    "model.compile(...)): a rebuilt function starts with an empty XLA compile cache, so shapes "
+                    "compiled before compile again")
         for name, phase in self._phases.items():
             if phase.value_compiles:
                 report.notes.append(
@@ -501,8 +517,15 @@ class XlaMonitor(keras.callbacks.Callback):
     def _begin_phase(self, phase: str) -> None:
         if self._in_fit and _internals.running_fit(self.model) is None:
             self._abort_fit()  # an exception ended the last fit before on_train_end
-        if self._in_fit:
-            self._stop_trace()  # a train window ends where validation begins: its steps are probed
+        if self._in_fit and self._trace is not None:
+            # A train window ends where validation begins (validation's steps are
+            # probed, not traced); the user's own range resumes after it.
+            kind, stop = self._trace["kind"], self._trace["stop_step"]
+            self._stop_trace()
+            if kind == "range" and self._phases["train"].step < stop:
+                self._trace_plan["range"] = False
+                self._note_once("range-split", f"profile={self.profile}: validation ran inside the range, so "
+                                "its trace is split in two sessions (validation steps are not traced)")
         if not self._in_fit:
             self._check_log_dir()
             _guard_call_callbacks(self)
@@ -510,6 +533,7 @@ class XlaMonitor(keras.callbacks.Callback):
             self._distribution()
             if self._jit.apply(self.model):
                 setattr(self.model, _FUNCTION_ATTR[phase], None)
+                self._forced.add(phase)
         self._install(phase)
         if not self._in_fit:
             self._read_back(phase)
@@ -527,8 +551,12 @@ class XlaMonitor(keras.callbacks.Callback):
 
     def _check_log_dir(self) -> None:
         """A log_dir that cannot be written fails the fit here, before the
-        first step, naming the path (not mid-epoch, not only in a log)."""
-        if self.log_dir is None or not _internals.strategy_facts(self.model)["chief"]:
+        first step, naming the path (not mid-epoch, not only in a log).
+        Under MultiWorkerMirroredStrategy only the chief writes, and failing
+        the chief alone would leave the other workers in a collective: there
+        the chief warns and writes nothing instead."""
+        facts = _internals.strategy_facts(self.model)
+        if self.log_dir is None or not facts["chief"]:
             return  # only the chief writes files
         try:
             os.makedirs(self.log_dir, exist_ok=True)
@@ -536,8 +564,14 @@ class XlaMonitor(keras.callbacks.Callback):
             os.close(fd)
             os.unlink(probe)
         except OSError as error:
-            raise LogDirError(error.errno, f"XlaMonitor cannot write to log_dir={self.log_dir!r}: "
-                              f"{error.strerror or error}. Pass a writable directory, or log_dir=None "
+            text = f"XlaMonitor cannot write to log_dir={self.log_dir!r}: {error.strerror or error}"
+            if facts["multi_worker"]:
+                self._note_once("log-dir", f"{text}; under {facts['name']} the fit goes on on every worker and "
+                                "the monitor writes no files (its report stays in memory)")
+                warnings.warn(text + ": no files are written", XlaKerasWarning, stacklevel=2)
+                self.log_dir = None
+                return
+            raise LogDirError(error.errno, f"{text}. Pass a writable directory, or log_dir=None "
                               "to keep the report in memory only") from error
 
     def _on_callback_error(self) -> None:
@@ -580,6 +614,7 @@ class XlaMonitor(keras.callbacks.Callback):
             # step functions must be rebuilt with the user's own setting.
             for attr in _FUNCTION_ATTR.values():
                 setattr(self.model, attr, None)
+            self._forced.update(PHASES)
 
     def _chain(self, phase: str) -> tuple:
         """(live wrappers of other monitors, top to bottom; Keras's function)."""
@@ -608,13 +643,18 @@ class XlaMonitor(keras.callbacks.Callback):
         step_fn = _internals.find_step_function(original) if original is not None else None
         mismatch = (self.jit != "keep" and not model.run_eagerly
                     and _internals.function_jit_flag(step_fn) != bool(model.jit_compile))
+        # Replaced since this phase last ran, and not by us (e.g. model.compile(...)), on the same model:
+        # known shapes compile again, and the report should say why.
+        replaced = (self._function_models.get(phase) == id(model) and phase not in self._forced
+                    and self._ledger.function(phase) is not step_fn)
+        self._forced.discard(phase)
+        self._function_models[phase] = id(model)
         if original is None or rebuild or mismatch:
             getattr(model, _MAKE_FUNCTION[phase])(force=True)
             original = getattr(model, attr)
             step_fn = _internals.find_step_function(original)
-        had_function = self._ledger.has_function(phase)
-        if self._ledger.set_function(phase, step_fn) and had_function and not rebuild:
-            self._rebuilds[phase] += 1  # a storm fallback (rebuild=True) is reported as such
+        if self._ledger.set_function(phase, step_fn) and replaced and not rebuild and self._xla_expected():
+            self._rebuilds[phase] += 1
         wrapper = _internals.wrap_marker(self._make_wrapper(phase, step_fn), original, weakref.ref(self))
         self._wrapped[phase] = wrapper
         self._relink(phase, [wrapper] + others, original)
@@ -643,9 +683,6 @@ class XlaMonitor(keras.callbacks.Callback):
         def wrapped(data):
             original = wrapped._xla_keras_original  # relinked when monitors come and go
             if not self._enabled:
-                if self._multi_worker and pulls and isinstance(data, iterator_types):
-                    # Every worker must keep pulling as the others do (see _disable).
-                    return original(pull(data))
                 return original(data)
             state.call_start = time.perf_counter()
             probe = None
@@ -696,6 +733,8 @@ class XlaMonitor(keras.callbacks.Callback):
 
     @_guarded
     def _before_call(self, phase: str, state: _PhaseState, batches: list, step_fn: Any):
+        if not self._observing:
+            return None
         unwrap = _internals.unwrap_distributed
         state.call_batches = len(batches)
         state.call_new = []
@@ -711,14 +750,16 @@ class XlaMonitor(keras.callbacks.Callback):
                 state.deferred_new = None
             sig = signature_of(batch, unwrap)
             state.history.observe(sig)
-            seen_before = self._ledger.known(phase, sig)
             is_new, worth_probe = self._ledger.observe(phase, sig)
+            fp = self._ledger.last_fingerprint
             if is_new:
                 state.call_new.append((step, sig))
                 state.last_new_step = step
+                if is_ragged(sig):
+                    state.ragged_fps.add(fp)  # bounded by the distinct signatures
                 # A shape seen before, new only to a rebuilt function (model.compile),
                 # compiles again but is no sign of varying shapes: not a storm step.
-                if expected and not seen_before:
+                if expected and not self._ledger.last_known:
                     rows = batch_rows(sig)
                     if state.usual_rows is None:
                         state.usual_rows = rows
@@ -731,7 +772,7 @@ class XlaMonitor(keras.callbacks.Callback):
             if worth_probe and (is_new or self._state.autoclustering):
                 probe_wanted = True
                 state.call_probe_sig = state.call_probe_sig or (step, sig)
-            elif self._state.active and state.ragged_misses < _RAGGED_PROBE_MISSES and is_ragged(sig):
+            elif self._state.active and state.ragged_misses < _RAGGED_PROBE_MISSES and fp in state.ragged_fps:
                 probe_wanted = state.ragged_probe = True  # maybe new split values (_RAGGED_PROBE_MISSES)
                 state.call_probe_sig = state.call_probe_sig or (step, sig)
             state.call_signature = sig
@@ -923,6 +964,7 @@ class XlaMonitor(keras.callbacks.Callback):
                 self._install(name, rebuild=True)  # the non-XLA function, wrapped again
             else:
                 setattr(self.model, _FUNCTION_ATTR[name], None)  # rebuilt lazily, non-XLA
+                self._forced.add(name)
         self._read_back(phase)
 
     # ---------------------------------------------------------------- output
@@ -1040,9 +1082,20 @@ class XlaMonitor(keras.callbacks.Callback):
             logger.warning("xla_keras: %s", text)
 
     def _disable(self, error: BaseException) -> None:
-        """Log once, stop observing, give back everything we changed."""
-        self._enabled = False
+        """Log once, stop observing, give back everything we changed.
+
+        Under MultiWorkerMirroredStrategy the hooks keep running their
+        structural part (jit switches, function rebuilds, wrappers that pull
+        batches): a worker that went back to Keras's own pull alone, or rebuilt
+        its functions differently, would issue other collectives than the
+        others and hang them. Only observing stops there."""
+        if self._error is not None:
+            return  # already disabled: logged once
         self._error = f"the monitor disabled itself after an internal error: {error!r}"
+        if self._multi_worker:
+            self._observing = False
+        else:
+            self._enabled = False
         logger.error("xla_keras: %s; training goes on unmonitored.\n%s", self._error,
                      "".join(traceback.format_exception(type(error), error, error.__traceback__)))
         self._abandon_probe(self._active_probe)
@@ -1057,11 +1110,15 @@ class XlaMonitor(keras.callbacks.Callback):
             pass
         try:
             if not self._multi_worker:
-                # Under MultiWorkerMirroredStrategy the wrappers stay, pulling
-                # batches as before: a worker that went back to Keras's own pull
-                # alone would issue different collectives than the others.
                 self._unwrap_all()
-            self._restore_model()
+                if self._in_fit:
+                    # Keras reads train_function at every step: never leave it None
+                    # mid-fit. Flags now; the model's own jit setting (after a storm
+                    # fallback) once this fit is over (see _call_gone).
+                    self._jit.restore()
+                    self._restore_model_later = True
+                else:
+                    self._restore_model()
             if self._writers is not None:
                 self._writers.flush()
         except Exception:  # noqa: BLE001 - already failing; never raise from here
@@ -1130,7 +1187,15 @@ def _call_gone(ref, token) -> None:
     """The CallbackList of a monitored call was freed: if that call never
     reached its end hook, clean up now."""
     monitor = ref()
-    if monitor is not None and monitor._call_token is token:
+    if monitor is None:
+        return
+    if monitor._restore_model_later:
+        monitor._restore_model_later = False
+        try:
+            monitor._restore_model()  # the step functions are rebuilt lazily by the next call
+        except Exception:  # noqa: BLE001 - a finaliser never raises
+            pass
+    if monitor._call_token is token:
         monitor._on_callback_error()
 
 

@@ -71,8 +71,9 @@ def cluster_from_env(environ: Optional[dict] = None) -> Optional[dict]:
         kind, index = task.get("type", "worker"), int(task.get("index", 0))
     except (ValueError, TypeError, AttributeError) as error:
         return {"error": f"TF_CONFIG is not a valid cluster description: {error}"}
-    # The chief is the "chief" task, or worker 0 when there is none (as MultiWorkerMirroredStrategy decides).
-    chief = kind == "chief" or (kind == "worker" and index == 0 and "chief" not in cluster)
+    # As tf.distribute decides (multi_worker_util.is_chief): the "chief" task, or worker 0 when
+    # there is none; an evaluator runs alone and is its own chief.
+    chief = kind in ("chief", "evaluator") or (kind == "worker" and index == 0 and "chief" not in cluster)
     return {"tasks": tasks, "task": kind, "index": index, "chief": chief}
 
 
