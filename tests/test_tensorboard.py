@@ -294,3 +294,30 @@ def test_a_failed_trace_start_does_not_leave_the_profiler_busy(tmp_path):
         _internals.stop_probe(session)
     tf.profiler.experimental.start(str(tmp_path / "mine"))  # would raise "Another profiler is running"
     tf.profiler.experimental.stop()
+
+
+def test_a_profile_range_resumes_after_validation_and_one_behind_the_fit_is_noted(tmp_path):
+    model, x, y = _mlp()  # 8 train steps an epoch (validation_split=0.25, batch 32)
+    traced = []
+
+    class Windows(keras.callbacks.Callback):
+        def on_train_batch_end(self, batch, logs=None):
+            if monitor._trace is not None:
+                traced.append(monitor._phases["train"].step)
+
+        def on_test_begin(self, logs=None):
+            time.sleep(1.1)  # session dirs are named by the second: keep the two windows apart
+
+    monitor = xla_keras.XlaMonitor(log_dir=str(tmp_path / "a"), profile=(6, 11), verbose=0)
+    model.fit(x, y, batch_size=32, epochs=2, validation_split=0.25, callbacks=[monitor, Windows()], verbose=0)
+    # Steps 6-8 of epoch 1, then validation (not traced), then the rest of the range: the
+    # window closes at the end of step 11, before a later callback looks.
+    assert traced == [6, 7, 8, 9, 10]
+    sessions = [t.split(": ", 1) for t in monitor.report.traces]
+    assert [kind for kind, _ in sessions] == ["range", "range"] and sessions[0][1] != sessions[1][1]
+    assert any("split in two sessions" in note for note in monitor.report.notes)
+
+    later = xla_keras.XlaMonitor(log_dir=str(tmp_path / "b"), profile=(3, 6), verbose=0)
+    model.fit(x, y, batch_size=32, epochs=1, callbacks=[later], verbose=0)  # starts at step 17
+    assert later.report.traces == []
+    assert any("before this fit's first step (17" in note for note in later.report.notes)
