@@ -61,3 +61,39 @@ def test_empty_dir_and_malformed_report(tmp_path):
     (tmp_path / "xla_report.json").write_text('{"compilations": [{"phase": "train"}]}')
     result = xla_keras_cli("report", str(tmp_path))
     assert result.returncode == 1 and "cannot read" in result.stderr and "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("flag", ["--help", "-h", "help"])
+def test_help_lists_the_commands(flag):
+    result = xla_keras_cli(flag)
+    assert result.returncode == 0
+    for command in ("report LOGDIR", "doctor", "explain LOGFILE"):
+        assert command in result.stdout
+
+
+def test_version():
+    import xla_keras
+    result = xla_keras_cli("--version")
+    assert result.returncode == 0 and result.stdout.strip() == f"xla-keras {xla_keras.__version__}"
+
+
+@pytest.mark.parametrize("as_json", [False, True])
+def test_one_broken_report_does_not_hide_the_others(log_dir, as_json):
+    (log_dir / "broken").mkdir()
+    (log_dir / "broken" / "xla_report.json").write_text("[]")  # valid JSON, not a report
+    result = xla_keras_cli("report", str(log_dir), *(["--json"] if as_json else []))
+    assert result.returncode == 1
+    assert "broken" in result.stderr and "not an XlaMonitor report" in result.stderr
+    if as_json:  # several files found: keyed by directory, whatever parsed
+        assert list(json.loads(result.stdout)) == [str(log_dir / "run1")]
+    else:
+        assert "XLA report" in result.stdout and "== " in result.stdout
+
+
+def test_the_report_file_is_as_readable_as_the_event_files(tmp_path):
+    import os
+    path = write_report_json(str(tmp_path / "run"), XlaReport(jit_mode="off").to_dict())
+    umask = os.umask(0o022)
+    os.umask(umask)
+    assert os.stat(path).st_mode & 0o777 == 0o666 & ~umask
+    assert [f for f in os.listdir(tmp_path / "run")] == ["xla_report.json"]  # no temporary left behind

@@ -782,3 +782,68 @@ def test_paths_tilde_and_numpy_integers_are_taken_like_keras_takes_them(tmp_path
             monitor.verbose, monitor.max_records) == (4, 50, (3, 6), 2, 0, 10)
     assert all(type(v) is int for v in (monitor.storm_threshold, monitor.update_freq, *monitor.profile))
     assert xla_keras.XlaMonitor(log_dir="~/xla", verbose=0).log_dir == str(tmp_path / "xla")
+
+
+def _varying_batches(sizes):
+    return tf.data.Dataset.from_generator(
+        lambda: ((np.ones((n, 4), np.float32), np.ones((n, 1), np.float32)) for n in sizes),
+        output_signature=(tf.TensorSpec((None, 4), tf.float32), tf.TensorSpec((None, 1), tf.float32)))
+
+
+def test_an_internal_error_after_a_fallback_in_a_standalone_evaluate_lets_it_finish(monkeypatch):
+    model = _model()
+    model.fit(*_xy(), batch_size=BATCH, epochs=1, verbose=0)
+    monitor = xla_keras.XlaMonitor(log_dir=None, jit="on", on_storm="fallback", storm_threshold=3, verbose=0)
+    real_end_step = type(monitor)._end_step
+
+    def end_step(self, phase):
+        if self._fallback is not None:
+            raise RuntimeError("injected internal error after the fallback")
+        return real_end_step(self, phase)
+
+    monkeypatch.setattr(type(monitor), "_end_step", end_step)
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the storm warning
+        model.evaluate(_varying_batches([4 + i % 8 for i in range(16)]), callbacks=[monitor], verbose=0)
+    assert "disabled itself" in monitor._error
+    model.evaluate(*_xy(), batch_size=BATCH, verbose=0)  # the model's functions still work
+
+
+def test_a_stop_iteration_from_a_batch_hook_ends_the_epoch_not_the_monitor():
+    """Keras's catch_stop_iteration turns it into the end of the epoch and the fit goes on."""
+    class Exhausted(keras.callbacks.Callback):
+        done = False
+
+        def on_train_batch_end(self, batch, logs=None):
+            if batch == 1 and not self.done:
+                self.done = True
+                next(iter([]))
+
+    model = _model()
+    monitor = xla_keras.XlaMonitor(log_dir=None, jit="on", verbose=0)
+    model.fit(*_xy(), batch_size=BATCH, epochs=3, verbose=0, callbacks=[monitor, Exhausted()])
+    assert monitor.report.steps["train"] == int(model.optimizer.iterations.numpy())
+    assert not monitor._in_fit and monitor._error is None
+
+
+def test_a_failed_pull_does_not_forget_the_previous_steps_compile(tmp_path):
+    def data(fail):
+        def gen():
+            yield np.ones((4, 4), np.float32), np.ones((4, 1), np.float32)
+            if fail:
+                raise ValueError("bad data")
+        return tf.data.Dataset.from_generator(gen, output_signature=(
+            tf.TensorSpec((None, 4), tf.float32), tf.TensorSpec((None, 1), tf.float32)))
+
+    tf.profiler.experimental.start(str(tmp_path / "busy"))  # compile counts from step times
+    try:
+        model = _model()
+        monitor = xla_keras.XlaMonitor(log_dir=None, jit="on", verbose=0)
+        with pytest.raises(Exception, match="bad data"):
+            model.fit(data(True), epochs=1, verbose=0, callbacks=[monitor])
+        model.fit(data(False), epochs=1, verbose=0, callbacks=[monitor])
+    finally:
+        tf.profiler.experimental.stop()
+    # One shape, compiled once at step 1 (the failed pull at step 2 compiled nothing).
+    assert [c.step for c in monitor.report.compilations] == [1]

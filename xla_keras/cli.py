@@ -1,9 +1,4 @@
-"""The ``xla-keras`` command line.
-
-    xla-keras report LOGDIR [--json]   print the report(s) XlaMonitor wrote under LOGDIR
-    xla-keras doctor                   what this machine and environment will do with XLA
-    xla-keras explain LOGFILE|-        explain the TensorFlow/XLA lines of a training log
-"""
+"""The ``xla-keras`` command line (see USAGE)."""
 
 from __future__ import annotations
 
@@ -19,6 +14,12 @@ from .report import XlaReport
 from .tensorboard import REPORT_FILE
 
 COMMANDS = ("report", "doctor", "explain")
+USAGE = """xla-keras: XLA observability for Keras
+
+    xla-keras report LOGDIR [--json]   print the report(s) XlaMonitor wrote under LOGDIR
+    xla-keras doctor                   what this machine and environment will do with XLA
+    xla-keras explain LOGFILE|-        explain the TensorFlow/XLA lines of a training log
+    xla-keras --version"""
 
 flags.DEFINE_bool("json", False, "print the report as JSON instead of the human summary")
 FLAGS = flags.FLAGS
@@ -65,11 +66,12 @@ def cmd_report(args: List[str], as_json: bool, out=sys.stdout) -> int:
     try:
         if as_json:
             datas = {d: data for d, (data, _) in reports.items()}
-            json.dump(datas if len(datas) > 1 else next(iter(datas.values())), out, indent=2, sort_keys=True)
+            # The shape follows what was found, not what parsed: one file -> its report, several -> by dir.
+            json.dump(datas if len(paths) > 1 else next(iter(datas.values())), out, indent=2, sort_keys=True)
             out.write("\n")
         else:
             for directory, (_, rendered) in reports.items():
-                if len(reports) > 1:
+                if len(paths) > 1:
                     out.write(f"== {directory}\n")
                 out.write(rendered + "\n")
         out.flush()
@@ -113,7 +115,7 @@ def cmd_explain(args: List[str], out=sys.stdout) -> int:
 def run(argv: List[str]) -> int:
     args = argv[1:]
     if args and args[0] in ("help", "-h", "--help", "-help"):
-        print(__doc__.strip())
+        print(USAGE)
         return 0
     if args and args[0] == "--version":
         from . import __version__

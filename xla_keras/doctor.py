@@ -79,8 +79,9 @@ def doctor(check_flags: bool = True) -> List[Finding]:
             TF_XLA_FLAGS / XLA_FLAGS to prove they are accepted (a few seconds).
     """
     findings: List[Finding] = []
-    # TensorFlow's Python sets TF_CPP_MIN_LOG_LEVEL=1 on import when it is unset, after its C++
-    # logging has started (measured: its info lines still print). Read the user's value first.
+    # Importing TensorFlow can set TF_CPP_MIN_LOG_LEVEL=1 when it is unset (here, jax imported by it
+    # does), after TensorFlow's C++ logging has started (measured: its info lines still print).
+    # Read the user's value first.
     tf_was_loaded = "tensorflow" in sys.modules
     user_level = os.environ.get("TF_CPP_MIN_LOG_LEVEL", "0")
     versions = {name: _internals._version(name) for name in

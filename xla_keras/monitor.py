@@ -263,7 +263,6 @@ class XlaMonitor(keras.callbacks.Callback):
         self._multi_worker = False
         self._call_token: Optional[object] = None  # the fit / evaluate / predict being watched
         self._observing = True  # False after an internal error under multi-worker (see _disable)
-        self._restore_model_later = False
         self._in_fit = False
         self._segment_start: Optional[float] = None
         self._last_activity = 0.0
@@ -608,12 +607,17 @@ class XlaMonitor(keras.callbacks.Callback):
         self._end_fit(at=self._last_activity)
         self._flush(text=True)
 
-    def _restore_model(self) -> None:
+    def _restore_model(self, call_running: bool = False) -> None:
         if self._jit.restore(self.model):
             # A storm fallback switched the model off for that fit only: its
-            # step functions must be rebuilt with the user's own setting.
-            for attr in _FUNCTION_ATTR.values():
-                setattr(self.model, attr, None)
+            # step functions must be rebuilt with the user's own setting. While
+            # a call runs, Keras looks its function up at every step: rebuild
+            # in place (never None); else drop them, Keras rebuilds lazily.
+            for phase, attr in _FUNCTION_ATTR.items():
+                if not call_running:
+                    setattr(self.model, attr, None)
+                elif getattr(self.model, attr, None) is not None:
+                    getattr(self.model, _MAKE_FUNCTION[phase])(force=True)
             self._forced.update(PHASES)
 
     def _chain(self, phase: str) -> tuple:
@@ -653,7 +657,8 @@ class XlaMonitor(keras.callbacks.Callback):
             getattr(model, _MAKE_FUNCTION[phase])(force=True)
             original = getattr(model, attr)
             step_fn = _internals.find_step_function(original)
-        if self._ledger.set_function(phase, step_fn) and replaced and not rebuild and self._xla_expected():
+        xla_now = _internals.function_jit_flag(step_fn) or _internals.autoclustering_enabled()
+        if self._ledger.set_function(phase, step_fn) and replaced and not rebuild and xla_now:
             self._rebuilds[phase] += 1
         wrapper = _internals.wrap_marker(self._make_wrapper(phase, step_fn), original, weakref.ref(self))
         self._wrapped[phase] = wrapper
@@ -685,6 +690,7 @@ class XlaMonitor(keras.callbacks.Callback):
             if not self._enabled:
                 return original(data)
             state.call_start = time.perf_counter()
+            state.call_new = []  # this call's: a failed pull must not forget the last step's
             probe = None
             try:
                 if pulls and isinstance(data, iterator_types):
@@ -1110,15 +1116,9 @@ class XlaMonitor(keras.callbacks.Callback):
             pass
         try:
             if not self._multi_worker:
+                call_running = self._in_fit or bool(self._wrapped)
                 self._unwrap_all()
-                if self._in_fit:
-                    # Keras reads train_function at every step: never leave it None
-                    # mid-fit. Flags now; the model's own jit setting (after a storm
-                    # fallback) once this fit is over (see _call_gone).
-                    self._jit.restore()
-                    self._restore_model_later = True
-                else:
-                    self._restore_model()
+                self._restore_model(call_running=call_running)
             if self._writers is not None:
                 self._writers.flush()
         except Exception:  # noqa: BLE001 - already failing; never raise from here
@@ -1169,6 +1169,8 @@ def _guard_call_callbacks(monitor: "XlaMonitor") -> None:
         def run(*args, **kwargs):
             try:
                 return hook(list_ref(), *args, **kwargs)
+            except (StopIteration, tf_errors().OutOfRangeError):
+                raise  # Keras ends the epoch on these and goes on (catch_stop_iteration)
             except BaseException:
                 for cb in getattr(list_ref(), "callbacks", []):
                     if isinstance(cb, XlaMonitor):
@@ -1183,18 +1185,17 @@ def _guard_call_callbacks(monitor: "XlaMonitor") -> None:
     callback_list._xla_keras_guarded = True
 
 
+def tf_errors() -> Any:
+    import tensorflow as tf
+    return tf.errors
+
+
 def _call_gone(ref, token) -> None:
     """The CallbackList of a monitored call was freed: if that call never
     reached its end hook, clean up now."""
     monitor = ref()
     if monitor is None:
         return
-    if monitor._restore_model_later:
-        monitor._restore_model_later = False
-        try:
-            monitor._restore_model()  # the step functions are rebuilt lazily by the next call
-        except Exception:  # noqa: BLE001 - a finaliser never raises
-            pass
     if monitor._call_token is token:
         monitor._on_callback_error()
 

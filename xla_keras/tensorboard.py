@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 import time
+import uuid
 from typing import Any, Dict
 
 RUNS = {"train": "train", "test": "validation"}
@@ -110,26 +110,16 @@ class SummaryWriters:
         self._writers.clear()
 
 
-_UMASK: list = []
-
-
-def _umask() -> int:
-    if not _UMASK:  # read once: os.umask can only be read by setting it
-        _UMASK.append(os.umask(0o022))
-        os.umask(_UMASK[0])
-    return _UMASK[0]
-
-
 def write_report_json(log_dir: str, report_dict: dict) -> str:
-    """Replace LOG_DIR/xla_report.json atomically (readers never see half a file)."""
+    """Replace LOG_DIR/xla_report.json atomically (readers never see half a file).
+
+    The temporary file is created with open(..., "x"), so it gets the umask's
+    permissions like the event files beside it (mkstemp's would be 0600)."""
     os.makedirs(log_dir, exist_ok=True)
     path = os.path.join(log_dir, REPORT_FILE)
-    fd, tmp = tempfile.mkstemp(prefix=".xla_report.", suffix=".tmp", dir=log_dir)
+    tmp = os.path.join(log_dir, f".xla_report.{os.getpid()}.{uuid.uuid4().hex}.tmp")
     try:
-        # mkstemp makes the file private (0600); the event files beside it are
-        # readable by others as the umask allows, and so should the report be.
-        os.fchmod(fd, 0o666 & ~_umask())
-        with os.fdopen(fd, "w") as f:
+        with open(tmp, "x") as f:
             json.dump(report_dict, f, indent=2, sort_keys=True)
         os.replace(tmp, path)
     except BaseException:
