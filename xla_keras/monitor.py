@@ -607,16 +607,15 @@ class XlaMonitor(keras.callbacks.Callback):
         self._end_fit(at=self._last_activity)
         self._flush(text=True)
 
-    def _restore_model(self, call_running: bool = False) -> None:
+    def _restore_model(self) -> None:
         if self._jit.restore(self.model):
             # A storm fallback switched the model off for that fit only: its
-            # step functions must be rebuilt with the user's own setting. While
-            # a call runs, Keras looks its function up at every step: rebuild
-            # in place (never None); else drop them, Keras rebuilds lazily.
+            # step functions must be rebuilt with the user's own setting. In
+            # place, never None: this can run while a call is still using them
+            # (an internal error mid-fit, a cleanup from the garbage collector),
+            # and Keras looks its function up at every step. Tracing is lazy.
             for phase, attr in _FUNCTION_ATTR.items():
-                if not call_running:
-                    setattr(self.model, attr, None)
-                elif getattr(self.model, attr, None) is not None:
+                if getattr(self.model, attr, None) is not None:
                     getattr(self.model, _MAKE_FUNCTION[phase])(force=True)
             self._forced.update(PHASES)
 
@@ -1116,9 +1115,8 @@ class XlaMonitor(keras.callbacks.Callback):
             pass
         try:
             if not self._multi_worker:
-                call_running = self._in_fit or bool(self._wrapped)
                 self._unwrap_all()
-                self._restore_model(call_running=call_running)
+                self._restore_model()
             if self._writers is not None:
                 self._writers.flush()
         except Exception:  # noqa: BLE001 - already failing; never raise from here
