@@ -421,36 +421,35 @@ def stop_trace() -> None:
         raise
 
 
+def _model_call_frames(model: Any, names: Tuple[str, ...]):
+    """Locals of the frames, innermost first, of ``model.<name>(...)`` calls on the stack.
+    Walks frames: call it once per fit / evaluate / predict, never per step."""
+    import sys
+    frame = sys._getframe(2)
+    while frame is not None:
+        if frame.f_code.co_name in names and frame.f_locals.get("self") is model:
+            yield frame.f_locals
+        frame = frame.f_back
+
+
 def running_fit(model: Any) -> Optional[dict]:
     """The local variables of ``model.fit`` when it is on the call stack
     (validation inside a fit), else None (e.g. a fit that an exception ended
-    before on_train_end). Walks frames: call it once per fit / evaluate /
-    predict, never per step."""
-    import sys
-    frame = sys._getframe(1)
-    while frame is not None:
-        if frame.f_code.co_name == "fit" and frame.f_locals.get("self") is model:
-            return frame.f_locals
-        frame = frame.f_back
-    return None
+    before on_train_end)."""
+    return next(_model_call_frames(model, ("fit",)), None)
 
 
 def running_callback_list(model: Any) -> Any:
     """The CallbackList of the innermost running ``model.fit`` / ``evaluate``
     / ``predict`` (its ``callbacks`` local), or None outside them. Validation
     inside fit shares fit's list."""
-    import sys
-
     import keras
-    frame = sys._getframe(1)
-    while frame is not None:
-        if frame.f_code.co_name in ("fit", "evaluate", "predict") and frame.f_locals.get("self") is model:
-            callbacks = frame.f_locals.get("callbacks")
-            # A user's own fit() override holds a plain list: Keras's is further up.
-            # (tests/test_internals.py fails loudly if Keras's own local moves.)
-            if isinstance(callbacks, keras.callbacks.CallbackList):
-                return callbacks
-        frame = frame.f_back
+    for local in _model_call_frames(model, ("fit", "evaluate", "predict")):
+        callbacks = local.get("callbacks")
+        # A user's own fit() override holds a plain list: Keras's is further up.
+        # (tests/test_internals.py fails loudly if Keras's own local moves.)
+        if isinstance(callbacks, keras.callbacks.CallbackList):
+            return callbacks
     return None
 
 

@@ -1167,7 +1167,7 @@ def _guard_call_callbacks(monitor: "XlaMonitor") -> None:
         def run(*args, **kwargs):
             try:
                 return hook(list_ref(), *args, **kwargs)
-            except (StopIteration, tf_errors().OutOfRangeError):
+            except _end_of_data():
                 raise  # Keras ends the epoch on these and goes on (catch_stop_iteration)
             except BaseException:
                 for cb in getattr(list_ref(), "callbacks", []):
@@ -1183,9 +1183,10 @@ def _guard_call_callbacks(monitor: "XlaMonitor") -> None:
     callback_list._xla_keras_guarded = True
 
 
-def tf_errors() -> Any:
+def _end_of_data() -> tuple:
+    """What ends an epoch's data, in Keras's eyes (it catches both)."""
     import tensorflow as tf
-    return tf.errors
+    return StopIteration, tf.errors.OutOfRangeError
 
 
 def _call_gone(ref, token) -> None:
@@ -1204,12 +1205,11 @@ def _run_word(phase: str) -> str:
 
 def _pull(iterator: Any, count: int, graph_next: Optional[Any] = None) -> list:
     """Up to ``count`` batches, as Keras's own graph would pull them."""
-    import tensorflow as tf
     batches = []
     for _ in range(count):
         try:
             batches.append(graph_next(iterator) if graph_next is not None else next(iterator))
-        except (StopIteration, tf.errors.OutOfRangeError):
+        except _end_of_data():
             break
     if not batches:
         raise StopIteration
