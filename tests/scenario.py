@@ -19,8 +19,16 @@ import numpy as np
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCENARIO = os.path.abspath(__file__)
-# TensorFlow prints a rounded value and the exact microseconds: "351 ms (351325 us)".
-_TF_COMPILE_LINE = re.compile(r"Compilation of XLA executable time: [^(]*\((\d+) us\)")
+# TensorFlow 2.20+ prints a rounded value and the exact microseconds ("351 ms (351325 us)", "1.36 s
+# (1362609 us)"); 2.16-2.19 print the rounded value only ("24.4 ms (cumulative: ...)").
+_TF_COMPILE_LINE = re.compile(r"Compilation of XLA executable time: ([0-9.]+) (h|min|s|ms|us)\b(?: \((\d+) us\))?")
+_UNIT_SECONDS = {"h": 3600.0, "min": 60.0, "s": 1.0, "ms": 1e-3, "us": 1e-6}
+
+
+def tf_compile_seconds(stderr):
+    """Every compile TensorFlow's device_compiler logged, in seconds (exact when it prints microseconds)."""
+    return [int(us) / 1e6 if us else float(value) * _UNIT_SECONDS[unit]
+            for value, unit, us in _TF_COMPILE_LINE.findall(stderr)]
 
 
 class ScenarioRun:
@@ -56,8 +64,7 @@ def run_scenario(tmp_root, scenario, jit, *, env_flags="", extra_args=()):
     modules = 0
     if os.path.isdir(dump):
         modules = sum(1 for f in os.listdir(dump) if f.endswith("before_optimizations.txt"))
-    seconds = [int(us) / 1e6 for us in _TF_COMPILE_LINE.findall(proc.stderr)]
-    return ScenarioRun(report, modules, seconds, proc.stderr)
+    return ScenarioRun(report, modules, tf_compile_seconds(proc.stderr), proc.stderr)
 
 
 

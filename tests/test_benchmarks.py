@@ -1,29 +1,46 @@
 """The benchmarks' --quick modes, so the scripts cannot rot. Figures are not
-asserted here (noisy machines): they live in the README, measured side by side."""
+asserted here (noisy machines): they live in the README, measured side by side.
+The scripts run two at a time (each is mostly one busy core), once per session."""
 
 import os
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
+EXPECT = {
+    "overhead.py": ["XlaMonitor()", "keras TensorBoard(update_freq='batch')", "vs bare"],
+    "storm_payoff.py": ["storm", "fallback", "jit off", "vs storm"],
+    "accuracy.py": ["batch sizes 16..23, jit on", "timing fallback (profiler busy)", "dumped"],
+    "import_time.py": ["import xla_keras", "loads TensorFlow/Keras: no"],
+    "memory.py": ["100 distinct signatures (reported: 100)", "bound:"],
+    "cold_start.py": ["quickstart  yes", "storm       yes", "loaded"],
+    "strategy_overhead.py": ["Mirrored (2 logical CPUs)", "MultiWorker (2 workers)", "eager pull", "vs bare"],
+}
 
-@pytest.mark.parametrize("script, expect", [
-    ("overhead.py", ["XlaMonitor()", "keras TensorBoard(update_freq='batch')", "vs bare"]),
-    ("storm_payoff.py", ["storm", "fallback", "jit off", "vs storm"]),
-    ("accuracy.py", ["batch sizes 16..23, jit on", "timing fallback (profiler busy)", "dumped"]),
-    ("import_time.py", ["import xla_keras", "loads TensorFlow/Keras: no"]),
-    ("memory.py", ["100 distinct signatures (reported: 100)", "bound:"]),
-    ("cold_start.py", ["quickstart  yes", "storm       yes", "loaded"]),
-    ("strategy_overhead.py", ["Mirrored (2 logical CPUs)", "MultiWorker (2 workers)", "eager pull", "vs bare"]),
-])
-def test_benchmark_quick_mode_runs(script, expect):
+
+@pytest.fixture(scope="module")
+def quick_runs():
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    result = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", script), "--quick"],
-                            capture_output=True, text=True, timeout=600, env=env)
+
+    def run(script):
+        return subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", script), "--quick"],
+                              capture_output=True, text=True, timeout=600, env=env)
+
+    # The slowest first, so that the pairs finish together.
+    order = ["cold_start.py", "strategy_overhead.py", "storm_payoff.py", "accuracy.py", "overhead.py",
+             "import_time.py", "memory.py"]
+    with ThreadPoolExecutor(2) as pool:
+        return dict(zip(order, pool.map(run, order)))
+
+
+@pytest.mark.parametrize("script", sorted(EXPECT))
+def test_benchmark_quick_mode_runs(quick_runs, script):
+    result = quick_runs[script]
     assert result.returncode == 0, result.stderr[-4000:]
-    for word in expect:
+    for word in EXPECT[script]:
         assert word in result.stdout
     assert "COUNT MISMATCH" not in result.stdout  # accuracy.py: counts must equal XLA's dump

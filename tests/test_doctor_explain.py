@@ -165,3 +165,19 @@ def test_doctor_reports_the_persistent_cache(tmp_path):
             "print([str(f) for f in xla_keras.doctor(check_flags=False) if 'cache' in f.topic])\n")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=_env())
     assert "configured after TensorFlow read its flags" in result.stdout, result.stderr[-2000:]
+
+
+@pytest.mark.parametrize("tensorflow, protobuf, line", [
+    ("2.16.2", "4.25.9", 'pip install "tensorboard-plugin-profile==2.16.0"'),
+    ("2.17.1", "4.25.9", 'pip install "tensorboard-plugin-profile==2.17.0"'),
+    ("2.19.1", "4.21.0", 'pip install "tensorboard-plugin-profile==2.19.0"'),
+    ("2.18.1", "5.29.6", 'pip install tensorboard-plugin-profile "tensorflow==2.18.1" "protobuf==5.29.6"'),
+    ("2.21.0", "7.36.2", 'pip install tensorboard-plugin-profile "tensorflow==2.21.0" "protobuf==7.36.2"'),
+])
+def test_the_profile_tab_line_keeps_the_users_pins(monkeypatch, tensorflow, protobuf, line):
+    """scripts/compat.py runs the line for real (pip --dry-run) in pinned venvs: no version changes."""
+    from xla_keras import _internals
+    from xla_keras.doctor import profile_tab_install
+    versions = {"tensorflow": tensorflow, "protobuf": protobuf}
+    monkeypatch.setattr(_internals, "_version", lambda name: versions.get(name, "unknown"))
+    assert profile_tab_install() == line

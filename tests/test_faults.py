@@ -617,7 +617,7 @@ def test_someone_elses_profiler_session_stays_theirs(tmp_path, caplog):
         model = _model()
         x, y = _xy(20 * BATCH)
         monitor = xla_keras.XlaMonitor(log_dir=log_dir, jit="on", verbose=0)  # profile="auto"
-        with caplog.at_level(logging.WARNING, logger="xla_keras"):
+        with caplog.at_level(logging.INFO, logger="xla_keras"):
             history = model.fit(x, y, batch_size=BATCH, epochs=2, callbacks=[monitor], verbose=0)
             # A second fit, stopped mid-epoch by a data error: the error path must not stop their session.
             with pytest.raises(tf.errors.InvalidArgumentError, match="bad data"):
@@ -626,9 +626,11 @@ def test_someone_elses_profiler_session_stays_theirs(tmp_path, caplog):
         tf.profiler.experimental.stop()  # raises if anyone stopped (or replaced) their session
     assert len(history.history["loss"]) == 2
     report = monitor.report
-    warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
-    assert sum("profiler was busy" in m for m in warned) == 1
-    assert sum("skipped a profiler trace" in m for m in warned) == 1
+    # Said once each, at INFO: they change nothing the user asked for (the report keeps them).
+    logged = [r.getMessage() for r in caplog.records if r.levelno == logging.INFO]
+    assert sum("profiler was busy" in m for m in logged) == 1
+    assert sum("skipped a profiler trace" in m for m in logged) == 1
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
     assert any("profiler was busy" in n for n in report.notes)
     assert report.probe == "timing" and report.traces == []
     assert report.compilation_count["train"] >= 1  # XLA still counted, from step times

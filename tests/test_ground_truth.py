@@ -9,6 +9,15 @@ import pytest
 
 pytestmark = pytest.mark.scenario
 
+
+def _measured_source(report):
+    """How a probe measures compile seconds on the TensorFlow that ran: XLA's compiler events
+    (2.18+), or, where the compiler emits none (2.16/2.17 on CPU), the span of the op that
+    triggered the compile. Either is checked against TensorFlow's own lines below."""
+    major, minor = (int(p) for p in report["versions"]["tensorflow"].split(".")[:2])
+    return "profiler" if (major, minor) >= (2, 18) else "op_span"
+
+
 JIT_ON = ["batch_sizes-on", "partial_batch-on", "padded-on", "steps_per_execution-on", "nested-on"]
 
 
@@ -22,7 +31,7 @@ def test_jit_on_counts_every_dumped_module(scenario_runs, key):
     assert run.dump_modules > 0
     assert _total(run.report) == run.dump_modules
     assert len(run.report["compilations"]) == run.dump_modules
-    assert {c["source"] for c in run.report["compilations"]} == {"profiler"}
+    assert {c["source"] for c in run.report["compilations"]} == {_measured_source(run.report)}
     assert run.report["jit_active"] is True
 
 
@@ -31,7 +40,14 @@ def test_jit_on_compile_seconds_match_tensorflow_within_10_percent(scenario_runs
     run = scenario_runs(key)
     truth = sum(run.tf_compile_seconds)
     assert len(run.tf_compile_seconds) == run.dump_modules
-    assert run.report["compile_seconds"] == pytest.approx(truth, rel=0.10)
+    if _measured_source(run.report) == "profiler":
+        assert run.report["compile_seconds"] == pytest.approx(truth, rel=0.10)
+        return
+    # Op spans (TF 2.16/2.17): the process's first compile also holds XLA's one-time start-up, which
+    # TensorFlow's line leaves out (measured: +2 to +45 ms); every later one matches the line.
+    ours = [c["seconds"] for c in run.report["compilations"]]
+    assert run.tf_compile_seconds[0] * 0.95 <= ours[0] <= run.tf_compile_seconds[0] + 0.1
+    assert sum(ours[1:]) == pytest.approx(sum(run.tf_compile_seconds[1:]), rel=0.10)
 
 
 def test_batch_sizes_16_to_23_each_compile_once_at_their_first_step(scenario_runs):
@@ -96,6 +112,7 @@ def test_autoclustering_cluster_compiles_equal_the_dump(scenario_runs, key):
     assert _total(run.report) == run.dump_modules
     assert run.report["jit_active"] is True
     assert "cluster" in run.report["jit_reason"]
+    assert {c["source"] for c in run.report["compilations"]} == {_measured_source(run.report)}
     truth = sum(run.tf_compile_seconds)
     assert run.report["compile_seconds"] == pytest.approx(truth, rel=0.10)
 

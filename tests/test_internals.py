@@ -1,6 +1,8 @@
 """Every private Keras/TF API xla_keras relies on, exercised against the
 installed versions: an upgrade that moves one fails here, loudly."""
 
+import sys
+
 import numpy as np
 import pytest
 
@@ -130,7 +132,13 @@ def test_autoclustering_switch_round_trip():
         _internals.set_autoclustering(before)
 
 
-def test_probe_sees_a_compile_and_reports_busy_profiler(tmp_path):
+def test_probe_sees_a_compile_as_this_version_is_known_to_show_it_and_reports_busy_profiler(tmp_path):
+    """What the probe can see of a compile, per TensorFlow version (measured): 2.19+ name the module
+    Compiler::RunBackend, 2.18 CpuCompiler::CompileLegacyCpuExecutable / CpuCompiler::Codegen, 2.16/2.17
+    emit no compiler event at all, only the kernel of the function that compiled. An upgrade that
+    changes any of this fails here, loudly, with the names it saw."""
+    from xla_keras.compiles import compile_seconds_from_trace, has_compiler_events
+
     @tf.function(jit_compile=True)
     def f(a):
         return tf.reduce_sum(a * a)
@@ -138,8 +146,20 @@ def test_probe_sees_a_compile_and_reports_busy_profiler(tmp_path):
     session = _internals.start_probe()
     f(tf.ones((7, 3)))
     events = _internals.stop_probe(session)
-    names = {e.name for e in events}
-    assert any(n.endswith("Compiler::RunBackend") for n in names), sorted(names)[:50]
+    names = sorted({e.name for e in events})
+    kernels = [e for e in events if e.name.startswith("__inference_f_") and e.duration_ps > 0]
+    assert kernels, names[:50]  # the op that triggered the compile is traced on every version
+    sees = _internals.profiler_sees_xla_compiler()
+    assert sees in (True, False, None)
+    if sees is False:
+        assert not has_compiler_events(events), names[:50]
+        assert compile_seconds_from_trace(events) == []
+    if sees is True or has_compiler_events(events):
+        assert sees is not False
+        assert any(n.endswith("Compiler::RunBackend") or n.endswith("Compiler::CompileLegacyCpuExecutable")
+                   or n.endswith("Compiler::Codegen") for n in names), names[:50]
+        seconds = compile_seconds_from_trace(events)
+        assert len(seconds) == 1 and 0 < seconds[0] <= kernels[0].duration_ps / 1e12 * 1.01
 
     tf.profiler.experimental.start(str(tmp_path))
     try:
@@ -147,6 +167,35 @@ def test_probe_sees_a_compile_and_reports_busy_profiler(tmp_path):
             _internals.start_probe()
     finally:
         tf.profiler.experimental.stop()
+
+
+def test_step_kernels_and_xla_compile_ops_are_traced_under_their_names():
+    """The op spans a probe falls back to when XLA's compiler emits no events: the step
+    function's kernel (one per batch Keras runs) and, under auto-clustering, _XlaCompile."""
+    from xla_keras.compiles import step_kernel_seconds, xla_compile_op_seconds
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)])
+    model.compile("sgd", "mse", jit_compile=True, steps_per_execution=2)
+    model.make_train_function()
+    x, y = tf.ones((3, 4)), tf.ones((3, 2))
+    session = _internals.start_probe()
+    model.train_function([(x, y), (x, y)])
+    events = _internals.stop_probe(session)
+    kernels = step_kernel_seconds(events)
+    assert len(kernels) == 2, sorted({e.name for e in events})[:60]
+    assert kernels[0] > kernels[1]  # the first one compiled
+    assert xla_compile_op_seconds(events) == ([], 0)
+
+
+def test_probe_lines_stay_out_of_stderr_and_others_lines_stay_in(capfd):
+    session = _internals.start_probe()
+    print("user line during the probe", file=sys.stderr, flush=True)
+    _internals.stop_probe(session)
+    del session
+    import gc
+    gc.collect()
+    err = capfd.readouterr().err
+    assert "user line during the probe" in err
+    assert "Profiler session" not in err, err
 
 
 def test_strategy_facts_default_and_mirrored():

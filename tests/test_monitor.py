@@ -302,3 +302,88 @@ def test_timing_fallback_splits_a_multi_batch_call(tmp_path):
     assert report.compile_seconds <= report.wall_seconds
     first_call = [c for c in report.compilations if c.call_batches == 4]
     assert len(first_call) == 2 and all(c.call_compiles == 2 for c in first_call)
+
+
+# ------------------------------------------------------------- one monitor, several models
+
+
+def test_a_second_model_starts_a_fresh_report_and_the_first_stays_reachable(tmp_path, capsys):
+    first, second = _model(jit_compile=False), _model(jit_compile=False)
+    monitor = xla_keras.XlaMonitor(log_dir=str(tmp_path), jit="on", verbose=1)
+    x, y = _data()
+    first.fit(x, y, batch_size=64, epochs=1, callbacks=[monitor], verbose=0)  # 64 and the last batch of 8
+    first.compile("sgd", "mse")  # re-compiled: still the same model
+    first.fit(x[:128], y[:128], batch_size=64, epochs=1, callbacks=[monitor], verbose=0)
+    assert len(monitor.reports) == 1
+    after_first = monitor.report
+    second.fit(x[:128], y[:128], batch_size=32, epochs=1, callbacks=[monitor], verbose=0)
+    out = capsys.readouterr().out
+    assert out.count("xla_keras: this monitor now watches another model") == 1  # said once (and kept in the notes)
+    reports = monitor.reports
+    assert len(reports) == 2 and reports[-1].to_dict() == monitor.report.to_dict()
+    # Never merged: the first model's counts are what they were; the second's are its own.
+    assert reports[0].steps == after_first.steps and reports[0].steps["train"] == 4 + 2
+    assert reports[0].compilation_count == after_first.compilation_count
+    assert reports[1].steps["train"] == 4 and reports[1].distinct_signatures["train"] == 1
+    assert reports[1].compilation_count["train"] == 1
+    assert any("another model" in note for note in reports[1].notes)
+    # Each model's files stay apart: the first in log_dir, the second in log_dir/model_2.
+    first_file = json.loads((tmp_path / "xla_report.json").read_text())
+    second_file = json.loads((tmp_path / "model_2" / "xla_report.json").read_text())
+    assert first_file["steps"]["train"] == 6 and second_file["steps"]["train"] == 4
+    assert (tmp_path / "model_2" / "train").is_dir()
+
+
+def test_keras_2_style_callback_questions_are_answered_and_a_foreign_model_is_refused():
+    """tf_keras asks callbacks _implements_*_batch_hooks() before any hook (a real tf_keras fit is in
+    tests/test_compat.py); a model that is not a Keras 3 model makes the monitor step aside, once."""
+    monitor = xla_keras.XlaMonitor(log_dir=None, verbose=0)
+    assert monitor._implements_train_batch_hooks() is True
+
+    class NotKeras3:
+        name = "legacy"
+
+    monitor.set_model(NotKeras3())
+    with pytest.warns(xla_keras.XlaKerasWarning, match="observes Keras 3 models"):
+        monitor.on_train_begin()
+    assert monitor._implements_train_batch_hooks() is False
+    assert monitor.report.jit_active is None and "Keras 3" in monitor.report.jit_reason
+
+
+# ------------------------------------------------- a probe that cannot see XLA's compiler
+
+
+def _without_compiler_events(monkeypatch):
+    """What TensorFlow 2.16/2.17 on CPU give the probe: every event but the compiler's."""
+    real = _internals.stop_probe
+    monkeypatch.setattr(_internals, "stop_probe",
+                        lambda session: [e for e in real(session) if "Compiler::" not in e.name])
+
+
+def test_a_probe_blind_to_the_compiler_is_found_out_and_op_spans_measure_each_compile(monkeypatch):
+    _without_compiler_events(monkeypatch)
+    model = _model(jit_compile=False)
+    monitor = xla_keras.XlaMonitor(log_dir=None, jit="on", verbose=0)
+    x, y = _data(200)
+    model.fit(x, y, batch_size=64, epochs=2, callbacks=[monitor], verbose=0)  # batches of 64 and 8
+    report = monitor.report
+    assert report.jit_active is True
+    assert report.compilation_count["train"] == 2  # never "0 compiles" because the probe was blind
+    assert [c.source for c in report.compilations] == ["op_span", "op_span"]
+    assert [c.signature[0].shape[0] for c in report.compilations] == [64, 8]
+    for c in report.compilations:  # a compile of ~0.1 s, inside its own step
+        assert 0.01 < c.seconds <= c.step_seconds
+    assert any("emits no profiler events" in note for note in report.notes)
+
+
+def test_op_spans_that_cannot_be_matched_to_batches_fall_back_to_timing(monkeypatch):
+    _without_compiler_events(monkeypatch)
+    real = _internals.stop_probe
+    monkeypatch.setattr(_internals, "stop_probe", lambda session: [
+        e for e in real(session) if not e.name.startswith("__inference_one_step_on_data")])
+    model = _model(jit_compile=False)
+    monitor = xla_keras.XlaMonitor(log_dir=None, jit="on", verbose=0)
+    model.fit(*_data(200), batch_size=64, epochs=2, callbacks=[monitor], verbose=0)
+    report = monitor.report
+    assert report.compilation_count["train"] == 2
+    assert {c.source for c in report.compilations} == {"timing"}

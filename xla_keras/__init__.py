@@ -6,7 +6,7 @@ load on first use of the names that need them (PEP 562).
 
 from __future__ import annotations
 
-__version__ = "0.1.0"
+__version__ = "0.2.0.dev0"
 
 __all__ = ["XlaMonitor", "XlaReport", "Compilation", "SlowStep", "Storm", "RecompilationStormError",
            "configure", "doctor", "compare", "CompareTable", "XlaKerasWarning",

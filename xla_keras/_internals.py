@@ -5,7 +5,7 @@ small function here, and ``tests/test_internals.py`` exercises each one
 against the installed versions, so an upgrade that moves something fails
 loudly in CI instead of silently turning the monitor blind.
 
-Tested on tensorflow 2.21 and keras 3.15.
+Tested on TensorFlow 2.16-2.21 with Keras 3.7-3.15 (the README's matrix).
 """
 
 from __future__ import annotations
@@ -14,8 +14,9 @@ import os
 from typing import Any, Callable, List, Optional, Tuple
 
 from .compiles import TraceEvent
+from .quiet import without_profiler_lines
 
-TESTED_VERSIONS = {"tensorflow": "2.21", "keras": "3.15"}
+TESTED_VERSIONS = {"tensorflow": "2.16-2.21", "keras": "3.7-3.15"}
 
 
 class InternalsMoved(RuntimeError):
@@ -35,6 +36,43 @@ def _version(package: str) -> str:
         return version(package)
     except Exception:  # noqa: BLE001 - a version string is best effort
         return "unknown"
+
+
+def _release(text: str) -> Tuple[int, ...]:
+    """(major, minor, patch) of a version string such as "2.16.2" or "3.7.0.dev2024"."""
+    import re
+    return tuple(int(part) for part in re.findall(r"\d+", text)[:3]) or (0,)
+
+
+def tensorflow_version() -> Tuple[int, ...]:
+    return _release(_version("tensorflow"))
+
+
+def keras_version() -> Tuple[int, ...]:
+    return _release(_version("keras"))
+
+
+# Keras 3.0-3.6 builds `one_step_on_iterator`, which calls next(iterator) inside
+# a tf.function: there is no branch that takes a list of batches, and handing it
+# one crashes fit ("'list' object is not an iterator"). 3.7 added that branch.
+MIN_KERAS = (3, 7)
+
+
+def keras_unsupported() -> Optional[str]:
+    """Why the installed Keras cannot be monitored, or None."""
+    installed = keras_version()
+    if installed >= MIN_KERAS:
+        return None
+    return (f"Keras {_version('keras')} is older than {'.'.join(map(str, MIN_KERAS))}: its train function "
+            "pulls batches inside a tf.function (one_step_on_iterator), so the monitor cannot read the input "
+            "shapes without breaking fit. The fit goes on unmonitored. Fix: pip install \"keras>=3.7\" "
+            "(it runs on TensorFlow 2.16 and later)")
+
+
+def is_keras3_model(model: Any) -> bool:
+    """A Keras 3 model (not tf_keras / TF_USE_LEGACY_KERAS=1 / Keras 2)."""
+    import keras
+    return isinstance(model, keras.Model)
 
 
 def versions() -> dict:
@@ -270,23 +308,50 @@ class ProfilerBusy(RuntimeError):
     """Another profiler session (e.g. keras.callbacks.TensorBoard's) is running."""
 
 
-def start_probe() -> Any:
+class Probe:
+    """One in-memory profiler session around a step. Holds the only
+    reference to TensorFlow's session, so that its destructor (which logs a
+    line too) runs inside the quiet window of :func:`stop_probe`."""
+
+    __slots__ = ("session",)
+
+    def __init__(self, session: Any):
+        self.session = session
+
+
+def start_probe() -> Probe:
     try:
         from tensorflow.python.profiler.internal import _pywrap_profiler
     except ImportError as e:
         raise InternalsMoved("tensorflow.python.profiler.internal._pywrap_profiler", e) from e
     import tensorflow as tf
-    session = _pywrap_profiler.ProfilerSession()
+
+    def start():
+        session = _pywrap_profiler.ProfilerSession()
+        try:
+            session.start("", {})
+            return Probe(session)
+        except tf.errors.AlreadyExistsError as e:
+            busy = str(e)
+        session = None  # noqa: F841 - freed here, inside the quiet window (its destructor logs)
+        raise ProfilerBusy(busy)
+
+    return without_profiler_lines(start)
+
+
+def _stop_session(probe: Probe) -> bytes:
+    session, probe.session = probe.session, None
+    if session is None:
+        return b""
     try:
-        session.start("", {})
-    except tf.errors.AlreadyExistsError as e:
-        raise ProfilerBusy(str(e)) from e
-    return session
+        return session.stop()
+    finally:
+        session = None  # noqa: F841 - destructor inside the quiet window
 
 
-def stop_probe(session: Any) -> List[TraceEvent]:
+def stop_probe(probe: Probe) -> List[TraceEvent]:
     """Stop a probe and return its trace events (with a duration)."""
-    data = session.stop()  # first: the profiler is freed whatever happens next
+    data = without_profiler_lines(lambda: _stop_session(probe))  # first: the profiler is freed
     try:
         from tensorflow.tsl.profiler.protobuf import trace_events_pb2
     except ImportError as e:
@@ -295,6 +360,27 @@ def stop_probe(session: Any) -> List[TraceEvent]:
     trace.ParseFromString(data)
     return [TraceEvent((e.device_id, e.resource_id), e.name, e.timestamp_ps, e.duration_ps)
             for e in trace.trace_events if e.duration_ps > 0]
+
+
+def abandon_probe(probe: Probe) -> None:
+    """Stop a probe whose events nobody will read (an error path): best effort."""
+    try:
+        without_profiler_lines(lambda: _stop_session(probe))
+    except Exception:  # noqa: BLE001 - stopping is best effort on the error path
+        pass
+
+
+def profiler_sees_xla_compiler() -> Optional[bool]:
+    """Whether XLA's compiler emits trace events the probe can read.
+
+    Measured (2026-12, CPU): TensorFlow 2.18 and later do (CpuCompiler::...,
+    Compiler::RunBackend); 2.16 and 2.17 emit none at all, while the op that
+    triggers a compile (the step function's kernel under jit_compile=True,
+    ``_XlaCompile`` under auto-clustering) is traced on every version. None:
+    not known (2.16/2.17 with an accelerator, which we could not measure)."""
+    if tensorflow_version() >= (2, 18):
+        return True
+    return None if has_accelerator() else False
 
 
 # --------------------------------------------------------------------------
@@ -394,17 +480,22 @@ def start_trace(logdir: str) -> None:
         raise InternalsMoved("tensorflow.python.profiler.profiler_v2", e) from e
     before = profiler_v2._profiler
     try:
-        tf.profiler.experimental.start(logdir)
+        without_profiler_lines(lambda: tf.profiler.experimental.start(logdir))
     except BaseException:
         # A failed start, or a Ctrl-C that landed after the session started
         # (TF resets its module-level session only on Exception): never leave
         # a session behind, running or not.
         if before is None and profiler_v2._profiler is not None:
             session, profiler_v2._profiler = profiler_v2._profiler, None
-            try:
-                session.stop()
-            except Exception:  # noqa: BLE001 - it never started
-                pass
+
+            def drop():
+                nonlocal session
+                try:
+                    session.stop()
+                except Exception:  # noqa: BLE001 - it never started
+                    pass
+                session = None  # its destructor logs: inside the quiet window
+            without_profiler_lines(drop)
         raise
 
 
@@ -412,7 +503,7 @@ def stop_trace() -> None:
     import tensorflow as tf
     from tensorflow.python.profiler import profiler_v2
     try:
-        tf.profiler.experimental.stop()
+        without_profiler_lines(tf.profiler.experimental.stop)
     except BaseException:
         # The export failed or was interrupted (a Ctrl-C while the trace is
         # written): TF keeps its module-level session set and the profiler

@@ -20,6 +20,18 @@ SIDECAR = "xla_keras_compile_seconds.json"
 FLAG = "tf_xla_persistent_cache_directory"
 
 
+ENTRY_PREFIX = "xla_compile_cache__"
+
+
+def cache_entries(cache_dir: str) -> int:
+    """How many executables TensorFlow's persistent cache holds in ``cache_dir``
+    (one file each): a fresh compile adds one, a load adds none."""
+    try:
+        return sum(1 for name in os.listdir(cache_dir) if name.startswith(ENTRY_PREFIX))
+    except OSError:
+        return 0
+
+
 def model_key(model: Any) -> str:
     """Stable across processes for the same architecture (layer names included)."""
     try:

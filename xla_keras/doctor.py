@@ -85,9 +85,16 @@ def doctor(check_flags: bool = True) -> List[Finding]:
     tf_was_loaded = "tensorflow" in sys.modules
     user_level = os.environ.get("TF_CPP_MIN_LOG_LEVEL", "0")
     versions = {name: _internals._version(name) for name in
-                ("tensorflow", "keras", "tensorboard", "tensorboard-plugin-profile", "xprof")}
+                ("tensorflow", "keras", "tensorboard", "protobuf", "tensorboard-plugin-profile", "xprof")}
     findings.append(Finding("info", "versions", ", ".join(f"{k} {v}" for k, v in versions.items())
                             + f", xla_keras {_internals.versions()['xla_keras']}"))
+    unsupported = _internals.keras_unsupported()
+    if unsupported:
+        findings.append(Finding("warn", "keras", unsupported, 'pip install "keras>=3.7"'))
+    if os.environ.get("TF_USE_LEGACY_KERAS", "").lower() in ("1", "true", "yes"):
+        findings.append(Finding("info", "keras", "TF_USE_LEGACY_KERAS is set: tf.keras models are tf_keras models, "
+                                "which XlaMonitor does not observe (it steps aside, saying so); models built with "
+                                "`import keras` are Keras 3 and are observed"))
     tf_flags, xla_flags = _flags("TF_XLA_FLAGS"), _flags("XLA_FLAGS")
     findings.append(Finding("info", "TF_XLA_FLAGS", " ".join(tf_flags) or "(not set)"))
     findings.append(Finding("info", "XLA_FLAGS", " ".join(xla_flags) or "(not set)"))
@@ -117,6 +124,11 @@ def doctor(check_flags: bool = True) -> List[Finding]:
             findings.append(Finding("info", "jit_compile='auto'", "resolves to False here: no GPU/TPU, so Keras "
                                     "does not use XLA unless asked",
                                     "XlaMonitor(jit='on') or compile(jit_compile=True)"))
+
+    if not problem and _internals.tensorflow_version() < (2, 18):
+        findings.append(Finding("info", "compile timing", f"TensorFlow {versions['tensorflow']}'s XLA compiler emits "
+                                "no profiler events on CPU: XlaMonitor times each compile from the span of the op "
+                                "that triggered it (source='op_span', within a few % of TensorFlow's own lines)"))
 
     from .jit import FIX_CPU_AUTOCLUSTERING, cpu_autoclustering_effective
     auto_value = (_internals._env_auto_jit() or "")
@@ -152,12 +164,14 @@ def doctor(check_flags: bool = True) -> List[Finding]:
     # Reading Keras imports TensorFlow, which a bad TF_XLA_FLAGS would kill.
     findings.extend(_multi_worker_findings(read_keras=not (problem and "TF_XLA_FLAGS" in problem)))
 
-    import importlib.util
-    if importlib.util.find_spec("tensorboard_plugin_profile") or importlib.util.find_spec("xprof"):
+    if profile_tab_installed():
         findings.append(Finding("ok", "Profile tab", "tensorboard-plugin-profile is installed"))
     else:
-        findings.append(Finding("warn", "Profile tab", "tensorboard-plugin-profile is not installed: traces will "
-                                "not open in TensorBoard", "pip install tensorboard-plugin-profile"))
+        slow = (" (on Python 3.10 pip takes minutes to resolve the plugin's dependencies)"
+                if sys.version_info < (3, 11) and _internals._release(_internals._version("protobuf")) >= (5,) else "")
+        findings.append(Finding("info", "Profile tab", "tensorboard-plugin-profile is not installed: the monitor "
+                                f"still writes traces, but TensorBoard will not show them{slow}",
+                                profile_tab_install()))
 
     from .jit import persistent_cache
     cache = persistent_cache()
@@ -184,6 +198,29 @@ def doctor(check_flags: bool = True) -> List[Finding]:
                                 "in this process (TensorFlow has created its devices)",
                                 "TF_XLA_FLAGS=--tf_xla_persistent_cache_directory=DIR at start"))
     return findings
+
+
+def profile_tab_installed() -> bool:
+    import importlib.util
+    return bool(importlib.util.find_spec("tensorboard_plugin_profile") or importlib.util.find_spec("xprof"))
+
+
+def profile_tab_install() -> str:
+    """The line that installs the Profile tab's plugin without changing a package the user pinned.
+
+    Measured with pip (2026-12): tensorboard-plugin-profile 2.20+ is a shim for xprof (about 40
+    packages with its Google Cloud Storage client); unpinned, pip does not re-check TensorFlow's
+    protobuf pin and installed protobuf 7 over TensorFlow 2.16-2.19 (which then fails to import),
+    and with TensorFlow 2.16's protobuf<5 in the request its resolver backtracked for more than five
+    minutes. Releases 2.16-2.19.0 need only protobuf<5 and three small packages. So: the release that
+    matches TensorFlow where protobuf is older than 5, else the current plugin with TensorFlow and
+    protobuf held where they are."""
+    tf_version = _internals._version("tensorflow")
+    protobuf = _internals._version("protobuf")
+    if _internals._release(protobuf) < (5,):
+        minor = min(max((_internals.tensorflow_version() + (0, 16))[1], 16), 19)
+        return f'pip install "tensorboard-plugin-profile==2.{minor}.0"'
+    return f'pip install tensorboard-plugin-profile "tensorflow=={tf_version}" "protobuf=={protobuf}"'
 
 
 def _multi_worker_findings(read_keras: bool = True) -> List[Finding]:

@@ -27,11 +27,18 @@ import keras
 
 from . import _internals
 from .arguments import directory, integer
-from .cache import CompileTimes, model_key
-from .compiles import CompileLedger, cache_loads_from_trace, compile_seconds_from_trace
+from .cache import CompileTimes, cache_entries, model_key
+from .compiles import (
+    CompileLedger,
+    cache_loads_from_trace,
+    compile_seconds_from_trace,
+    has_compiler_events,
+    step_kernel_seconds,
+    xla_compile_op_seconds,
+)
 from .jit import JitController, JitState, XlaKerasWarning, persistent_cache
 from .multiworker import cluster_from_env, keras_fit_problem
-from .report import PHASES, Compilation, SlowStep, XlaReport
+from .report import MEASURED, PHASES, Compilation, SlowStep, XlaReport
 from .signatures import describe, is_ragged, signature_of
 from .storms import (
     ON_STORM,
@@ -78,6 +85,16 @@ _MULTI_WORKER_PROFILER = (
     "worker process when a profiling session stopped, about 1 run in 4 in our tests): new input signatures are "
     "counted as compiles and their seconds estimated from step time; auto-clustering's modules are not counted "
     "one by one, and automatic traces are off (profile=(start, stop) still traces, at that risk)")
+
+
+def _blind_note(how: str) -> str:
+    return (f"TensorFlow {_internals.versions()['tensorflow']}'s XLA compiler emits no profiler events here ({how}): "
+            "compile seconds are the profiler's span of the op that triggered each compile (the step function's "
+            "kernel under jit_compile=True, each cluster's _XlaCompile op under auto-clustering; "
+            "source='op_span', within a few % of TensorFlow's own compile-time lines), counts come from new input "
+            "signatures (jit on) or compiling _XlaCompile ops (auto-clustering)")
+
+
 _FUNCTION_ATTR = {"train": "train_function", "test": "test_function", "predict": "predict_function"}
 _MAKE_FUNCTION = {"train": "make_train_function", "test": "make_test_function",
                   "predict": "make_predict_function"}
@@ -120,6 +137,9 @@ class _PhaseState:
         self.call_new: List[tuple] = []      # (step, signature) new to the function
         self.call_modules: Optional[List[float]] = None  # probe result, None = not probed
         self.call_loads: List[float] = []  # persistent-cache loads seen by the probe
+        self.call_source = "profiler"  # how the probe measured call_modules: "profiler" or "op_span"
+        self.call_cached: Optional[bool] = False  # whether call_modules were cache loads (None: unknown)
+        self.cache_entries_before: Optional[int] = None  # persistent-cache entries when the probe started
         self.call_probe_sig: Optional[tuple] = None
         self.call_traced = False
         self.tracing_before: Optional[int] = None
@@ -147,7 +167,7 @@ class _PhaseState:
 
     def add_record(self, record: Compilation) -> None:
         self.compile_count += 1
-        if record.source == "profiler":
+        if record.source in MEASURED:
             self.profiler_seconds += record.seconds
         else:
             self.timing_step_share += (record.step_seconds or 0.0) / record.call_compiles
@@ -246,17 +266,7 @@ class XlaMonitor(keras.callbacks.Callback):
         self.max_records = max_records
 
         self._enabled = True
-        self._error: Optional[str] = None
-        self._phases: Dict[str, _PhaseState] = {p: _PhaseState(max_records) for p in PHASES}
-        self._ledger = CompileLedger(probes_per_signature=_AUTOCLUSTER_PROBES)
-        self._state = JitState(jit)
-        self._storms: List[Storm] = []
-        self._analysis_cache: Dict[str, tuple] = {}  # phase -> (key, analysis)
-        self._fallback: Optional[dict] = None
-        self._notes: List[str] = []
-        self._noted = set()
-        self._probe_busy = False
-        self._probe_used = False
+        self._refused: Optional[str] = None  # why this monitor cannot observe here (Keras version, model kind)
         self._active_probe = None
         self._writers: Optional[SummaryWriters] = None
         self._chief = True
@@ -264,27 +274,112 @@ class XlaMonitor(keras.callbacks.Callback):
         self._call_token: Optional[object] = None  # the fit / evaluate / predict being watched
         self._observing = True  # False after an internal error under multi-worker (see _disable)
         self._in_fit = False
-        self._segment_start: Optional[float] = None
         self._last_activity = 0.0
-        self._wall = 0.0
         self._last_flush = 0.0
         self._wrapped: Dict[str, Any] = {}
-        self._rebuilds: Dict[str, int] = dict.fromkeys(PHASES, 0)  # step functions the user rebuilt
-        self._forced: set = set()  # phases whose function the monitor itself dropped or rebuilt
-        self._function_models: Dict[str, int] = {}  # id of the model each phase's function belongs to
         self._cache: Optional[dict] = None       # the persistent compilation cache, if any
         self._cache_times: Optional[CompileTimes] = None
         self._model_key = ""
-        self._saved = 0.0
-        self._saved_known = 0
-        self._loads_unknown = 0
         self._trace: Optional[dict] = None       # the trace window we opened, if any
-        self._traces: List[str] = []
         self._trace_plan: Dict[str, bool] = {}   # per fit: which windows are done / pending
         self._fit_first_step = 1
+        # One report per model: a monitor handed a different model starts a new one
+        # (its files in LOG_DIR/model_N) and keeps the earlier ones in `reports`.
+        self._base_log_dir = log_dir
+        self._model_ref: Optional[Any] = None
+        self._earlier: List[XlaReport] = []
+        self._new_report_state()
         self._jit.prepare_early()
         _warn_keras_multi_worker_fault()
         atexit.register(_flush_at_exit, weakref.ref(self))
+        unsupported = _internals.keras_unsupported()
+        if unsupported:
+            self._refuse(unsupported)
+
+    def _new_report_state(self) -> None:
+        """Everything a report is made of, empty: at construction and when the
+        monitor is handed a different model."""
+        self._error: Optional[str] = None
+        self._detector = StormDetector(self.storm_threshold, self.storm_window)
+        self._phases: Dict[str, _PhaseState] = {p: _PhaseState(self.max_records) for p in PHASES}
+        self._ledger = CompileLedger(probes_per_signature=_AUTOCLUSTER_PROBES)
+        self._state = JitState(self.jit)
+        self._storms: List[Storm] = []
+        self._analysis_cache: Dict[str, tuple] = {}  # phase -> (key, analysis)
+        self._fallback: Optional[dict] = None
+        self._notes: List[str] = []
+        self._noted = set()
+        self._probe_busy = False
+        self._probe_used = False
+        # XLA's compiler emits no trace events here (TF 2.16/2.17 on CPU, or found
+        # out at a compile the probe could not see): read the ops' spans instead.
+        self._blind = False
+        self._xla_ops_seen = False  # an _XlaCompile op ran in a probe: something was clustered
+        self._segment_start: Optional[float] = None
+        self._wall = 0.0
+        self._rebuilds: Dict[str, int] = dict.fromkeys(PHASES, 0)  # step functions the user rebuilt
+        self._forced: set = set()  # phases whose function the monitor itself dropped or rebuilt
+        self._function_models: Dict[str, int] = {}  # id of the model each phase's function belongs to
+        self._saved = 0.0
+        self._saved_known = 0
+        self._loads_unknown = 0
+        self._traces: List[str] = []
+        self._probe_knowledge = False  # _learn_probe ran for this report
+
+    def _refuse(self, reason: str) -> None:
+        """Step aside for good, with one warning: training goes on unmonitored."""
+        self._refused = reason
+        self._enabled = False
+        warnings.warn(f"xla_keras: {reason}", XlaKerasWarning, stacklevel=3)
+
+    def _watch(self, model: Any) -> bool:
+        """At the start of each fit / evaluate / predict: False (and the
+        monitor steps aside) for a model it cannot observe; a model other than
+        the one the report is about starts a new report."""
+        if not _internals.is_keras3_model(model):
+            kind = f"{type(model).__module__}.{type(model).__qualname__}"
+            self._refuse(
+                f"XlaMonitor observes Keras 3 models, and this is a {kind} (tf_keras / TF_USE_LEGACY_KERAS=1, or "
+                "Keras 2): its fit builds its step functions differently, so the monitor steps aside and the fit "
+                "goes on unmonitored. Fix: build the model with Keras 3 (`import keras`, without "
+                "TF_USE_LEGACY_KERAS=1)")
+            return False
+        known = self._model_ref() if self._model_ref is not None else None
+        if self._model_ref is not None and known is not model:
+            self._earlier.append(self.report)
+            if self._writers is not None:
+                self._writers.close()
+                self._writers = None
+            n = len(self._earlier) + 1
+            self.log_dir = None if self._base_log_dir is None else os.path.join(self._base_log_dir, f"model_{n}")
+            self._new_report_state()
+            where = f"; its files go to {self.log_dir}" if self.log_dir else ""
+            text = (f"this monitor now watches another model ({getattr(model, 'name', type(model).__name__)!r}): "
+                    f"a new report starts (monitor.reports[{n - 1}]){where}; the earlier model's report is kept in "
+                    f"monitor.reports[{n - 2}]")
+            self._notes.append(text)
+            if self.verbose:
+                print(f"xla_keras: {text}")
+        self._model_ref = weakref.ref(model)
+        return True
+
+    # tf_keras (TF_USE_LEGACY_KERAS=1) asks every callback these before any hook and fails on a
+    # Keras 3 callback without them: answering lets its fit reach on_train_begin, where the
+    # monitor says why it cannot watch that model and steps aside.
+    def _implements_train_batch_hooks(self) -> bool:
+        return self._enabled
+
+    def _implements_test_batch_hooks(self) -> bool:
+        return self._enabled
+
+    def _implements_predict_batch_hooks(self) -> bool:
+        return self._enabled
+
+    @property
+    def reports(self) -> List[XlaReport]:
+        """One report per model this monitor watched, in order; the last one is
+        ``report``. A re-compiled model is the same model."""
+        return self._earlier + [self.report]
 
     # ------------------------------------------------------------------ hooks
 
@@ -292,6 +387,9 @@ class XlaMonitor(keras.callbacks.Callback):
     def on_train_begin(self, logs=None):
         if self._in_fit:
             self._abort_fit()  # the previous fit was interrupted
+        if not self._watch(self.model):
+            return
+        self._learn_probe()
         self._check_log_dir()  # before anything changes: raises LogDirError
         self._in_fit = True
         _guard_call_callbacks(self)
@@ -324,11 +422,11 @@ class XlaMonitor(keras.callbacks.Callback):
         if isinstance(self.profile, tuple) and self.profile[1] < self._fit_first_step:
             self._note_once("range-behind", f"profile={self.profile} names train steps before this fit's first "
                             f"step ({self._fit_first_step}; steps count from optimizer.iterations, across fits): "
-                            "nothing is traced")
-        if self._jit.refusal and self.jit == "on":
-            warnings.warn(f"xla_keras: {self._jit.refusal}", XlaKerasWarning, stacklevel=2)
+                            "nothing is traced", warn=True)
         if self.verbose:
             print(f"xla_keras: jit={self.jit!r} -> XLA {self._active_words()}: {self._state.reason}")
+        elif self._jit.refusal and self.jit == "on":  # silent mode still hears that its request was refused
+            warnings.warn(f"xla_keras: {self._jit.refusal}", XlaKerasWarning, stacklevel=2)
 
     @_guarded
     def on_train_batch_end(self, batch, logs=None):
@@ -400,6 +498,8 @@ class XlaMonitor(keras.callbacks.Callback):
                                             if self._segment_start is not None else 0.0)
         report.compile_share = share(total_compile, report.wall_seconds)
         report.jit_active, report.jit_reason = self._final_jit_state(report)
+        if self._refused:
+            report.jit_active, report.jit_reason = None, self._refused
         report.storms = [self._refreshed(storm) for storm in self._storms]
         report.fallback = dict(self._fallback) if self._fallback else None
         report.traces = list(self._traces)
@@ -459,7 +559,7 @@ class XlaMonitor(keras.callbacks.Callback):
 
     def _final_jit_state(self, report: XlaReport):
         state = self._state
-        seen = sum(1 for c in report.compilations if c.source == "profiler")
+        seen = sum(1 for c in report.compilations if c.source in MEASURED)
         if seen and not state.active and not state.autoclustering:
             # Never say XLA is off when the profiler saw it compile.
             if self._fallback:
@@ -477,6 +577,12 @@ class XlaMonitor(keras.callbacks.Callback):
                           "MultiWorkerMirroredStrategy (see notes)")
         if self._probe_busy and not self._probe_used:
             return None, f"{state.reason}; not verified: the profiler was busy"
+        if self._blind:
+            # No compiler events to read, and no _XlaCompile op compiled in a probed step: that may be
+            # lazy compilation or a cluster the probes missed, not proof that nothing compiled.
+            return None, (f"{state.reason}; not verified: TensorFlow {_internals.versions()['tensorflow']}'s XLA "
+                          "compiler emits no profiler events here, and no cluster's _XlaCompile op compiled in a "
+                          "probed step" + (" (clusters did run)" if self._xla_ops_seen else ""))
         if sum(report.steps.values()):
             return False, (f"{state.reason}, but no cluster compiled: TensorFlow found nothing worth "
                            "clustering, or the CPU global-jit flag was set after TensorFlow created "
@@ -494,7 +600,7 @@ class XlaMonitor(keras.callbacks.Callback):
             self._note_once("multi-worker-storm", (
                 f"on_storm={self.on_storm!r} acts as 'warn' under {facts['name']}: each worker sees its own "
                 "shard of the data, so a storm can open on one worker only, and stopping or switching XLA "
-                "off there alone would leave the other workers waiting in a collective (a hang)"))
+                "off there alone would leave the other workers waiting in a collective (a hang)"), warn=True)
 
     def _storm_action(self) -> str:
         return "warn" if self._multi_worker else self.on_storm
@@ -526,6 +632,9 @@ class XlaMonitor(keras.callbacks.Callback):
                 self._note_once("range-split", f"profile={self.profile}: validation ran inside the range, so "
                                 "its trace is split in two sessions (validation steps are not traced)")
         if not self._in_fit:
+            if not self._watch(self.model):
+                return
+            self._learn_probe()
             self._check_log_dir()
             _guard_call_callbacks(self)
             self._begin_segment()
@@ -791,6 +900,9 @@ class XlaMonitor(keras.callbacks.Callback):
         if not probe_wanted or self._multi_worker:  # see _MULTI_WORKER_PROFILER
             return None
         state.tracing_before = _internals.tracing_count(step_fn)  # did this step also trace?
+        if self._cache and self._cache["effective"] and (self._blind or self._state.active):
+            # A cache load shows no compiler event either: a fresh compile is the one that adds an entry.
+            state.cache_entries_before = cache_entries(self._cache["dir"])
         try:
             session = _internals.start_probe()
         except _internals.ProfilerBusy:
@@ -811,10 +923,7 @@ class XlaMonitor(keras.callbacks.Callback):
     def _abandon_probe(self, session) -> None:
         if session is not None and self._active_probe is session:
             self._active_probe = None
-            try:
-                session.stop()
-            except Exception:  # noqa: BLE001 - stopping is best effort on the error path
-                pass
+            _internals.abandon_probe(session)
 
     @_guarded
     def _after_call(self, phase: str, state: _PhaseState, session, step_fn: Any):
@@ -825,12 +934,58 @@ class XlaMonitor(keras.callbacks.Callback):
         finally:
             self._active_probe = None
         self._probe_used = True
-        state.call_modules = compile_seconds_from_trace(events)
+        state.call_source, state.call_cached = "profiler", False
         state.call_loads = []
-        if not state.call_modules and state.call_new and self._cache and self._cache["effective"]:
+        modules = compile_seconds_from_trace(events)
+        fresh = self._new_cache_entries(state)  # None: no cache to tell a compile from a load
+        if (not modules and not self._blind and state.call_new and self._state.active and fresh != 0
+                and not has_compiler_events(events)):
+            # jit_compile=True and an input signature new to the function: XLA must have compiled
+            # (a cache load writes no cache entry), yet its compiler left no event.
+            self._blind = True
+            self._note_once("blind-probe", _blind_note("no XLA compiler event appeared in the probe of a step "
+                                                       "that compiled"))
+        if not modules and self._blind:
+            modules = self._op_span_compiles(events, state)  # None: cannot tell, timing decides
+            state.call_source = "op_span"
+            if modules and fresh is not None:
+                # Fresh compiles write cache entries; loads do not. Mixed: cannot tell which is which.
+                state.call_cached = True if fresh == 0 else False if fresh >= len(modules) else None
+        elif not modules and state.call_new and self._cache and self._cache["effective"]:
             state.call_loads = cache_loads_from_trace(events)
+        state.call_modules = modules
         after = _internals.tracing_count(step_fn)
         state.call_traced = after is not None and after != state.tracing_before
+
+    def _op_span_compiles(self, events, state: _PhaseState) -> Optional[List[float]]:
+        """Compiles read from the spans of the ops that triggered them, when
+        XLA's compiler emits no trace events (see compiles.step_kernel_seconds)."""
+        if self._state.active:
+            # jit_compile=True: one kernel per batch, and each batch new to the function compiled in its own.
+            kernels = step_kernel_seconds(events)
+            if len(kernels) != state.call_batches:
+                return None  # cannot map kernels to batches: step timing estimates these compiles
+            first = state.step + 1
+            return [kernels[step - first] for step, _ in state.call_new]
+        compiled, ops = xla_compile_op_seconds(events)
+        self._xla_ops_seen = self._xla_ops_seen or ops > 0
+        return compiled
+
+    def _new_cache_entries(self, state: _PhaseState) -> Optional[int]:
+        before, state.cache_entries_before = state.cache_entries_before, None
+        if before is None:
+            return None
+        return max(0, cache_entries(self._cache["dir"]) - before)
+
+    def _learn_probe(self) -> None:
+        """Once per report: whether this TensorFlow's XLA compiler is known to
+        emit no trace events (the probe then reads op spans from the start)."""
+        if self._probe_knowledge:
+            return
+        self._probe_knowledge = True
+        if _internals.profiler_sees_xla_compiler() is False:
+            self._blind = True
+            self._note_once("blind-probe", _blind_note("known for this version on CPU"))
 
     # ------------------------------------------------------------ step end
 
@@ -890,10 +1045,11 @@ class XlaMonitor(keras.callbacks.Callback):
         if ragged_only:
             state.ragged_misses = 0
             state.value_compiles += len(modules or loads)
-        cached = not modules
+        cached = state.call_cached if modules else True
+        source = state.call_source if modules else "profiler"
         for i, module_seconds in enumerate(modules or loads):
             step, sig = owners[min(i, len(owners) - 1)]
-            self._record(phase, Compilation(phase, step, sig, module_seconds, "profiler", cached=cached,
+            self._record(phase, Compilation(phase, step, sig, module_seconds, source, cached=cached,
                                             step_seconds=seconds, traced=state.call_traced,
                                             call_batches=n, call_compiles=len(modules or loads)))
             self._cache_account(phase, sig, i, module_seconds, cached)
@@ -905,15 +1061,17 @@ class XlaMonitor(keras.callbacks.Callback):
             self._cache_times = CompileTimes(self._cache["dir"])
             self._model_key = model_key(self.model)
 
-    def _cache_account(self, phase: str, sig: tuple, index: int, seconds: float, cached: bool) -> None:
+    def _cache_account(self, phase: str, sig: tuple, index: int, seconds: float, cached: Optional[bool]) -> None:
         """Fresh compiles are remembered in the cache dir; a load is credited
         with what the same module cost when it was compiled fresh."""
         if self._cache_times is None:
             return
         key = f"{self._model_key}|{phase}|{self.jit}|{describe(sig)}|{index}"
-        if not cached:
+        if cached is False:
             self._cache_times.put(key, seconds)
             return
+        if cached is None:
+            return  # a fresh compile or a load: unknown (see _after_call)
         fresh = self._cache_times.get(key)
         if fresh is None:
             self._loads_unknown += 1
@@ -954,9 +1112,7 @@ class XlaMonitor(keras.callbacks.Callback):
             self._fall_back(phase, step, text)
             text += (f" on_storm='fallback': XLA is now off for the rest of this "
                      f"{'fit' if self._in_fit else _run_word(phase)}.")
-        warnings.warn(text, XlaKerasWarning, stacklevel=2)
-        if self.verbose:
-            print(f"xla_keras: {text}")
+        warnings.warn(text, XlaKerasWarning, stacklevel=2)  # once: the warning is the message
         self._flush()
 
     def _fall_back(self, phase: str, step: int, storm_text_: str) -> None:
@@ -1056,13 +1212,17 @@ class XlaMonitor(keras.callbacks.Callback):
         try:
             _internals.stop_trace()
         except Exception as error:  # noqa: BLE001 - the window is lost, training goes on
-            self._note_once("trace-stop", f"a profiler trace could not be saved: {error!r}")
+            self._note_once("trace-stop", f"a profiler trace could not be saved: {error!r}", warn=True)
             return
         profile_dir = os.path.join(trace["dir"], "plugins", "profile")
         sessions = sorted((os.path.join(profile_dir, d) for d in os.listdir(profile_dir)), key=os.path.getmtime) \
             if os.path.isdir(profile_dir) else []
         if sessions:
             self._traces.append(f"{trace['kind']}: {sessions[-1]}")
+            from .doctor import profile_tab_install, profile_tab_installed
+            if not profile_tab_installed():
+                self._note_once("profile-tab", "profiler traces were written, but the Profile tab's plugin is not "
+                                f"installed, so TensorBoard will not show them. Fix: {profile_tab_install()}")
 
     def _finish(self) -> None:
         self._flush(text=True)
@@ -1080,11 +1240,14 @@ class XlaMonitor(keras.callbacks.Callback):
             self._wall += (at or time.perf_counter()) - self._segment_start
             self._segment_start = None
 
-    def _note_once(self, key: str, text: str) -> None:
+    def _note_once(self, key: str, text: str, warn: bool = False) -> None:
+        """A note in the report, once. Printed (a warning) only when something
+        the user asked for will not happen; otherwise logged at INFO, so that a
+        monitored fit stays as quiet as a bare one."""
         if key not in self._noted:
             self._noted.add(key)
             self._notes.append(text)
-            logger.warning("xla_keras: %s", text)
+            (logger.warning if warn else logger.info)("xla_keras: %s", text)
 
     def _disable(self, error: BaseException) -> None:
         """Log once, stop observing, give back everything we changed.

@@ -16,7 +16,12 @@ from .storms import Storm
 from .timing import excess_over_steady
 
 PHASES = ("train", "test", "predict")
-SOURCES = ("profiler", "timing")
+# How a compile's seconds were measured: from XLA's compiler events in a profiler
+# probe; from the span of the op that triggered the compile, when the compiler
+# emits no events (TensorFlow 2.16/2.17 on CPU); or step time minus the steady
+# median (no probe could run).
+SOURCES = ("profiler", "op_span", "timing")
+MEASURED = ("profiler", "op_span")  # seconds observed in a probe, not estimated from step time
 
 
 @dataclass
@@ -28,9 +33,14 @@ class Compilation:
         step: 1-based global step of the phase at which it compiled.
         signature: the input signature that made it compile.
         seconds: compile time; from the XLA compiler's events when
-            ``source == "profiler"``, else step time minus the steady median.
-        source: "profiler" or "timing".
-        cached: served from the persistent compilation cache.
+            ``source == "profiler"``, from the span of the op that triggered
+            the compile when ``"op_span"`` (TensorFlow 2.16/2.17 on CPU, whose
+            compiler emits no events), else (``"timing"``) step time minus the
+            steady median.
+        source: "profiler", "op_span" or "timing".
+        cached: served from the persistent compilation cache (None: unknown,
+            when a probe that cannot see the compiler saw a mix of loads and
+            compiles).
         step_seconds: wall time of the whole step that compiled.
         traced: the step also traced the tf.function (first step of a function),
             so a timing estimate includes tracing.
@@ -41,7 +51,7 @@ class Compilation:
     signature: InputSignature
     seconds: float
     source: str
-    cached: bool = False
+    cached: Optional[bool] = False
     step_seconds: Optional[float] = None
     traced: bool = False
     call_batches: int = 1

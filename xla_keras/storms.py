@@ -546,8 +546,10 @@ def storm_text(storm: Storm, window: int) -> str:
     """The one-paragraph warning (also the RecompilationStormError message)."""
     return (f"Recompilation storm ({storm.phase}): {storm.count} new input shapes in "
             f"{storm.step - storm.window_start + 1} steps (window {window}), {storm.compiles} compiles so "
-            f"far, {_fmt_ms(storm.compile_seconds)} compiling vs {_fmt_ms(storm.steady_step_seconds)} per "
-            f"steady step. {storm.advice}")
+            f"far, {_fmt_ms(storm.compile_seconds)} compiling"
+            + (f" vs {_fmt_ms(storm.steady_step_seconds)} per steady step" if storm.steady_step_seconds is not None
+               else " (no steady step measured yet)")
+            + f". {storm.advice}")
 
 
 def partial_batch_note(phase: str, history: ShapeHistory) -> Optional[str]:

@@ -1,0 +1,204 @@
+"""The compatibility tier: xla_keras in the environments users already have.
+
+For each tier, a fresh venv on the tier's Python gets the tier's TensorFlow (and the Keras pip pairs
+with it, as a user's repo would have), then:
+
+1. install check: `pip install --dry-run` of this repository must add xla_keras and change nothing
+   else; the real install must leave every installed version as it was and `pip check` clean;
+   `import tensorflow` must print no protobuf error; the Profile-tab line `xla-keras doctor` prints
+   for that environment must change no installed version either (and resolve in time);
+2. tests (tiers that have them): the tier's Keras is installed (the oldest one we support), then the
+   ground-truth scenarios (XLA's dump, TensorFlow's own compile-time lines), tests/test_internals.py
+   (every private API we touch) and tests/test_compat.py (Keras 3.6, tf_keras, `python -m`).
+
+    python scripts/compat.py                 # every tier
+    python scripts/compat.py --tier oldest   # one (repeatable)
+
+Interpreters come from PATH (python3.10, ...) or pyenv; a missing one fails the run, naming it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TIER_TESTS = ["tests/test_ground_truth.py", "tests/test_internals.py", "tests/test_compat.py"]
+PIP_ENV = {"PIP_DISABLE_PIP_VERSION_CHECK": "1", "PIP_ROOT_USER_ACTION": "ignore", "PIP_NO_INPUT": "1"}
+
+
+@dataclass
+class Tier:
+    name: str
+    python: str                      # "3.10"
+    tensorflow: str                  # the user's pin
+    keras: Optional[str] = None      # the Keras the tests run with (None: what pip paired with TensorFlow)
+    tests: bool = True
+    results: Dict[str, str] = field(default_factory=dict)
+
+
+TIERS = [
+    # The oldest pair we support: TensorFlow 2.16 with the first Keras that has the list-of-batches
+    # branch (3.7), on the oldest Python.
+    Tier("oldest", "3.10", "2.16.2", keras="3.7.0"),
+    # A middle pair, with the Keras pip pairs with it (3.15 on Python 3.12).
+    Tier("middle", "3.12", "2.18.1"),
+    # Install check only: a third pinned environment (the newest Python TensorFlow ships for).
+    Tier("install-2.20", "3.13", "2.20.0", tests=False),
+]
+
+
+class Failure(RuntimeError):
+    pass
+
+
+def find_python(version: str) -> str:
+    """A working python<version>, from pyenv or PATH; fail loudly naming what is missing."""
+    candidates = []
+    roots = [os.environ.get("PYENV_ROOT", ""), os.path.expanduser("~/.pyenv")]
+    for root in filter(None, roots):
+        candidates += sorted(glob.glob(os.path.join(root, "versions", f"{version}.*", "bin", f"python{version}")),
+                             reverse=True)
+    on_path = shutil.which(f"python{version}")
+    candidates += [on_path] if on_path else []
+    for candidate in candidates:  # a pyenv shim on PATH may exist and still not run
+        probe = subprocess.run([candidate, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+                               capture_output=True, text=True)
+        if probe.returncode == 0 and probe.stdout.strip() == version:
+            return candidate
+    raise Failure(f"the compatibility tier needs Python {version}, and no working python{version} was found on "
+                  f"PATH or among pyenv's versions ({', '.join(filter(None, roots))}). Install it (e.g. "
+                  f"`pyenv install {version}`) and run again: no registry ships interpreters, so CI cannot fetch "
+                  "it itself")
+
+
+def run(cmd: List[str], *, timeout: float = 1800, check: bool = True, **kwargs) -> subprocess.CompletedProcess:
+    env = dict(os.environ, **PIP_ENV, **kwargs.pop("env", {}))
+    env.pop("PYTHONPATH", None)
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, **kwargs)
+    if check and proc.returncode != 0:
+        raise Failure(f"{' '.join(cmd)} exited {proc.returncode}:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+    return proc
+
+
+def installed(python: str) -> Dict[str, str]:
+    out = run([python, "-m", "pip", "list", "--format=json"]).stdout
+    return {p["name"].lower().replace("_", "-"): p["version"] for p in json.loads(out)}
+
+
+def dry_run(python: str, requirements: List[str], report: str, timeout: float = 600) -> List[tuple]:
+    """What `pip install --dry-run` would install: [(name, version)]."""
+    run([python, "-m", "pip", "install", "--dry-run", "--quiet", "--report", report, *requirements], timeout=timeout)
+    with open(report) as f:
+        return [(i["metadata"]["name"].lower().replace("_", "-"), i["metadata"]["version"])
+                for i in json.load(f)["install"]]
+
+
+def install_check(tier: Tier, python: str, work: str) -> None:
+    before = installed(python)
+    would = dry_run(python, [ROOT], os.path.join(work, "dry-run.json"))
+    changed = [(name, before[name], v) for name, v in would if name in before]
+    added = sorted(name for name, _ in would if name not in before)
+    tier.results["pip install . (dry run)"] = f"adds {', '.join(added)}; changes {len(changed)}"
+    if changed:
+        raise Failure(f"installing xla_keras would change {changed} in an environment pinned to "
+                      f"tensorflow=={tier.tensorflow}")
+    run([python, "-m", "pip", "install", "--quiet", ROOT])
+    after = installed(python)
+    moved = {k: (before[k], after.get(k)) for k in before if after.get(k) != before[k]}
+    if moved or sorted(set(after) - set(before)) != added:
+        raise Failure(f"installing xla_keras changed {moved} and added {sorted(set(after) - set(before))}")
+    check = run([python, "-m", "pip", "check"], check=False)
+    tier.results["pip check"] = "clean" if check.returncode == 0 else check.stdout.strip()
+    if check.returncode != 0:
+        raise Failure(f"pip check after installing xla_keras:\n{check.stdout}")
+    imported = run([python, "-c", "import tensorflow"], check=False)
+    if imported.returncode != 0 or "protobuf" in imported.stderr.lower() or "GetPrototype" in imported.stderr:
+        raise Failure(f"import tensorflow after installing xla_keras:\n{imported.stderr[-2000:]}")
+    tier.results["import tensorflow"] = "no protobuf error"
+    line = run([python, "-c", "from xla_keras.doctor import profile_tab_install; print(profile_tab_install())"],
+               cwd=work).stdout.strip()
+    requirements = line.split()[2:]  # after "pip install"
+    start = time.monotonic()
+    # Python 3.10 + xprof: pip backtracks through fsspec/aiohttp releases for minutes (measured up to ~10).
+    would = dry_run(python, [r.strip('"') for r in requirements], os.path.join(work, "profile.json"), timeout=1800)
+    moved = [(name, before.get(name), v) for name, v in would if name in before and before[name] != v]
+    tier.results["Profile tab line"] = (f"`{line}`: +{len(would)} packages, changes {len(moved)}, "
+                                        f"{time.monotonic() - start:.0f} s to resolve")
+    if moved:
+        raise Failure(f"the Profile-tab line doctor prints ({line}) would change {moved}")
+
+
+def run_tier(tier: Tier, work_root: str) -> float:
+    start = time.monotonic()
+    python = find_python(tier.python)
+    work = os.path.join(work_root, tier.name)
+    shutil.rmtree(work, ignore_errors=True)
+    os.makedirs(work)
+    venv = os.path.join(work, "venv")
+    run([python, "-m", "venv", venv])
+    vpy = os.path.join(venv, "bin", "python")
+    run([vpy, "-m", "pip", "install", "--quiet", f"tensorflow=={tier.tensorflow}"])
+    paired = installed(vpy)
+    tier.results["environment"] = (f"Python {tier.python}, tensorflow {paired['tensorflow']}, keras {paired['keras']}, "
+                                   f"protobuf {paired['protobuf']}")
+    install_check(tier, vpy, work)
+    if tier.tests:
+        extra = [f"keras=={tier.keras}"] if tier.keras and paired["keras"] != tier.keras else []
+        run([vpy, "-m", "pip", "install", "--quiet", "pytest>=8", "pytest-timeout>=2.3", *extra])
+        tests = run([vpy, "-m", "pytest", "-q", "-p", "no:cacheprovider", *TIER_TESTS], cwd=ROOT, check=False,
+                    timeout=3600)
+        summary = (tests.stdout.strip().splitlines() or ["(no output)"])[-1]
+        tier.results["tests"] = f"keras {installed(vpy)['keras']}: {summary}"
+        if tests.returncode != 0:
+            raise Failure(f"tier {tier.name} tests failed:\n{tests.stdout[-6000:]}\n{tests.stderr[-2000:]}")
+    return time.monotonic() - start
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--tier", action="append", choices=[t.name for t in TIERS],
+                        help="run only this tier (repeatable); default: all")
+    parser.add_argument("--work-dir", default=None, help="where the venvs go (default: a temporary directory)")
+    parser.add_argument("--pair", nargs="+", metavar=("PYTHON TENSORFLOW", "KERAS"), action="append",
+                        help="an extra tier: Python, TensorFlow and optionally Keras versions, e.g. "
+                             "--pair 3.11 2.17.1 (used to fill the README's matrix)")
+    args = parser.parse_args(argv)
+    tiers = [t for t in TIERS if not args.tier and not args.pair or args.tier and t.name in args.tier]
+    for pair in args.pair or []:
+        if len(pair) not in (2, 3):
+            parser.error("--pair takes PYTHON TENSORFLOW [KERAS]")
+        tiers.append(Tier(f"py{pair[0]}-tf{pair[1]}" + (f"-keras{pair[2]}" if len(pair) == 3 else ""), pair[0],
+                          pair[1], keras=pair[2] if len(pair) == 3 else None))
+    work_root = args.work_dir or tempfile.mkdtemp(prefix="xla_keras_compat_")
+    failed = []
+    for tier in tiers:
+        print(f"== tier {tier.name}: Python {tier.python}, tensorflow=={tier.tensorflow}", flush=True)
+        try:
+            seconds = run_tier(tier, work_root)
+            tier.results["time"] = f"{seconds:.0f} s"
+        except (Failure, subprocess.TimeoutExpired) as error:
+            failed.append(tier.name)
+            tier.results["FAILED"] = str(error)
+        for key, value in tier.results.items():
+            print(f"   {key:24s} {value}", flush=True)
+    if not args.work_dir:
+        shutil.rmtree(work_root, ignore_errors=True)
+    if failed:
+        print(f"compatibility tier FAILED: {', '.join(failed)}", file=sys.stderr)
+        return 1
+    print("compatibility tier passed")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

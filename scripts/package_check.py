@@ -1,0 +1,72 @@
+"""Packaging proof: what a user gets from the built wheel, away from this source tree.
+
+Builds the sdist and, from it, the wheel (`python -m build`, so a file missing from the sdist fails
+here too), installs the wheel into a clean venv outside the repository, and there runs
+`xla-keras --version`, `python -m xla_keras --version` and the quick-start example, checking that the
+package imported is the installed one.
+
+    python scripts/package_check.py [--work-dir DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ENV = dict(os.environ, PIP_DISABLE_PIP_VERSION_CHECK="1", PIP_ROOT_USER_ACTION="ignore", CUDA_VISIBLE_DEVICES="")
+ENV.pop("PYTHONPATH", None)
+
+
+def run(cmd, **kwargs):
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=ENV, timeout=1800, **kwargs)
+    if proc.returncode != 0:
+        sys.exit(f"package check: {' '.join(map(str, cmd))} exited {proc.returncode}:\n{proc.stdout[-3000:]}\n"
+                 f"{proc.stderr[-3000:]}")
+    return proc.stdout
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--work-dir", default=None)
+    args = parser.parse_args()
+    start = time.monotonic()
+    work = args.work_dir or tempfile.mkdtemp(prefix="xla_keras_package_")
+    dist = os.path.join(work, "dist")
+    shutil.rmtree(dist, ignore_errors=True)
+    run([sys.executable, "-m", "build", "--outdir", dist, ROOT])
+    wheels, sdists = glob.glob(os.path.join(dist, "*.whl")), glob.glob(os.path.join(dist, "*.tar.gz"))
+    if len(wheels) != 1 or len(sdists) != 1:
+        sys.exit(f"package check: expected one wheel and one sdist in {dist}, found {os.listdir(dist)}")
+    venv = os.path.join(work, "venv")
+    shutil.rmtree(venv, ignore_errors=True)
+    run([sys.executable, "-m", "venv", venv])
+    python = os.path.join(venv, "bin", "python")
+    run([python, "-m", "pip", "install", "--quiet", wheels[0]])
+    outside = os.path.join(work, "elsewhere")  # not the source tree: only the wheel's files can be imported
+    os.makedirs(outside, exist_ok=True)
+    where = run([python, "-c", "import xla_keras, os; print(os.path.dirname(xla_keras.__file__))"], cwd=outside)
+    if not where.strip().startswith(venv):
+        sys.exit(f"package check: xla_keras was imported from {where.strip()}, not from the venv")
+    from_wheel = run([os.path.join(venv, "bin", "xla-keras"), "--version"], cwd=outside).strip()
+    from_module = run([python, "-m", "xla_keras", "--version"], cwd=outside).strip()
+    shutil.copy(os.path.join(ROOT, "examples", "quickstart.py"), outside)
+    quick = run([python, "quickstart.py", "--log-dir", os.path.join(outside, "logs"), "--epochs", "2"], cwd=outside)
+    if "XLA report" not in quick or not os.path.isfile(os.path.join(outside, "logs", "xla_report.json")):
+        sys.exit(f"package check: the quick start ran but printed no report or wrote no xla_report.json:\n{quick}")
+    print(f"built {os.path.basename(wheels[0])} and {os.path.basename(sdists[0])}; in a clean venv: "
+          f"`xla-keras --version` -> {from_wheel!r}, `python -m xla_keras --version` -> {from_module!r}, the quick "
+          f"start printed its report and wrote xla_report.json ({time.monotonic() - start:.0f} s)")
+    if not args.work_dir:
+        shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,80 @@
+"""A monitored fit prints no more of TensorFlow's lines than a bare fit, and each of ours once.
+
+Both fits run in fresh processes at TensorFlow's most talkative level (TF_CPP_MIN_LOG_LEVEL=0,
+device_compiler=1), on a storm workload: the monitor probes every new shape, opens a profiler trace
+window and warns about two storms. Ground truth is the bare fit's own stderr.
+"""
+
+import collections
+import os
+import re
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+pytestmark = pytest.mark.scenario
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+
+
+def _normalise(line):
+    """A TensorFlow line without what changes from run to run (time, pid, addresses, numbers)."""
+    line = re.sub(r"^\d{4}-\d\d-\d\d [\d:.]+: ", "", line)
+    line = re.sub(r"^([IWEF])\d{4} [\d:.]+\s+\d+ ", r"\1 ", line)
+    return re.sub(r"0x[0-9a-f]+|\d+(\.\d+)?", "N", line).strip()
+
+
+@pytest.fixture(scope="module")
+def stderr_of(tmp_path_factory):
+    root = tmp_path_factory.mktemp("quiet")
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="0", TF_CPP_VMODULE="device_compiler=1", CUDA_VISIBLE_DEVICES="",
+               PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env.pop("TF_XLA_FLAGS", None)
+
+    def run(mode):
+        proc = subprocess.run([sys.executable, os.path.join(HERE, "quiet_fit.py"), mode, str(root / mode)],
+                              env=env, capture_output=True, text=True, timeout=600)
+        assert proc.returncode == 0 and "FIT_DONE" in proc.stderr, proc.stderr[-3000:]
+        return proc.stderr
+
+    with ThreadPoolExecutor(2) as pool:
+        bare, monitored = pool.map(run, ["bare", "monitored"])
+    return {"bare": bare, "monitored": monitored}
+
+
+def _ours(stderr):
+    """The monitor's own lines: its warnings (message and source line) and `xla_keras:` lines."""
+    lines, ours = stderr.splitlines(), []
+    for i, line in enumerate(lines):
+        if "XlaKerasWarning" in line or line.startswith("xla_keras:"):
+            ours.append(i)
+            if "XlaKerasWarning" in line and i + 1 < len(lines) and lines[i + 1].startswith("  "):
+                ours.append(i + 1)  # the warning's source line
+    return [lines[i] for i in ours], [line for i, line in enumerate(lines) if i not in set(ours)]
+
+
+def test_a_monitored_fit_prints_no_framework_line_a_bare_fit_does_not(stderr_of):
+    _, framework = _ours(stderr_of["monitored"])
+    bare = collections.Counter(_normalise(line) for line in stderr_of["bare"].splitlines())
+    extra = collections.Counter(_normalise(line) for line in framework) - bare
+    assert not extra, f"lines the monitored fit added: {list(extra.elements())[:10]}"
+    assert "Profiler session" not in stderr_of["monitored"]
+    assert "Collecting XSpace" not in stderr_of["monitored"]
+
+
+def test_tensorflow_lines_printed_inside_probed_steps_still_reach_the_user(stderr_of):
+    """The probes cover exactly the steps that compile: TensorFlow's compile-time line of each
+    of them is printed as in a bare fit (explain and the ground-truth tests read these)."""
+    count = [s.count("Compilation of XLA executable time") for s in (stderr_of["bare"], stderr_of["monitored"])]
+    assert count[0] > 4 and count[0] == count[1]
+
+
+def test_each_of_the_monitors_messages_is_said_once(stderr_of):
+    ours, _ = _ours(stderr_of["monitored"])
+    messages = [line for line in ours if "XlaKerasWarning" in line or line.startswith("xla_keras:")]
+    assert [m for m in messages if "Recompilation storm (train)" in m].__len__() == 1
+    assert [m for m in messages if "Recompilation storm (test)" in m].__len__() == 1
+    assert len(messages) == len(set(messages)), messages

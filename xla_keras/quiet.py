@@ -1,0 +1,73 @@
+"""Keep the profiler's own log lines out of the user's terminal, and nothing else.
+
+TensorFlow's profiler logs four INFO lines for every session it starts and stops
+("Profiler session initializing / started / collecting data / tear down"), plus
+"Collecting XSpace to repository" when a trace is saved. A bare fit prints none
+of them; a monitor that probes each new input shape printed 158 of 264 lines of
+one storm run. They come from C++ straight to file descriptor 2, so Python's
+logging cannot filter them.
+
+:func:`without_profiler_lines` runs one profiler call (start, stop, the
+session's destructor) with fd 2 sent to a temporary file, then writes back every
+captured line that is not the profiler's own. The window is only that call,
+never the step in between, so TensorFlow's lines printed while the step runs
+(e.g. "Compilation of XLA executable time") reach the terminal untouched; a line
+another thread printed inside the window is written back right after it. Pure:
+no TensorFlow.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+import tempfile
+from typing import Callable, TypeVar
+
+T = TypeVar("T")
+
+# The profiler's own sources, in both of TensorFlow's log formats:
+#   "2026-12-01 06:01:45.622786: I external/local_tsl/tsl/profiler/lib/profiler_session.cc:68] ..."
+#   "I0000 00:00:1796104901.894342   15480 profiler_session.cc:81] ..."
+PROFILER_LINE = re.compile(
+    rb"(/profiler/\S*|\b(profiler_session|save_profile|profiler_server|profiler_factory|profiler_lock|"
+    rb"device_tracer\w*|host_tracer\w*|python_tracer\w*|cupti\w*|rocm_tracer\w*|xplane\w*)\.cc):\d+\]")
+
+
+def filter_profiler_lines(data: bytes) -> bytes:
+    """``data`` without the lines the profiler logged about itself."""
+    if not data:
+        return data
+    lines = data.splitlines(keepends=True)
+    return b"".join(line for line in lines if not PROFILER_LINE.search(line))
+
+
+def without_profiler_lines(call: Callable[[], T]) -> T:
+    """Run ``call()`` with the profiler's log lines on fd 2 filtered out.
+
+    Every other line written to fd 2 meanwhile is written back afterwards,
+    also when ``call`` raises (Ctrl-C included)."""
+    try:
+        sys.stderr.flush()
+        saved = os.dup(2)
+    except (OSError, ValueError, AttributeError):  # no usable fd 2 (e.g. closed): nothing to filter
+        return call()
+    try:
+        capture = tempfile.TemporaryFile()
+    except OSError:
+        os.close(saved)
+        return call()
+    with capture:
+        os.dup2(capture.fileno(), 2)
+        try:
+            return call()
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            try:
+                capture.seek(0)
+                kept = filter_profiler_lines(capture.read())
+                while kept:
+                    kept = kept[os.write(2, kept):]
+            except OSError:
+                pass
