@@ -28,10 +28,10 @@ CONFIGS = ("bare", "XlaMonitor()", "XlaMonitor() eager pull")
 
 def _eager_pull():
     """Swap the monitor's graph pull for an eager next() (benchmark only)."""
-    from xla_keras import monitor as monitor_module
-    graph_next = monitor_module._graph_next
-    monitor_module._graph_next = lambda: next
-    return lambda: setattr(monitor_module, "_graph_next", graph_next)
+    from xla_keras.backends.tensorflow import steps
+    graph_next = steps.graph_next
+    steps.graph_next = lambda: next
+    return lambda: setattr(steps, "graph_next", graph_next)
 
 
 def measure(strategy, rounds, steps, batch=64):

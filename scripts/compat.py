@@ -9,7 +9,8 @@ with it, as a user's repo would have), then:
    for that environment must change no installed version either (and resolve in time);
 2. tests (tiers that have them): the tier's Keras is installed (the oldest one we support), then the
    ground-truth scenarios (XLA's dump, TensorFlow's own compile-time lines), tests/test_internals.py
-   (every private API we touch) and tests/test_compat.py (Keras 3.6, tf_keras, `python -m`).
+   (every private API we touch), tests/test_compat.py (Keras 3.6, tf_keras, `python -m`) and
+   tests/test_quiet.py (a monitored fit prints no more of TensorFlow's lines than a bare one).
 
     python scripts/compat.py                 # every tier
     python scripts/compat.py --tier oldest   # one (repeatable)
@@ -32,7 +33,7 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-TIER_TESTS = ["tests/test_ground_truth.py", "tests/test_internals.py", "tests/test_compat.py"]
+TIER_TESTS = ["tests/test_ground_truth.py", "tests/test_internals.py", "tests/test_compat.py", "tests/test_quiet.py"]
 PIP_ENV = {"PIP_DISABLE_PIP_VERSION_CHECK": "1", "PIP_ROOT_USER_ACTION": "ignore", "PIP_NO_INPUT": "1"}
 
 

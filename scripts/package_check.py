@@ -48,7 +48,7 @@ def main() -> int:
     shutil.rmtree(venv, ignore_errors=True)
     run([sys.executable, "-m", "venv", venv])
     python = os.path.join(venv, "bin", "python")
-    run([python, "-m", "pip", "install", "--quiet", wheels[0]])
+    run([python, "-m", "pip", "install", "--quiet", f"{wheels[0]}[tensorflow]"])
     outside = os.path.join(work, "elsewhere")  # not the source tree: only the wheel's files can be imported
     os.makedirs(outside, exist_ok=True)
     where = run([python, "-c", "import xla_keras, os; print(os.path.dirname(xla_keras.__file__))"], cwd=outside)

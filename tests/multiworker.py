@@ -123,16 +123,16 @@ def _model(spec):
 
 def _inject_internal_error(at_call):
     """The monitor's own code fails on this worker only, at its at_call-th batch."""
-    from xla_keras import monitor as monitor_module
-    real, calls = monitor_module.signature_of, []
+    from xla_keras.backends.tensorflow import TensorFlowBackend
+    real, calls = TensorFlowBackend.signature, []
 
-    def failing(*args, **kwargs):
+    def failing(self, batch):
         calls.append(1)
         if len(calls) == at_call:
             raise RuntimeError("injected internal error")
-        return real(*args, **kwargs)
+        return real(self, batch)
 
-    monitor_module.signature_of = failing
+    TensorFlowBackend.signature = failing
 
 
 def worker(spec):

@@ -106,7 +106,7 @@ class FlagSpy:
     def __new__(cls):
         import keras
 
-        from xla_keras import _internals
+        from xla_keras.backends.tensorflow import _internals
 
         class Spy(keras.callbacks.Callback):
             flags = []

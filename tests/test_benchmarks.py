@@ -19,6 +19,7 @@ EXPECT = {
     "memory.py": ["100 distinct signatures (reported: 100)", "bound:"],
     "cold_start.py": ["quickstart  yes", "storm       yes", "loaded"],
     "strategy_overhead.py": ["Mirrored (2 logical CPUs)", "MultiWorker (2 workers)", "eager pull", "vs bare"],
+    "step_path.py": ["XlaMonitor(update_freq='epoch')", "XlaMonitor(update_freq='batch')", "us per step"],
 }
 
 
@@ -32,7 +33,7 @@ def quick_runs():
 
     # The slowest first, so that the pairs finish together.
     order = ["cold_start.py", "strategy_overhead.py", "storm_payoff.py", "accuracy.py", "overhead.py",
-             "import_time.py", "memory.py"]
+             "import_time.py", "memory.py", "step_path.py"]
     with ThreadPoolExecutor(2) as pool:
         return dict(zip(order, pool.map(run, order)))
 

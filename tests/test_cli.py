@@ -7,7 +7,7 @@ import sys
 import pytest
 
 from xla_keras.report import XlaReport
-from xla_keras.tensorboard import write_report_json
+from xla_keras.sink import write_report_json
 
 
 def xla_keras_cli(*args):

@@ -7,7 +7,7 @@ tf = pytest.importorskip("tensorflow")
 keras = pytest.importorskip("keras")
 
 import xla_keras  # noqa: E402
-from xla_keras import _internals  # noqa: E402
+from xla_keras.backends.tensorflow import _internals  # noqa: E402
 
 
 def _build():

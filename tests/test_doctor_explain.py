@@ -121,7 +121,7 @@ def test_doctor_accepts_valid_flags():
 
 def test_doctor_in_process_does_not_create_devices():
     code = ("import xla_keras, sys\n"
-            "from xla_keras import _internals\n"
+            "from xla_keras.backends.tensorflow import _internals\n"
             "findings = xla_keras.doctor(check_flags=False)\n"
             "assert any(f.topic == 'devices' for f in findings)\n"
             "print(_internals.devices_initialized())\n")
@@ -176,7 +176,7 @@ def test_doctor_reports_the_persistent_cache(tmp_path):
 ])
 def test_the_profile_tab_line_keeps_the_users_pins(monkeypatch, tensorflow, protobuf, line):
     """scripts/compat.py runs the line for real (pip --dry-run) in pinned venvs: no version changes."""
-    from xla_keras import _internals
+    from xla_keras.backends.tensorflow import _internals
     from xla_keras.doctor import profile_tab_install
     versions = {"tensorflow": tensorflow, "protobuf": protobuf}
     monkeypatch.setattr(_internals, "_version", lambda name: versions.get(name, "unknown"))

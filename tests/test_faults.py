@@ -23,9 +23,10 @@ keras = pytest.importorskip("keras")
 from tensorboard_server import get_json, running_tensorboard  # noqa: E402
 
 import xla_keras  # noqa: E402
-from xla_keras import _internals  # noqa: E402
-from xla_keras import jit as jit_module  # noqa: E402
-from xla_keras.tensorboard import REPORT_FILE, TAG_REPORT, SummaryWriters  # noqa: E402
+from xla_keras.backends.tensorflow import _internals  # noqa: E402
+from xla_keras.backends.tensorflow import jit as jit_module  # noqa: E402
+from xla_keras.metadata import REPORT_FILE, TAG_REPORT  # noqa: E402
+from xla_keras.sink import SummaryWriters  # noqa: E402
 
 BATCH, EPOCH_STEPS = 8, 8
 K = 11                   # the faulting train step (global, 1-based): epoch 2, its 3rd batch
@@ -529,7 +530,7 @@ def _writer_flush_fails_inside_the_window(monkeypatch, monitor_box):
     original = SummaryWriters.flush
 
     def broken(self):
-        if monitor_box and monitor_box[0]._trace is not None:
+        if monitor_box and monitor_box[0].traces.open is not None:
             raise OSError(28, "injected: No space left on device")
         return original(self)
 
@@ -685,7 +686,7 @@ def test_an_error_in_any_callback_hook_gives_everything_back(hook, order, call, 
     assert tf.config.optimizer.get_jit() == before
     for attr in ("train_function", "test_function", "predict_function"):
         assert not hasattr(getattr(model, attr), "_xla_keras_original"), attr
-    assert not monitor._in_fit
+    assert not monitor.in_call
     with open(os.path.join(log_dir, REPORT_FILE)) as f:
         assert json.load(f)["steps"] == monitor.report.steps
 
@@ -757,11 +758,12 @@ def test_an_internal_error_after_a_storm_fallback_lets_the_fit_finish(monkeypatc
     def boom(self, phase):
         raise RuntimeError("injected internal error")
 
-    monkeypatch.setattr(type(monitor), "_epoch_scalars", boom)  # at the first epoch end, after the fallback
+    from xla_keras.session import Session
+    monkeypatch.setattr(Session, "end_of_run", boom)  # at the first epoch end, after the fallback
     with caplog.at_level(logging.ERROR, logger="xla_keras"):
         history = _run_fit(model, data, monitor)
     assert len(history.history["loss"]) == 2  # both epochs ran
-    assert monitor.report.fallback is not None and "disabled itself" in monitor._error
+    assert monitor.report.fallback is not None and "disabled itself" in monitor.error
     assert len([r for r in caplog.records if r.name == "xla_keras"]) == 1
     assert model.jit_compile is True  # the user's setting (jit="on") is back once the fit is over
     model.fit(data, epochs=1, verbose=0)  # and the next fit runs
@@ -796,19 +798,20 @@ def test_an_internal_error_after_a_fallback_in_a_standalone_evaluate_lets_it_fin
     model = _model()
     model.fit(*_xy(), batch_size=BATCH, epochs=1, verbose=0)
     monitor = xla_keras.XlaMonitor(log_dir=None, jit="on", on_storm="fallback", storm_threshold=3, verbose=0)
-    real_end_step = type(monitor)._end_step
+    from xla_keras.session import Session
+    real_call_ended = Session.call_ended
 
-    def end_step(self, phase):
-        if self._fallback is not None:
+    def call_ended(self, phase, *args, **kwargs):
+        if self.fallback is not None:
             raise RuntimeError("injected internal error after the fallback")
-        return real_end_step(self, phase)
+        return real_call_ended(self, phase, *args, **kwargs)
 
-    monkeypatch.setattr(type(monitor), "_end_step", end_step)
+    monkeypatch.setattr(Session, "call_ended", call_ended)
     import warnings
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the storm warning
         model.evaluate(_varying_batches([4 + i % 8 for i in range(16)]), callbacks=[monitor], verbose=0)
-    assert "disabled itself" in monitor._error
+    assert "disabled itself" in monitor.error
     model.evaluate(*_xy(), batch_size=BATCH, verbose=0)  # the model's functions still work
 
 
@@ -826,7 +829,7 @@ def test_a_stop_iteration_from_a_batch_hook_ends_the_epoch_not_the_monitor():
     monitor = xla_keras.XlaMonitor(log_dir=None, jit="on", verbose=0)
     model.fit(*_xy(), batch_size=BATCH, epochs=3, verbose=0, callbacks=[monitor, Exhausted()])
     assert monitor.report.steps["train"] == int(model.optimizer.iterations.numpy())
-    assert not monitor._in_fit and monitor._error is None
+    assert not monitor.in_call and monitor.error is None
 
 
 def test_a_failed_pull_does_not_forget_the_previous_steps_compile(tmp_path):

@@ -308,7 +308,7 @@ def test_strings_with_jit_on_report_the_refusing_layer():
     assert "string_lookup" in monitor.report.jit_reason
     assert monitor.report.total_compilations == 0
     # Without XLA there is no compile record: the shape history shows the string leaf was read.
-    signatures = monitor._phases["train"].history.signatures.values()
+    signatures = monitor.session.phases["train"].history.signatures.values()
     assert {sig[0].dtype for sig in signatures} == {"string"}
 
 
@@ -322,7 +322,7 @@ def test_sparse_with_jit_on_fails_in_xla_and_the_monitor_steps_aside():
     report = monitor.report
     assert report.compilation_count["train"] == 0
     assert not _disabled_notes(report)
-    assert monitor._in_fit is False
+    assert not monitor.in_call
     assert not hasattr(fed.model.train_function, "_xla_keras_original")
 
 

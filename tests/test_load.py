@@ -1,12 +1,12 @@
-"""Load: what the monitor keeps per step stays bounded, and counts stay exact.
+"""Load: what the session keeps per step stays bounded, and counts stay exact.
 
-20k steps over 1000 distinct signatures go through the monitor's own step
-path (``_before_call`` then ``_end_step``: signatures, ledger, shape history,
-storm detector, compile records, steady timing), with XLA taken as on and the
-profiler as busy, so every new signature is a compile recorded from step
-time: 1000 real XLA compiles would take too long, and the bookkeeping is the
-same. The per-step *time* staying flat over a real 20k-step fit is shown by
-benchmarks/memory.py.
+20k steps over 1000 distinct signatures go through the session, the
+backend-neutral core of the step path (signatures, ledger, shape history,
+storm detector, compile records, steady timing), with XLA taken as on and no
+probe, so every new signature is a compile recorded from step time: 1000 real
+XLA compiles would take too long, and the bookkeeping is the same. The
+per-step *time* staying flat over a real 20k-step fit is shown by
+benchmarks/memory.py; the last test here is a real fit.
 """
 
 import tracemalloc
@@ -14,11 +14,10 @@ import tracemalloc
 import numpy as np
 import pytest
 
-tf = pytest.importorskip("tensorflow")
-keras = pytest.importorskip("keras")
-
-import xla_keras  # noqa: E402
-from xla_keras import _internals  # noqa: E402
+from xla_keras.config import MonitorConfig
+from xla_keras.jitmodes import JitState, ProbeFacts
+from xla_keras.session import ReportContext, Session, build_report
+from xla_keras.signatures import signature_of
 
 STEPS, DISTINCT, MAX_RECORDS = 20_000, 1000, 100
 
@@ -28,32 +27,27 @@ def _xla_keras_bytes():
     return sum(stat.size for stat in snapshot.statistics("filename"))
 
 
-def test_20k_steps_over_1000_signatures_keep_exact_counts_in_bounded_memory(monkeypatch):
-    def busy():
-        raise _internals.ProfilerBusy("a test holds the profiler")
-
-    monkeypatch.setattr(_internals, "start_probe", busy)
-    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
-    monitor = xla_keras.XlaMonitor(log_dir=None, profile=None, verbose=0, max_records=MAX_RECORDS,
-                                   storm_threshold=10 * DISTINCT, storm_window=10)
-    monitor.set_model(model)
-    monitor._state.active = True  # as if jit_compile=True ran: new signatures are compiles
-    state = monitor._phases["train"]
+def test_20k_steps_over_1000_signatures_keep_exact_counts_in_bounded_memory():
+    config = MonitorConfig(log_dir=None, profile=None, verbose=0, max_records=MAX_RECORDS,
+                           storm_threshold=10 * DISTINCT, storm_window=10)
+    session = Session(config)
+    jit = JitState("on", active=True, reason="as if jit_compile=True ran: new signatures are compiles")
     # Batch i has i % 1000 + 1 rows: 1000 distinct signatures, each seen 20 times.
-    batches = [(np.zeros((n + 1, 4), np.float32), np.zeros((n + 1, 1), np.float32)) for n in range(DISTINCT)]
+    signatures = [signature_of((np.zeros((n + 1, 4), np.float32), np.zeros((n + 1, 1), np.float32)))
+                  for n in range(DISTINCT)]
     sizes = {}
     tracemalloc.start()
     try:
         for step in range(1, STEPS + 1):
-            monitor._before_call("train", state, [batches[(step - 1) % DISTINCT]], None)
-            monitor._end_step("train")
+            plan = session.call_began("train", [signatures[(step - 1) % DISTINCT]], jit)
+            assert plan.probe == (step <= DISTINCT)  # a compile step is worth a probe, a known one is not
+            session.call_ended("train", jit)
             if step in (3 * DISTINCT, STEPS // 2, STEPS):
                 sizes[step] = _xla_keras_bytes()
     finally:
         tracemalloc.stop()
-    report = monitor.report
+    report = build_report(session.snapshot(), ReportContext("on", jit, ProbeFacts(busy=True)))
 
-    assert monitor._error is None  # the step path itself never failed
     # Counts are exact however many details are dropped.
     assert report.steps["train"] == STEPS
     assert report.distinct_signatures["train"] == DISTINCT
@@ -69,6 +63,9 @@ def test_20k_steps_over_1000_signatures_keep_exact_counts_in_bounded_memory(monk
 
 
 def test_the_report_caps_details_and_counts_the_overflow():
+    tf = pytest.importorskip("tensorflow")
+    keras = pytest.importorskip("keras")
+    import xla_keras
     sizes = list(range(4, 16))  # 12 batch sizes: 12 real compiles under jit="on"
     data = tf.data.Dataset.from_generator(
         lambda: ((np.ones((n, 4), np.float32), np.ones((n, 1), np.float32)) for n in sizes),

@@ -12,8 +12,8 @@ tf = pytest.importorskip("tensorflow")
 keras = pytest.importorskip("keras")
 
 import xla_keras  # noqa: E402
-from xla_keras import _internals  # noqa: E402
 from xla_keras import monitor as monitor_module  # noqa: E402
+from xla_keras.backends.tensorflow import _internals  # noqa: E402
 
 
 def _data(n=200, features=4, seed=0):
@@ -192,7 +192,8 @@ def test_internal_error_disables_the_monitor_once_and_training_finishes(monkeypa
     def broken(*args, **kwargs):
         raise RuntimeError("injected")
 
-    monkeypatch.setattr(monitor_module, "signature_of", broken)
+    from xla_keras.backends.tensorflow import TensorFlowBackend
+    monkeypatch.setattr(TensorFlowBackend, "signature", broken)
     model = _model(jit_compile=False)
     monitor = xla_keras.XlaMonitor(log_dir=None, jit="on", verbose=0)
     with caplog.at_level(logging.ERROR, logger="xla_keras"):
@@ -206,7 +207,7 @@ def test_internal_error_disables_the_monitor_once_and_training_finishes(monkeypa
 def test_interrupted_fit_keeps_compile_events_and_next_fit_removes_the_leftover_wrapper(tmp_path, monkeypatch):
     log_dir = str(tmp_path / "logs")
     # An interruption the monitor cannot see (e.g. Ctrl-C in Keras's own loop code between hooks).
-    monkeypatch.setattr(monitor_module, "_guard_call_callbacks", lambda monitor: None)
+    monkeypatch.setattr(monitor_module, "guard_callback_list", lambda *args: None)
 
     class Interrupt(keras.callbacks.Callback):
         def on_train_batch_end(self, batch, logs=None):
@@ -261,7 +262,7 @@ def test_model_error_restores_global_state_and_the_next_call_is_monitored(tmp_pa
         model.fit(x, y, batch_size=64, epochs=1, callbacks=[monitor], verbose=0)
     assert _internals.autoclustering_enabled() is False
     assert not hasattr(model.train_function, "_xla_keras_original")
-    assert monitor._in_fit is False
+    assert not monitor.in_call
     assert os.path.exists(tmp_path / "logs" / "xla_report.json")
     model.evaluate(*_data(64), batch_size=32, callbacks=[monitor], verbose=0)
     assert monitor.report.steps["test"] == 2
@@ -279,7 +280,7 @@ def test_a_callback_error_leaves_no_stale_fit_behind():
         model.fit(*_data(), batch_size=64, epochs=1, callbacks=[monitor, Fails()], verbose=0)
     wall_after_fit = monitor.report.wall_seconds
     model.evaluate(*_data(64), batch_size=32, callbacks=[monitor], verbose=0)
-    assert monitor._in_fit is False
+    assert not monitor.in_call
     assert not hasattr(model.train_function, "_xla_keras_original")
     assert not hasattr(model.test_function, "_xla_keras_original")
     assert monitor.report.wall_seconds >= wall_after_fit > 0
@@ -307,7 +308,7 @@ def test_timing_fallback_splits_a_multi_batch_call(tmp_path):
 # ------------------------------------------------------------- one monitor, several models
 
 
-def test_a_second_model_starts_a_fresh_report_and_the_first_stays_reachable(tmp_path, capsys):
+def test_each_model_has_its_own_report_and_its_own_files(tmp_path, capsys):
     first, second = _model(jit_compile=False), _model(jit_compile=False)
     monitor = xla_keras.XlaMonitor(log_dir=str(tmp_path), jit="on", verbose=1)
     x, y = _data()
@@ -318,7 +319,7 @@ def test_a_second_model_starts_a_fresh_report_and_the_first_stays_reachable(tmp_
     after_first = monitor.report
     second.fit(x[:128], y[:128], batch_size=32, epochs=1, callbacks=[monitor], verbose=0)
     out = capsys.readouterr().out
-    assert out.count("xla_keras: this monitor now watches another model") == 1  # said once (and kept in the notes)
+    assert out.count("xla_keras: this monitor now watches another model") == 1  # said once
     reports = monitor.reports
     assert len(reports) == 2 and reports[-1].to_dict() == monitor.report.to_dict()
     # Never merged: the first model's counts are what they were; the second's are its own.
@@ -326,42 +327,60 @@ def test_a_second_model_starts_a_fresh_report_and_the_first_stays_reachable(tmp_
     assert reports[0].compilation_count == after_first.compilation_count
     assert reports[1].steps["train"] == 4 and reports[1].distinct_signatures["train"] == 1
     assert reports[1].compilation_count["train"] == 1
-    assert any("another model" in note for note in reports[1].notes)
     # Each model's files stay apart: the first in log_dir, the second in log_dir/model_2.
     first_file = json.loads((tmp_path / "xla_report.json").read_text())
     second_file = json.loads((tmp_path / "model_2" / "xla_report.json").read_text())
     assert first_file["steps"]["train"] == 6 and second_file["steps"]["train"] == 4
     assert (tmp_path / "model_2" / "train").is_dir()
+    # Back to the first model: its own report goes on (no third report, no recompile of known shapes).
+    first.fit(x[:128], y[:128], batch_size=64, epochs=1, callbacks=[monitor], verbose=0)
+    reports = monitor.reports
+    assert len(reports) == 2 and reports[0].steps["train"] == 8 and reports[1].steps["train"] == 4
+    assert reports[0].compilation_count == after_first.compilation_count
+    assert json.loads((tmp_path / "xla_report.json").read_text())["steps"]["train"] == 8
+    assert capsys.readouterr().out.count("now watches another model") == 0
 
 
-def test_keras_2_style_callback_questions_are_answered_and_a_foreign_model_is_refused():
+def test_keras_2_style_callback_questions_are_answered_and_a_foreign_model_is_skipped_not_fatal():
     """tf_keras asks callbacks _implements_*_batch_hooks() before any hook (a real tf_keras fit is in
-    tests/test_compat.py); a model that is not a Keras 3 model makes the monitor step aside, once."""
+    tests/test_compat.py); a model that is not a Keras 3 model goes unobserved, with one warning,
+    and the monitor goes on watching Keras 3 models."""
     monitor = xla_keras.XlaMonitor(log_dir=None, verbose=0)
     assert monitor._implements_train_batch_hooks() is True
 
     class NotKeras3:
         name = "legacy"
 
-    monitor.set_model(NotKeras3())
+    legacy = NotKeras3()
+    monitor.set_model(legacy)
     with pytest.warns(xla_keras.XlaKerasWarning, match="observes Keras 3 models"):
         monitor.on_train_begin()
-    assert monitor._implements_train_batch_hooks() is False
-    assert monitor.report.jit_active is None and "Keras 3" in monitor.report.jit_reason
+    monitor.on_train_batch_end(0)
+    monitor.on_train_end()
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # warned once per model
+        monitor.on_train_begin()
+    model = _model(jit_compile=False)
+    model.fit(*_data(), batch_size=64, epochs=1, callbacks=[monitor], verbose=0)
+    assert monitor.report.steps["train"] == 4 and monitor.report.jit_active is False
 
 
 # ------------------------------------------------- a probe that cannot see XLA's compiler
 
 
-def _without_compiler_events(monkeypatch):
-    """What TensorFlow 2.16/2.17 on CPU give the probe: every event but the compiler's."""
+def _without_compiler_events(monkeypatch, known):
+    """What TensorFlow 2.16/2.17 give the probe: every event but the compiler's; ``known``: whether
+    that is known for the version (CPU) or must be found out (2.16/2.17 with a GPU)."""
     real = _internals.stop_probe
     monkeypatch.setattr(_internals, "stop_probe",
                         lambda session: [e for e in real(session) if "Compiler::" not in e.name])
+    monkeypatch.setattr(_internals, "profiler_sees_xla_compiler", lambda: False if known else None)
 
 
-def test_a_probe_blind_to_the_compiler_is_found_out_and_op_spans_measure_each_compile(monkeypatch):
-    _without_compiler_events(monkeypatch)
+@pytest.mark.parametrize("known", [True, False])
+def test_a_probe_blind_to_the_compiler_times_each_compile_from_op_spans(monkeypatch, known):
+    _without_compiler_events(monkeypatch, known)
     model = _model(jit_compile=False)
     monitor = xla_keras.XlaMonitor(log_dir=None, jit="on", verbose=0)
     x, y = _data(200)
@@ -373,11 +392,36 @@ def test_a_probe_blind_to_the_compiler_is_found_out_and_op_spans_measure_each_co
     assert [c.signature[0].shape[0] for c in report.compilations] == [64, 8]
     for c in report.compilations:  # a compile of ~0.1 s, inside its own step
         assert 0.01 < c.seconds <= c.step_seconds
-    assert any("emits no profiler events" in note for note in report.notes)
+    notes = [n for n in report.notes if "emits no profiler events" in n]
+    assert len(notes) == 1 and ("known for this version" in notes[0]) is known
+
+
+def test_a_signature_another_monitor_compiled_is_no_op_span_compile(monkeypatch):
+    """A fresh monitor's ledger is empty, but the function already compiled these shapes: their
+    kernels run step-sized, so nothing is counted (the reviewer's fit-then-evaluate repro)."""
+    _without_compiler_events(monkeypatch, known=True)
+    model = _model(jit_compile=False)
+    x, y = _data(128)
+    model.fit(x, y, batch_size=64, epochs=1, validation_data=(x, y), verbose=0,
+              callbacks=[xla_keras.XlaMonitor(log_dir=None, jit="on", verbose=0)])
+    fresh = xla_keras.XlaMonitor(log_dir=None, jit="on", verbose=0)
+    model.evaluate(x, y, batch_size=64, callbacks=[fresh], verbose=0)
+    assert fresh.report.compilation_count["test"] == 0 and fresh.report.steps["test"] == 2
+
+
+def test_on_a_version_whose_compiler_is_visible_silence_means_nothing_compiled(monkeypatch):
+    real = _internals.stop_probe
+    monkeypatch.setattr(_internals, "stop_probe",
+                        lambda session: [e for e in real(session) if "Compiler::" not in e.name])
+    monkeypatch.setattr(_internals, "profiler_sees_xla_compiler", lambda: True)
+    model = _model(jit_compile=False)
+    monitor = xla_keras.XlaMonitor(log_dir=None, jit="on", verbose=0)
+    model.fit(*_data(128), batch_size=64, epochs=1, callbacks=[monitor], verbose=0)
+    assert not any("emits no profiler events" in n for n in monitor.report.notes)
 
 
 def test_op_spans_that_cannot_be_matched_to_batches_fall_back_to_timing(monkeypatch):
-    _without_compiler_events(monkeypatch)
+    _without_compiler_events(monkeypatch, known=True)
     real = _internals.stop_probe
     monkeypatch.setattr(_internals, "stop_probe", lambda session: [
         e for e in real(session) if not e.name.startswith("__inference_one_step_on_data")])

@@ -15,7 +15,7 @@ import os
 import pytest
 from multiworker import comparable, run_workers
 
-from xla_keras import _internals
+from xla_keras.backends.tensorflow import _internals
 from xla_keras.explain import explain
 from xla_keras.multiworker import KERAS_ISSUE, WORKAROUND, cluster_from_env
 

@@ -78,3 +78,31 @@ def test_each_of_the_monitors_messages_is_said_once(stderr_of):
     assert [m for m in messages if "Recompilation storm (train)" in m].__len__() == 1
     assert [m for m in messages if "Recompilation storm (test)" in m].__len__() == 1
     assert len(messages) == len(set(messages)), messages
+
+
+def test_only_the_profilers_own_info_lines_are_filtered():
+    from xla_keras.quiet import filter_profiler_lines
+    dropped = [b"2026-12-01 06:01:45.622786: I external/local_tsl/tsl/profiler/lib/profiler_session.cc:68] "
+               b"Profiler session collecting data.\n",
+               b"I0000 00:00:1796104901.894342   15480 profiler_session.cc:81] Profiler session tear down.\n",
+               b"I0000 00:00:1796104901.894342   15480 save_profile.cc:150] Collecting XSpace to repository: /x\n"]
+    kept = [b"E0000 00:00:1796104901.894342   15480 profiler_session.cc:90] Failed to export\n",
+            b"2026-12-01 06:01:45.622786: W external/local_tsl/tsl/profiler/lib/save_profile.cc:68] Cannot write\n",
+            b"I0000 00:00:1796104901.894342   15480 device_compiler.h:208] Compiled cluster using XLA!\n",
+            b"a user's own line that mentions profiler_session.cc:12] in passing\n"]
+    assert filter_profiler_lines(b"".join(dropped + kept)) == b"".join(kept)
+
+
+def test_overlapping_windows_from_two_threads_leave_stderr_where_it_was():
+    import threading
+    import time
+
+    from xla_keras.quiet import without_profiler_lines
+    before = os.readlink("/proc/self/fd/2") if os.path.exists("/proc/self/fd/2") else None
+    threads = [threading.Thread(target=without_profiler_lines, args=(lambda: time.sleep(0.05),)) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if before is not None:
+        assert os.readlink("/proc/self/fd/2") == before

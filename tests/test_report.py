@@ -18,6 +18,7 @@ REPORT_KEYS = [
     "distinct_signatures", "storms", "fallback", "steps", "steady_step_seconds", "steady_step_seconds_by_phase",
     "compile_seconds", "wall_seconds", "compile_share", "slow_steps", "slow_step_count",
     "break_even_steps", "cache_saved_seconds", "probe", "traces", "notes", "log_dir", "versions",
+    "schema_version",  # 0.2 (schema 2) added it: keys are only ever added
 ]
 SIGNATURE_ITEM_KEYS = ["path", "dtype", "shape"]
 
@@ -282,3 +283,54 @@ def test_render_without_log_dir_has_no_hint():
 
 def test_str_is_render_and_starts_with_title():
     assert lines_of(full_report())[0] == "XLA report (xla_keras)"
+
+
+# ------------------------------------------------------------------ the versioned contract
+
+def test_reports_carry_their_schema_version_and_parse_back():
+    from xla_keras.metadata import SCHEMA_VERSION, parse_report
+    report = full_report()
+    data = report.to_dict()
+    assert data["schema_version"] == SCHEMA_VERSION == 2
+    parsed = parse_report(json.loads(json.dumps(data)))
+    assert parsed.schema_version == 2 and not parsed.newer and parsed.message is None
+    assert parsed.report.to_dict() == data
+
+
+def test_a_0_1_report_without_schema_version_is_read_as_version_1():
+    from xla_keras.metadata import parse_report
+    data = full_report().to_dict()
+    del data["schema_version"]
+    for c in data["compilations"]:
+        c.pop("call_batches"), c.pop("call_compiles")  # written by an early 0.1
+    parsed = parse_report(data)
+    assert parsed.schema_version == 1 and not parsed.newer
+    assert [c.call_batches for c in parsed.report.compilations] == [1] * len(data["compilations"])
+
+
+def test_a_newer_report_is_read_for_the_keys_this_version_knows_and_says_so():
+    from xla_keras.metadata import SCHEMA_VERSION, parse_report
+    data = full_report().to_dict()
+    data["schema_version"] = SCHEMA_VERSION + 1
+    data["a_key_from_the_future"] = {"x": 1}
+    data["compilations"][0]["also_from_the_future"] = True
+    parsed = parse_report(data)
+    assert parsed.newer and "newer xla_keras" in parsed.message
+    assert parsed.report.compilation_count == full_report().compilation_count
+
+
+@pytest.mark.parametrize("data, words", [
+    ([1, 2], "not an XlaMonitor report"),
+    ({"hello": 1}, "not an XlaMonitor report"),
+    ({"jit_mode": "on", "schema_version": "2"}, "schema_version must be an int"),
+])
+def test_what_is_not_a_report_is_named(data, words):
+    from xla_keras.metadata import parse_report
+    with pytest.raises(ValueError, match=words):
+        parse_report(data)
+
+
+def test_compilation_from_dict_reads_by_key_in_any_order():
+    c = full_report().compilations[0]
+    shuffled = dict(reversed(list(c.to_dict().items())))
+    assert Compilation.from_dict(shuffled) == c

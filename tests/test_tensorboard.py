@@ -16,7 +16,7 @@ keras = pytest.importorskip("keras")
 from tensorboard_server import get, running_tensorboard  # noqa: E402
 
 import xla_keras  # noqa: E402
-from xla_keras.tensorboard import LAYOUT_CATEGORY, TAG_REPORT  # noqa: E402
+from xla_keras.metadata import LAYOUT_CATEGORY, TAG_REPORT  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 XLA_SCALARS = {"xla/step_time_ms", "xla/steady_step_time_ms", "xla/compile_time_ms", "xla/compilations",
@@ -276,14 +276,14 @@ def test_an_error_inside_a_trace_window_frees_the_profiler(tmp_path):
     monitor = xla_keras.XlaMonitor(log_dir=str(tmp_path / "logs"), profile=(2, 8), verbose=0)
     with pytest.raises(Exception, match="bad data"):
         model.fit(data, epochs=1, callbacks=[monitor], verbose=0)
-    assert monitor._in_fit is False and monitor._trace is None
+    assert not monitor.in_call and monitor.traces.open is None
     tf.profiler.experimental.start(str(tmp_path / "mine"))  # free again
     tf.profiler.experimental.stop()
     assert [t.split(":")[0] for t in monitor.report.traces] == ["range"]  # the partial window was saved
 
 
 def test_a_failed_trace_start_does_not_leave_the_profiler_busy(tmp_path):
-    from xla_keras import _internals
+    from xla_keras.backends.tensorflow import _internals
     session = _internals.start_probe()  # a low-level session holds the profiler
     try:
         model, x, y = _mlp()
@@ -302,8 +302,8 @@ def test_a_profile_range_resumes_after_validation_and_one_behind_the_fit_is_note
 
     class Windows(keras.callbacks.Callback):
         def on_train_batch_end(self, batch, logs=None):
-            if monitor._trace is not None:
-                traced.append(monitor._phases["train"].step)
+            if monitor.traces.open is not None:
+                traced.append(monitor.session.phases["train"].step)
 
         def on_test_begin(self, logs=None):
             time.sleep(1.1)  # session dirs are named by the second: keep the two windows apart

@@ -10,21 +10,23 @@ __version__ = "0.2.0.dev0"
 
 __all__ = ["XlaMonitor", "XlaReport", "Compilation", "SlowStep", "Storm", "RecompilationStormError",
            "configure", "doctor", "compare", "CompareTable", "XlaKerasWarning",
-           "LogDirError", "__version__"]
+           "LogDirError", "MonitorConfig", "parse_report", "__version__"]
 
 _LAZY = {
     "XlaMonitor": "monitor",
-    "LogDirError": "monitor",
-    "configure": "jit",
+    "LogDirError": "errors",
+    "configure": "backends.tensorflow.jit",
     "doctor": "doctor",
     "compare": "compare",
     "CompareTable": "compare",
-    "XlaKerasWarning": "jit",
+    "XlaKerasWarning": "errors",
     "XlaReport": "report",
     "Compilation": "report",
     "SlowStep": "report",
     "Storm": "storms",
     "RecompilationStormError": "storms",
+    "MonitorConfig": "config",
+    "parse_report": "metadata",
 }
 
 

@@ -1,11 +1,18 @@
-"""The persistent XLA compilation cache: where it is, whether it took effect,
-and what it saved.
+"""What a persistent compilation cache saved: fresh compile seconds, remembered across processes.
 
-TensorFlow's cache (TF_XLA_FLAGS=--tf_xla_persistent_cache_directory=DIR) keeps
-one ``xla_compile_cache__*.pb`` per executable but not what compiling it cost.
-So that a later process can say what a cache load saved, the monitor keeps a
-small sidecar file in the same directory with the fresh compile seconds it
-measured, keyed by model architecture, phase, input signature and module.
+A persistent XLA cache keeps executables but not what compiling them cost. So
+that a later process can say what a load from the cache saved, the monitor
+keeps the fresh compile seconds it measured beside the cache, keyed by model
+architecture, phase, jit mode, input signature and module index.
+
+Storage: one small JSON file per entry under ``xla_keras_compile_seconds/`` in
+the cache directory, named by a hash of its key and replaced atomically
+(``files.atomic_write_text``). So a compile writes only its own entry (never the
+whole table), two processes sharing a cache directory never lose each other's
+entries (no read-modify-write, no file locks, which shared file systems do not
+all honour), readers never see half a file, and entries get the umask's
+permissions. The single-file sidecar of 0.1 (``xla_keras_compile_seconds.json``)
+is still read. Pure: no TensorFlow.
 """
 
 from __future__ import annotations
@@ -13,23 +20,12 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import tempfile
 from typing import Any, Dict, Optional
 
-SIDECAR = "xla_keras_compile_seconds.json"
-FLAG = "tf_xla_persistent_cache_directory"
+from .files import atomic_write_text
 
-
-ENTRY_PREFIX = "xla_compile_cache__"
-
-
-def cache_entries(cache_dir: str) -> int:
-    """How many executables TensorFlow's persistent cache holds in ``cache_dir``
-    (one file each): a fresh compile adds one, a load adds none."""
-    try:
-        return sum(1 for name in os.listdir(cache_dir) if name.startswith(ENTRY_PREFIX))
-    except OSError:
-        return 0
+ENTRIES = "xla_keras_compile_seconds"
+LEGACY_SIDECAR = "xla_keras_compile_seconds.json"
 
 
 def model_key(model: Any) -> str:
@@ -42,27 +38,63 @@ def model_key(model: Any) -> str:
 
 
 class CompileTimes:
-    """Fresh compile seconds per (model, phase, signature, module), in the cache dir."""
+    """Fresh compile seconds per (model, phase, mode, signature, module), in the cache dir."""
 
     def __init__(self, cache_dir: str):
-        self.path = os.path.join(cache_dir, SIDECAR)
-        self._times: Dict[str, float] = {}
-        try:
-            with open(self.path) as f:
-                self._times = {str(k): float(v) for k, v in json.load(f).items()}
-        except (OSError, ValueError, AttributeError):
-            self._times = {}
+        self.directory = os.path.join(cache_dir, ENTRIES)
+        self._legacy: Optional[Dict[str, float]] = None
+        self._legacy_path = os.path.join(cache_dir, LEGACY_SIDECAR)
+
+    def _path(self, key: str) -> str:
+        return os.path.join(self.directory, hashlib.sha1(key.encode()).hexdigest()[:24] + ".json")
 
     def get(self, key: str) -> Optional[float]:
-        return self._times.get(key)
+        try:
+            with open(self._path(key)) as f:
+                entry = json.load(f)
+            if entry.get("key") == key:  # a hash collision reads as unknown, never as another entry
+                return float(entry["seconds"])
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            pass
+        return self._legacy_entries().get(key)
 
     def put(self, key: str, seconds: float) -> None:
-        self._times[key] = seconds
-        directory = os.path.dirname(self.path)
         try:
-            fd, tmp = tempfile.mkstemp(prefix=".xla_keras_times.", dir=directory)
-            with os.fdopen(fd, "w") as f:
-                json.dump(self._times, f)
-            os.replace(tmp, self.path)
+            atomic_write_text(self._path(key), json.dumps({"key": key, "seconds": float(seconds)}))
         except OSError:
-            pass  # a read-only or shared cache dir: saving is best effort
+            pass  # a read-only or full cache dir: remembering is best effort
+
+    def _legacy_entries(self) -> Dict[str, float]:
+        if self._legacy is None:
+            try:
+                with open(self._legacy_path) as f:
+                    self._legacy = {str(k): float(v) for k, v in json.load(f).items()}
+            except (OSError, ValueError, AttributeError, TypeError):
+                self._legacy = {}
+        return self._legacy
+
+
+class CacheAccount:
+    """What loads from the cache saved in this report: each load is credited
+    with what the same module cost when compiled fresh (remembered in
+    CompileTimes)."""
+
+    def __init__(self, times: Optional[CompileTimes], model: str, mode: str):
+        self.times, self.model, self.mode = times, model, mode
+        self.saved_seconds = 0.0
+        self.loads_known = 0
+        self.loads_unknown = 0
+
+    def record(self, phase: str, signature_text: str, index: int, seconds: float, cached: Optional[bool]) -> None:
+        if self.times is None or cached is None:
+            return  # no cache, or a compile that may have been a load: nothing to learn
+        key = f"{self.model}|{phase}|{self.mode}|{signature_text}|{index}"
+        if not cached:
+            self.times.put(key, seconds)
+            return
+        fresh = self.times.get(key)
+        if fresh is None:
+            self.loads_unknown += 1
+        else:
+            self.saved_seconds += max(0.0, fresh - seconds)
+            self.loads_known += 1

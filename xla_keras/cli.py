@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 from typing import List, Optional
 
 from absl import app, flags
 
+from .metadata import REPORT_FILE, parse_report
 from .multiworker import KERAS_ISSUE, WORKAROUND
-from .report import XlaReport
-from .tensorboard import REPORT_FILE
 
 COMMANDS = ("report", "doctor", "explain")
 USAGE = """xla-keras: XLA observability for Keras
@@ -26,12 +26,18 @@ FLAGS = flags.FLAGS
 
 
 def find_reports(log_dir: str) -> List[str]:
-    """Every xla_report.json under log_dir (one per monitored log dir)."""
+    """Every xla_report.json under log_dir (one per monitored log dir), shallowest first, then in
+    natural order (a monitor's first model, then model_2, ..., model_10)."""
     found = []
     for root, _dirs, files in os.walk(log_dir):
         if REPORT_FILE in files:
             found.append(os.path.join(root, REPORT_FILE))
-    return sorted(found)
+
+    def key(path):
+        parts = os.path.relpath(path, log_dir).split(os.sep)
+        return len(parts), [[int(t) if t.isdigit() else t for t in re.split(r"(\d+)", p)] for p in parts]
+
+    return sorted(found, key=key)
 
 
 def cmd_report(args: List[str], as_json: bool, out=sys.stdout) -> int:
@@ -52,9 +58,10 @@ def cmd_report(args: List[str], as_json: bool, out=sys.stdout) -> int:
         try:
             with open(path) as f:
                 data = json.load(f)
-            if not isinstance(data, dict):
-                raise ValueError(f"a JSON {type(data).__name__}, not an XlaMonitor report")
-            rendered = str(XlaReport.from_dict(data))
+            parsed = parse_report(data)
+            rendered = str(parsed.report)
+            if parsed.message:
+                print(f"xla-keras report: {path}: {parsed.message}", file=sys.stderr)
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
             # One broken file must not hide the others: say which, print the rest, exit 1.
             print(f"xla-keras report: cannot read {path}: {e!r}", file=sys.stderr)

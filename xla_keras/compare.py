@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Callable, List, Optional, Sequence, Union
 
 from .arguments import integer
-from .jit import MODES
+from .jitmodes import MODES
 from .timing import break_even_steps
 
 COMPARABLE_MODES = tuple(m for m in MODES if m != "keep")
@@ -168,8 +168,12 @@ def compare(model_or_builder: Union[Any, Callable[[], Any]], data: Any, steps: i
     """
     import keras
 
+    from .backends import backend_for
     from .monitor import XlaMonitor
-
+    unsupported = backend_for(keras.backend.backend())().unsupported()
+    if unsupported:  # every mode's monitor would step aside: a table would compare nothing
+        reason = unsupported.replace(" The fit goes on unmonitored.", "")
+        raise RuntimeError(f"xla_keras.compare cannot run here: {reason}")
     choices = ', '.join(map(repr, COMPARABLE_MODES))
     if isinstance(modes, str):
         raise ValueError(f"modes must be a sequence of modes drawn from {choices}, e.g. ({modes!r},); "

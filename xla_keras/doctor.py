@@ -16,7 +16,8 @@ import tempfile
 from dataclasses import dataclass
 from typing import List, Optional
 
-from . import _internals
+from .backends.tensorflow import _internals
+from .backends.tensorflow.flags import AUTO_JIT, CPU_GLOBAL_JIT, PERSISTENT_CACHE, XlaFlags
 
 LEVELS = ("ok", "info", "warn", "error")
 
@@ -42,19 +43,12 @@ class Finding:
         return f"[{self.level:5s}] {self.topic}: {self.message}" + (f"\n        fix: {self.fix}" if self.fix else "")
 
 
-def _flags(name: str) -> List[str]:
-    return os.environ.get(name, "").split()
-
-
 def _check_flags_in_subprocess() -> Optional[str]:
     """None if TensorFlow starts and compiles with the current flags, else the reason."""
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="0")
     # The check compiles once: keep it out of the user's persistent cache (same flag, scratch dir).
     scratch = tempfile.mkdtemp(prefix="xla_keras_doctor_")
-    env["TF_XLA_FLAGS"] = " ".join(
-        f"--tf_xla_persistent_cache_directory={scratch}"
-        if t.lstrip("-").partition("=")[0] == "tf_xla_persistent_cache_directory" else t
-        for t in env.get("TF_XLA_FLAGS", "").split())
+    env["TF_XLA_FLAGS"] = str(XlaFlags.from_env(env).replacing(PERSISTENT_CACHE, scratch))
     try:
         proc = subprocess.run([sys.executable, "-c", _FLAG_CHECK], env=env, capture_output=True, text=True,
                               timeout=300)
@@ -95,7 +89,7 @@ def doctor(check_flags: bool = True) -> List[Finding]:
         findings.append(Finding("info", "keras", "TF_USE_LEGACY_KERAS is set: tf.keras models are tf_keras models, "
                                 "which XlaMonitor does not observe (it steps aside, saying so); models built with "
                                 "`import keras` are Keras 3 and are observed"))
-    tf_flags, xla_flags = _flags("TF_XLA_FLAGS"), _flags("XLA_FLAGS")
+    tf_flags, xla_flags = XlaFlags.from_env().tokens, os.environ.get("XLA_FLAGS", "").split()
     findings.append(Finding("info", "TF_XLA_FLAGS", " ".join(tf_flags) or "(not set)"))
     findings.append(Finding("info", "XLA_FLAGS", " ".join(xla_flags) or "(not set)"))
     # Checked first, in a subprocess: with a bad flag, touching TensorFlow here
@@ -130,10 +124,10 @@ def doctor(check_flags: bool = True) -> List[Finding]:
                                 "no profiler events on CPU: XlaMonitor times each compile from the span of the op "
                                 "that triggered it (source='op_span', within a few % of TensorFlow's own lines)"))
 
-    from .jit import FIX_CPU_AUTOCLUSTERING, cpu_autoclustering_effective
-    auto_value = (_internals._env_auto_jit() or "")
+    from .backends.tensorflow.jit import FIX_CPU_AUTOCLUSTERING, cpu_autoclustering_effective
+    auto_value = XlaFlags.from_env().value(AUTO_JIT) or ""
     auto_on = _internals.env_auto_jit_on() and not auto_value.startswith("single-gpu")
-    cpu_flag = _internals.env_flag_set("tf_xla_cpu_global_jit") or (
+    cpu_flag = XlaFlags.from_env().enabled(CPU_GLOBAL_JIT) or (
         not problem and cpu_autoclustering_effective() is True)  # with a bad flag, TF would abort this process
     if auto_value.startswith("single-gpu") and not accelerators:
         findings.append(Finding("info", "auto-clustering", f"--tf_xla_auto_jit={auto_value} clusters only on a "
@@ -173,7 +167,7 @@ def doctor(check_flags: bool = True) -> List[Finding]:
                                 f"still writes traces, but TensorBoard will not show them{slow}",
                                 profile_tab_install()))
 
-    from .jit import persistent_cache
+    from .backends.tensorflow.jit import persistent_cache
     cache = persistent_cache()
     if cache:
         directory = cache["dir"]

@@ -81,7 +81,7 @@ def keras_fit_problem() -> Optional[str]:
     """Why Keras's fit will fail under MultiWorkerMirroredStrategy, read from
     the installed Keras (None when the two faulty steps are not there, e.g.
     fixed upstream or patched with WORKAROUND)."""
-    from . import _internals
+    from .backends.tensorflow import _internals
     faults: List[str] = _internals.keras_multi_worker_fit_faults()
     if not faults:
         return None

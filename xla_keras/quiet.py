@@ -22,16 +22,21 @@ import os
 import re
 import sys
 import tempfile
+import threading
 from typing import Callable, TypeVar
 
 T = TypeVar("T")
 
-# The profiler's own sources, in both of TensorFlow's log formats:
+# The profiler's own INFO lines, in both of TensorFlow's log formats:
 #   "2026-12-01 06:01:45.622786: I external/local_tsl/tsl/profiler/lib/profiler_session.cc:68] ..."
 #   "I0000 00:00:1796104901.894342   15480 profiler_session.cc:81] ..."
+# Its warnings and errors (a trace that could not be saved) are never filtered.
 PROFILER_LINE = re.compile(
+    rb"^(?:I\d{4} [\d:.]+\s+\d+ |[\d-]+ [\d:.]+: I )\S*?"
     rb"(/profiler/\S*|\b(profiler_session|save_profile|profiler_server|profiler_factory|profiler_lock|"
     rb"device_tracer\w*|host_tracer\w*|python_tracer\w*|cupti\w*|rocm_tracer\w*|xplane\w*)\.cc):\d+\]")
+# One window at a time: two overlapping windows (two threads) would leave fd 2 on a closed file.
+_WINDOW = threading.RLock()
 
 
 def filter_profiler_lines(data: bytes) -> bytes:
@@ -46,7 +51,13 @@ def without_profiler_lines(call: Callable[[], T]) -> T:
     """Run ``call()`` with the profiler's log lines on fd 2 filtered out.
 
     Every other line written to fd 2 meanwhile is written back afterwards,
-    also when ``call`` raises (Ctrl-C included)."""
+    also when ``call`` raises (Ctrl-C included). A hard crash inside the
+    window (the process aborts) loses what it printed there."""
+    with _WINDOW:
+        return _filtered(call)
+
+
+def _filtered(call: Callable[[], T]) -> T:
     try:
         sys.stderr.flush()
         saved = os.dup(2)

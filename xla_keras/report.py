@@ -1,7 +1,8 @@
 """XlaReport and its pieces: plain dataclasses, rendering, JSON round-trip.
 
-Pure: no TensorFlow. ``to_dict()`` keys are a contract (DESIGN §2): add keys,
-never rename or remove them.
+Pure: no TensorFlow. ``to_dict()`` keys are a contract: add keys, never rename
+or remove them, and bump ``metadata.SCHEMA_VERSION`` when adding (readers go
+through ``metadata.parse_report``).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
+from .metadata import SCHEMA_VERSION
 from .signatures import InputSignature, describe, from_jsonable, to_jsonable
 from .storms import Storm
 from .timing import excess_over_steady
@@ -68,9 +70,10 @@ class Compilation:
 
     @classmethod
     def from_dict(cls, d: Dict[str, Any]) -> "Compilation":
-        return cls(d["phase"], d["step"], from_jsonable(d["signature"]), d["seconds"],
-                   d["source"], d.get("cached", False), d.get("step_seconds"), d.get("traced", False),
-                   d.get("call_batches", 1), d.get("call_compiles", 1))
+        """By key, never by position: unknown keys are ignored, optional ones take their defaults."""
+        known = {k: v for k, v in d.items() if k in cls.__dataclass_fields__}
+        known["signature"] = from_jsonable(d["signature"])
+        return cls(**known)
 
     def estimate_from(self, steady_seconds: Optional[float]) -> float:
         """The timing-fallback estimate: this compile's share of the time its
@@ -99,7 +102,9 @@ class SlowStep:
 
     @classmethod
     def from_dict(cls, d: Dict[str, Any]) -> "SlowStep":
-        return cls(d["phase"], d["step"], d["seconds"], d["steady_seconds"], from_jsonable(d["signature"]))
+        known = {k: v for k, v in d.items() if k in cls.__dataclass_fields__}
+        known["signature"] = from_jsonable(d["signature"])
+        return cls(**known)
 
 
 @dataclass
@@ -141,6 +146,7 @@ class XlaReport:
 
     def to_dict(self) -> Dict[str, Any]:
         return {
+            "schema_version": SCHEMA_VERSION,
             "jit_mode": self.jit_mode,
             "jit_active": self.jit_active,
             "jit_reason": self.jit_reason,

@@ -53,6 +53,12 @@ class PhaseTiming:
             self._refresh()
         return self._median
 
+    @property
+    def recent_median_seconds(self) -> Optional[float]:
+        """The median as last refreshed on the step path (at most _MEDIAN_EVERY samples old):
+        no sort, for per-step decisions."""
+        return self._median
+
     def is_slow(self, seconds: float) -> bool:
         """Whether a known-signature step ran far above the steady median.
 

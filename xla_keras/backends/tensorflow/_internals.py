@@ -10,11 +10,11 @@ Tested on TensorFlow 2.16-2.21 with Keras 3.7-3.15 (the README's matrix).
 
 from __future__ import annotations
 
-import os
 from typing import Any, Callable, List, Optional, Tuple
 
-from .compiles import TraceEvent
-from .quiet import without_profiler_lines
+from ...compiles import TraceEvent
+from ...quiet import without_profiler_lines
+from .flags import XlaFlags, auto_jit_on, auto_jit_value
 
 TESTED_VERSIONS = {"tensorflow": "2.16-2.21", "keras": "3.7-3.15"}
 
@@ -30,12 +30,32 @@ class InternalsMoved(RuntimeError):
         )
 
 
+# Other distributions of the same modules: pip metadata names the distribution, not the module.
+_DISTRIBUTIONS = {
+    "tensorflow": ("tensorflow", "tensorflow-cpu", "tensorflow-gpu", "tensorflow-intel", "tensorflow-macos",
+                   "tf-nightly", "tf-nightly-cpu", "intel-tensorflow"),
+    "keras": ("keras", "keras-nightly"),
+}
+
+
 def _version(package: str) -> str:
-    try:
-        from importlib.metadata import version
-        return version(package)
-    except Exception:  # noqa: BLE001 - a version string is best effort
-        return "unknown"
+    """The version of ``package`` as the running process sees it: the imported module's own
+    ``__version__`` when it is loaded, else the metadata of whichever distribution provides it
+    (tensorflow-cpu, keras-nightly, ...). Never imports the module (doctor must not start TensorFlow
+    before it has checked TF_XLA_FLAGS)."""
+    import sys
+    module = sys.modules.get(package)
+    if module is not None and isinstance(getattr(module, "__version__", None), str):
+        return module.__version__
+    from importlib.metadata import PackageNotFoundError, version
+    for distribution in _DISTRIBUTIONS.get(package, (package,)):
+        try:
+            return version(distribution)
+        except PackageNotFoundError:
+            continue
+        except Exception:  # noqa: BLE001 - a version string is best effort
+            break
+    return "unknown"
 
 
 def _release(text: str) -> Tuple[int, ...]:
@@ -61,7 +81,7 @@ MIN_KERAS = (3, 7)
 def keras_unsupported() -> Optional[str]:
     """Why the installed Keras cannot be monitored, or None."""
     installed = keras_version()
-    if installed >= MIN_KERAS:
+    if installed >= MIN_KERAS or installed == (0,):  # unknown (no version found): assume it can
         return None
     return (f"Keras {_version('keras')} is older than {'.'.join(map(str, MIN_KERAS))}: its train function "
             "pulls batches inside a tf.function (one_step_on_iterator), so the monitor cannot read the input "
@@ -76,7 +96,7 @@ def is_keras3_model(model: Any) -> bool:
 
 
 def versions() -> dict:
-    from . import __version__
+    from ... import __version__
     return {"tensorflow": _version("tensorflow"), "keras": _version("keras"), "xla_keras": __version__}
 
 
@@ -167,7 +187,7 @@ def unwrap_distributed(value: Any) -> Any:
     except ImportError as e:
         raise InternalsMoved("tensorflow.python.distribute.values", e) from e
     if isinstance(value, ds_values.DistributedValues):
-        from .signatures import Replicas
+        from ...signatures import Replicas
         return Replicas(value.values)
     return value
 
@@ -224,45 +244,25 @@ def devices_initialized() -> bool:
 
 def env_flag_set(flag: str, env: Optional[dict] = None) -> bool:
     """Whether ``--flag`` (or ``--flag=true``) is in TF_XLA_FLAGS."""
-    env = os.environ if env is None else env
-    for token in env.get("TF_XLA_FLAGS", "").split():
-        name, _, value = token.lstrip("-").partition("=")
-        if name == flag.lstrip("-"):
-            return value.lower() not in ("false", "0")
-    return False
+    return XlaFlags.from_env(env).enabled(flag.lstrip("-"))
 
 
-def _env_auto_jit(env: Optional[dict] = None) -> Optional[str]:
-    env = os.environ if env is None else env
-    for token in env.get("TF_XLA_FLAGS", "").split():
-        name, _, value = token.lstrip("-").partition("=")
-        if name == "tf_xla_auto_jit":
-            return value.strip().lower()
-    return None
-
-
-# What set_auto_jit_mode last set (None: the TF_XLA_FLAGS value rules).
+# What set_auto_jit_off last set (None: the TF_XLA_FLAGS value rules).
 _auto_jit_override: Optional[str] = None
-
-
-def _auto_jit_value_on(value: Optional[str]) -> bool:
-    if value is None:
-        return False
-    return value.startswith(("single-gpu", "fusible")) or (value.lstrip("-").isdigit() and int(value) > 0)
 
 
 def env_auto_jit_on(env: Optional[dict] = None) -> bool:
     """TF_XLA_FLAGS=--tf_xla_auto_jit=1|2|single-gpu(N)|fusible turns
     auto-clustering on, and (measured) overrides tf.config.optimizer.set_jit(False)."""
     if env is None and _auto_jit_override is not None:
-        return _auto_jit_value_on(_auto_jit_override)
-    return _auto_jit_value_on(_env_auto_jit(env))
+        return auto_jit_on(_auto_jit_override)
+    return auto_jit_on(auto_jit_value(env))
 
 
 def set_auto_jit_off(off: bool) -> None:
     """Override TF_XLA_FLAGS' --tf_xla_auto_jit (off=True) or put its value back."""
     global _auto_jit_override
-    value = "-1" if off else (_env_auto_jit() or "0")
+    value = "-1" if off else (auto_jit_value() or "0")
     _tf_session_module().TF_SetXlaAutoJitMode(value)
     _auto_jit_override = "-1" if off else None
 
@@ -378,9 +378,12 @@ def profiler_sees_xla_compiler() -> Optional[bool]:
     triggers a compile (the step function's kernel under jit_compile=True,
     ``_XlaCompile`` under auto-clustering) is traced on every version. None:
     not known (2.16/2.17 with an accelerator, which we could not measure)."""
-    if tensorflow_version() >= (2, 18):
+    version = tensorflow_version()
+    if version >= (2, 18):
         return True
-    return None if has_accelerator() else False
+    if version == (0,) or has_accelerator():  # no version found, or a device we could not measure
+        return None
+    return False
 
 
 # --------------------------------------------------------------------------

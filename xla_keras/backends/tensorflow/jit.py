@@ -1,4 +1,4 @@
-"""JIT modes: resolve, apply, read back what really runs, restore after fit.
+"""JIT modes on Keras's TensorFlow backend: apply, read back what really runs, restore after a fit.
 
 The monitor's ``jit=`` choice is applied to the model the way
 ``model.compile(jit_compile=...)`` would be: the model keeps it after the fit
@@ -11,14 +11,15 @@ from __future__ import annotations
 
 import os
 import warnings
-from dataclasses import dataclass
 from typing import Any, Optional
 
+from ...errors import XlaKerasWarning
+from ...jitmodes import MODES, JitState, validate_mode
 from . import _internals
+from .flags import CPU_GLOBAL_JIT, PERSISTENT_CACHE, PERSISTENT_CACHE_READ_ONLY, XlaFlags
 
-MODES = ("keep", "on", "off", "autoclustering")
-
-_CPU_FLAG = "tf_xla_cpu_global_jit"
+__all__ = ["configure", "persistent_cache", "cpu_autoclustering_effective", "JitController", "MODES",
+           "FIX_CPU_AUTOCLUSTERING", "XlaKerasWarning"]
 FIX_CPU_AUTOCLUSTERING = (
     "call xla_keras.configure(cpu_autoclustering=True) right after import, before any "
     "model is built, or start Python with TF_XLA_FLAGS=--tf_xla_cpu_global_jit"
@@ -27,16 +28,6 @@ FIX_CPU_AUTOCLUSTERING = (
 # What configure() did, so the monitor can tell an early opt-in from a late one.
 _opt_in: dict = {"cpu_autoclustering": None,  # None: not asked; True: in time; False: too late
                  "cache_dir": None}  # (absolute dir, in time) once asked
-
-
-class XlaKerasWarning(UserWarning):
-    """A configuration that will not do what was asked."""
-
-
-def validate_mode(mode: Any) -> str:
-    if mode not in MODES:
-        raise ValueError(f"jit must be one of {', '.join(repr(m) for m in MODES)}; got {mode!r}")
-    return mode
 
 
 def configure(cpu_autoclustering: bool = False, cache_dir: Optional[str] = None) -> dict:
@@ -73,9 +64,7 @@ def configure(cpu_autoclustering: bool = False, cache_dir: Optional[str] = None)
         os.makedirs(path, exist_ok=True)
         in_time = not _internals.devices_initialized()
         if in_time:
-            tokens = [t for t in os.environ.get("TF_XLA_FLAGS", "").split()
-                      if t.lstrip("-").partition("=")[0] != "tf_xla_persistent_cache_directory"]
-            os.environ["TF_XLA_FLAGS"] = " ".join(tokens + [f"--tf_xla_persistent_cache_directory={path}"])
+            os.environ["TF_XLA_FLAGS"] = str(XlaFlags.from_env().with_value(PERSISTENT_CACHE, path))
         else:
             warnings.warn(
                 "xla_keras.configure(cache_dir=...) came too late: TensorFlow has already created its devices "
@@ -98,43 +87,31 @@ def configure(cpu_autoclustering: bool = False, cache_dir: Optional[str] = None)
 
 
 def persistent_cache() -> Optional[dict]:
-    """``{"dir", "effective"}`` of TensorFlow's persistent compilation cache,
+    """``{"dir", "effective", "read_only"}`` of TensorFlow's persistent compilation cache,
     or None when none is configured. ``effective`` is False when
     configure(cache_dir=...) came after TensorFlow read its flags."""
-    from .cache import FLAG
-    directory = None
-    for token in os.environ.get("TF_XLA_FLAGS", "").split():
-        name, _, value = token.lstrip("-").partition("=")
-        if name == FLAG and value:
-            directory = os.path.abspath(value)
+    flags = XlaFlags.from_env()
+    value = flags.value(PERSISTENT_CACHE)
+    directory = os.path.abspath(value) if value else None
+    read_only = flags.enabled(PERSISTENT_CACHE_READ_ONLY)
     asked = _opt_in["cache_dir"]
     if asked is not None and not asked[1] and asked[0] != directory:
-        return {"dir": asked[0], "effective": False}
+        return {"dir": asked[0], "effective": False, "read_only": read_only}
     if directory is None:
         return None
-    return {"dir": directory, "effective": True}
+    return {"dir": directory, "effective": True, "read_only": read_only}
 
 
 def cpu_autoclustering_effective() -> Optional[bool]:
     """Whether CPU clusters can compile in this process: True, False, or None
     when TensorFlow has not created its devices yet (it still can be set)."""
-    if _internals.env_flag_set(_CPU_FLAG):
+    if _internals.env_flag_set(CPU_GLOBAL_JIT):
         return True
     if _opt_in["cpu_autoclustering"] is not None:
         return _opt_in["cpu_autoclustering"]
     if not _internals.devices_initialized():
         return None
     return False
-
-
-@dataclass
-class JitState:
-    """What the monitor asked for, what runs, and why, in words."""
-
-    requested: str
-    active: Optional[bool] = None
-    reason: str = ""
-    autoclustering: bool = False  # clusters may compile (verified by the probe)
 
 
 class JitController:

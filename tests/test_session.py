@@ -1,0 +1,207 @@
+"""The backend-neutral core, driven directly: calls in, outcomes out. Pure (no TensorFlow, no Keras).
+
+The clock is a fake (as Lightning's timing tests patch ``time.perf_counter``), so every duration
+below is exact.
+"""
+
+import dataclasses
+
+import pytest
+
+from xla_keras.config import MonitorConfig
+from xla_keras.jitmodes import JitState, ProbeFacts, verdict
+from xla_keras.metadata import TAG_COMPILATIONS, TAG_COMPILE_TIME, TAG_DISTINCT_SIGNATURES, TAG_STEP_TIME
+from xla_keras.session import CompileObservation, ReportContext, Session, build_report
+from xla_keras.signatures import Leaf
+
+ON = JitState("on", active=True, reason="jit_compile=True")
+OFF = JitState("off", active=False, reason="jit='off'")
+AUTO = JitState("autoclustering", active=None, reason="auto-clustering", autoclustering=True)
+
+
+class Clock:
+    def __init__(self):
+        self.now = 100.0
+
+    def __call__(self):
+        return self.now
+
+
+def sig(rows, length=8):
+    return (Leaf("x", "float32", (rows, length)), Leaf("y", "float32", (rows, 1)))
+
+
+def session(clock=None, **config):
+    return Session(MonitorConfig(**{"log_dir": None, **config}), clock=clock or Clock())
+
+
+def step(s, clock, signature, seconds, jit=ON, phase="train", observation=None):
+    plan = s.call_began(phase, [signature], jit)
+    if observation is not None:
+        s.call_observed(phase, observation)
+    clock.now += seconds
+    return plan, s.call_ended(phase, jit)
+
+
+def test_a_new_signature_is_worth_a_probe_and_a_known_one_is_not():
+    clock = Clock()
+    s = session(clock)
+    plan, outcome = step(s, clock, sig(8), 0.5, observation=CompileObservation((0.4,), "profiler"))
+    assert plan.probe and plan.new_indices == (0,) and plan.first_step == 1
+    assert [(c.step, c.seconds, c.source) for c in outcome.compiles] == [(1, 0.4, "profiler")]
+    assert {sc.tag for sc in outcome.scalars} == {TAG_COMPILE_TIME, TAG_COMPILATIONS, TAG_DISTINCT_SIGNATURES}
+    plan, outcome = step(s, clock, sig(8), 0.001)
+    assert not plan.probe and plan.new == () and outcome.compiles == []
+    assert s.phases["train"].steps_run == 2 and s.phases["train"].step == 2
+
+
+def test_without_a_probe_a_compile_is_estimated_from_step_time_against_the_final_median():
+    clock = Clock()
+    s = session(clock)
+    step(s, clock, sig(8), 0.300)  # no observation: timing
+    for _ in range(9):
+        step(s, clock, sig(8), 0.010)
+    [record] = s.phases["train"].records
+    assert record.source == "timing" and record.step_seconds == pytest.approx(0.300)
+    snapshot = s.snapshot()
+    # The report's estimate uses the final steady median (0.010): 0.290; the stored record is untouched.
+    assert snapshot.phases["train"].records[0].seconds == pytest.approx(0.290)
+    assert snapshot.phases["train"].compile_seconds == pytest.approx(0.290)
+    assert s.phases["train"].records[0] is record and snapshot.phases["train"].records[0] is not record
+
+
+def test_building_a_report_twice_changes_nothing_it_reads():
+    clock = Clock()
+    s = session(clock)
+    step(s, clock, sig(8), 0.3)
+    step(s, clock, sig(8), 0.01)
+    context = ReportContext("on", ON, ProbeFacts(used=True))
+    first = build_report(s.snapshot(), context).to_dict()
+    second = build_report(s.snapshot(), context).to_dict()
+    assert first == second
+
+
+def test_steady_steps_make_the_step_time_scalar_at_the_chosen_frequency():
+    clock = Clock()
+    s = session(clock, update_freq=2)
+    step(s, clock, sig(8), 0.3, observation=CompileObservation((0.25,)))
+    scalars = [sc for _ in range(4) for sc in step(s, clock, sig(8), 0.002)[1].scalars]
+    assert [(sc.tag, sc.step) for sc in scalars] == [(TAG_STEP_TIME, 2), (TAG_STEP_TIME, 4)]
+    epoch = session(Clock(), update_freq="epoch")
+    assert all(sc.tag != TAG_STEP_TIME for sc in step(epoch, epoch.clock, sig(8), 0.002)[1].scalars)
+
+
+def test_end_of_run_writes_the_epoch_mean_and_the_steady_median():
+    clock = Clock()
+    s = session(clock)
+    step(s, clock, sig(8), 0.3, observation=CompileObservation((0.25,)))
+    for seconds in (0.002, 0.004):
+        step(s, clock, sig(8), seconds)
+    scalars = {sc.tag: sc.value for sc in s.end_of_run("train")}
+    assert scalars["xla/step_time_ms"] == pytest.approx(3.0)
+    assert scalars["xla/steady_step_time_ms"] == pytest.approx(3.0)
+
+
+def test_a_probed_step_that_saw_no_compile_records_nothing_and_is_not_steady():
+    clock = Clock()
+    s = session(clock)
+    step(s, clock, sig(8), 0.3, jit=AUTO, observation=CompileObservation(()))
+    assert s.phases["train"].compile_count == 0 and s.phases["train"].timing.steady_count == 0
+
+
+def test_a_storm_opens_at_the_threshold_th_new_signature_and_once():
+    clock = Clock()
+    s = session(clock, storm_threshold=3, storm_window=10)
+    opened = []
+    for length in (8, 9, 10, 11, 12):
+        pending = step(s, clock, sig(8, length), 0.1)[1].storm
+        opened.append(pending)
+        if pending is not None:  # as the monitor does, at once
+            storm = s.open_storm("train", *pending, action="warn")
+    assert opened == [None, None, (3, 3, 1), None, None]
+    assert storm.varying[0]["path"] == "x" and storm.varying[0]["axis"] == 1 and storm.compiles == 3
+
+
+def test_a_smaller_last_batch_is_no_storm_until_another_batch_follows():
+    clock = Clock()
+    s = session(clock, storm_threshold=2)
+    step(s, clock, sig(8), 0.1)
+    _, outcome = step(s, clock, sig(3), 0.1)  # maybe the epoch's partial last batch
+    assert outcome.storm is None
+    s.end_of_run("train")  # it was
+    _, outcome = step(s, clock, sig(8), 0.1)
+    assert outcome.storm is None
+    step(s, clock, sig(5), 0.1)
+    _, outcome = step(s, clock, sig(8), 0.1)  # a smaller batch mid-epoch: it counts now
+    assert outcome.storm is not None
+
+
+def test_a_failed_call_forgets_its_new_signatures_so_they_compile_again():
+    clock = Clock()
+    s = session(clock)
+    s.call_began("train", [sig(8)], ON)
+    s.call_failed("train")
+    plan = s.call_began("train", [sig(8)], ON)
+    assert plan.new_indices == (0,) and s.ledger.distinct_count("train") == 1
+
+
+def test_calls_inside_a_trace_window_are_not_steady_and_say_why_their_compiles_are_estimated():
+    clock = Clock()
+    s = session(clock)
+    plan = s.call_began("train", [sig(8)], ON)
+    s.call_in_trace_window("train", plan, ON)
+    clock.now += 0.3
+    outcome = s.call_ended("train", ON)
+    assert outcome.compiles[0].source == "timing" and s.phases["train"].timing.steady_count == 0
+    assert any("trace window" in note for note in s.notes.texts)
+
+
+def test_nothing_pending_ends_nothing():
+    s = session()
+    assert s.call_ended("train", ON) is None
+    s.call_began("train", [sig(8)], ON)
+    s.call_skipped("train")
+    assert not s.call_pending("train") and s.call_ended("train", ON) is None
+
+
+def test_a_function_rebuilt_outside_the_monitor_is_noted_once_per_rebuild():
+    s = session()
+    first, second = object(), object()
+    s.function_installed("train", None, first, model_id=1, rebuilt=False, xla_now=True)
+    s.function_installed("train", first, first, model_id=1, rebuilt=False, xla_now=True)  # the same one
+    s.function_installed("train", second, second, model_id=1, rebuilt=False, xla_now=True)  # model.compile
+    assert s.phases["train"].rebuilds == 1
+    s.functions_forced(["train"])  # the monitor's own rebuild: not the user's
+    s.function_installed("train", object(), object(), model_id=1, rebuilt=True, xla_now=True)
+    assert s.phases["train"].rebuilds == 1
+
+
+@pytest.mark.parametrize("state, probe, counts, expected", [
+    (ON, ProbeFacts(used=True), dict(measured=2, compiled=2, steps=10, fell_back=False), True),
+    (OFF, ProbeFacts(used=True), dict(measured=2, compiled=2, steps=10, fell_back=False), True),  # saw it
+    (OFF, ProbeFacts(used=True), dict(measured=2, compiled=2, steps=10, fell_back=True), False),
+    (AUTO, ProbeFacts(used=True), dict(measured=3, compiled=3, steps=10, fell_back=False), True),
+    (AUTO, ProbeFacts(used=True), dict(measured=0, compiled=0, steps=10, fell_back=False), False),
+    (AUTO, ProbeFacts(off="under MultiWorkerMirroredStrategy"), dict(measured=0, compiled=2, steps=10,
+                                                                       fell_back=False), None),
+    (AUTO, ProbeFacts(busy=True), dict(measured=0, compiled=2, steps=10, fell_back=False), None),
+    (AUTO, ProbeFacts(used=True, blind=True, framework="TensorFlow 2.16.2"),
+     dict(measured=0, compiled=0, steps=10, fell_back=False), None),  # a blind probe is not a zero
+])
+def test_the_jit_verdict_never_reads_silence_as_an_answer(state, probe, counts, expected):
+    active, reason = verdict(state, probe, **counts)
+    assert active is expected and reason.startswith(state.reason)
+
+
+def test_probe_labels():
+    assert ProbeFacts(used=True).label == "profiler"
+    assert ProbeFacts(busy=True).label == "timing"
+    assert ProbeFacts(used=True, busy=True).label == "profiler+timing"
+    assert ProbeFacts(off="x").label == "timing"
+
+
+def test_the_snapshot_is_frozen():
+    s = session()
+    snapshot = s.snapshot()
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        snapshot.wall_seconds = 1.0

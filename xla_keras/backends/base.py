@@ -1,0 +1,161 @@
+"""The contract between XlaMonitor and a Keras backend. Pure: typing only.
+
+The monitor (``monitor.py``) keeps Keras's callback hooks, the phase lifecycle
+and the storm action; the session (``session.py``) keeps the statistics. What
+depends on the framework under Keras lives behind this interface:
+
+* step functions: install a wrapper around ``model.<phase>_function`` that
+  reads each call's batches and reports to a ``StepObserver``; remove it;
+* a compile probe: started for the calls the session asks for, it returns a
+  ``CompileObservation`` (what compiled, for how long, how it was measured);
+* JIT modes: apply one, read back what really runs, fall back mid-fit,
+  restore what was changed;
+* profiler traces, distribution facts, what ends an epoch's data, and the
+  Keras call on the stack (for the callback-list guard).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, List, Optional, Protocol, Sequence, Tuple
+
+from ..jitmodes import JitState, ProbeFacts
+from ..session import CallPlan, CompileObservation, Notes
+from ..signatures import InputSignature
+
+
+@dataclass(frozen=True)
+class Distribution:
+    """Facts about the model's distribution strategy."""
+
+    name: str = "default"
+    default: bool = True        # no strategy (the default one)
+    replicas: int = 1
+    multi_worker: bool = False
+    chief: bool = True          # only the chief writes files
+
+
+@dataclass(frozen=True)
+class Installed:
+    """What ``install`` found and left in place: the step function that was
+    there (``before``), the one that runs now, whether the wrapper's install
+    rebuilt it, and whether XLA compiles it now (jit flag or auto-clustering)."""
+
+    before: Any
+    token: Any
+    rebuilt: bool
+    xla_now: bool
+
+
+class StepObserver(Protocol):
+    """What a step wrapper reports to (the monitor)."""
+
+    def active(self) -> bool:
+        """False: run Keras's function untouched (the monitor disabled itself)."""
+
+    def call_unobserved(self, phase: str) -> None:
+        """The call's data cannot be read (e.g. train_on_batch): it runs unobserved."""
+
+    def call_began(self, phase: str, batches: list, start: float) -> Optional[Any]:
+        """Batches pulled for one call; returns a probe handle to stop after the call, or None."""
+
+    def call_ran(self, phase: str, probe: Optional[Any]) -> None:
+        """The call returned: stop the probe, record what it saw."""
+
+    def call_failed(self, phase: str, probe: Optional[Any], began: bool) -> None:
+        """The call raised (the model, the data, Ctrl-C): clean up without masking the error.
+        ``began``: False when pulling its batches failed (call_began never ran)."""
+
+
+class CompileProbe(Protocol):
+    """One report's compile probe."""
+
+    @property
+    def facts(self) -> ProbeFacts: ...
+
+    def configure(self, cache: Optional[dict], multi_worker: bool) -> None:
+        """At the start of each call: the persistent cache; whether probes must stay off."""
+
+    def start(self, plan: CallPlan, jit: JitState) -> Optional[Any]:
+        """A handle, or None when no probe can run (busy profiler: noted)."""
+
+    def stop(self, handle: Any, plan: CallPlan, jit: JitState) -> CompileObservation: ...
+
+    def abandon(self, handle: Any) -> None: ...
+
+
+class Backend(Protocol):
+    """Constructed with the JIT mode; one per monitor."""
+
+    name: str
+    jit_modes: Tuple[str, ...]
+
+    def prepare(self, owner: Any) -> None:
+        """At monitor construction (``owner``: the monitor, which owns the wrappers)."""
+
+    def unsupported(self) -> Optional[str]:
+        """Why this installation cannot be monitored at all (e.g. Keras too old), or None."""
+
+    def foreign_model(self, model: Any) -> Optional[str]:
+        """Why this model cannot be monitored (e.g. not a Keras 3 model), or None."""
+
+    def versions(self) -> dict: ...
+
+    # step functions
+    def signature(self, batch: Any) -> InputSignature: ...
+
+    def install(self, model: Any, phase: str, observer: StepObserver, rebuild: bool = False) -> Installed: ...
+
+    def wrapper(self, phase: str) -> Any: ...
+
+    def wrapped_phases(self) -> List[str]: ...
+
+    def remove(self, model: Any, phase: str) -> None: ...
+
+    def remove_all(self, model: Any) -> None: ...
+
+    def rebuild_functions(self, model: Any, phases: Sequence[str]) -> None:
+        """Rebuild the phases' step functions in place (never None: Keras may be calling them)."""
+
+    def drop_function(self, model: Any, phase: str) -> None:
+        """Let Keras rebuild the phase's function lazily, with the current settings."""
+
+    # compile probe, persistent cache
+    def probe(self, notes: Notes, model: Any, multi_worker: bool) -> CompileProbe: ...
+
+    def cache(self) -> Optional[dict]:
+        """The persistent compilation cache, ``{"dir", "effective"}``, or None."""
+
+    # jit
+    def apply_jit(self, model: Any) -> bool:
+        """Apply the mode; True when every step function must be rebuilt."""
+
+    def read_back(self, model: Any, phase: str) -> JitState: ...
+
+    def fall_back(self, model: Any, reason: str) -> None: ...
+
+    def restore_jit(self, model: Any = None) -> bool:
+        """Put back what was changed; True when the model's setting came back (rebuild its functions)."""
+
+    @property
+    def jit_refusal(self) -> Optional[str]: ...
+
+    # traces, distribution, data, the running call
+    def start_trace(self, directory: str) -> None: ...
+
+    def stop_trace(self) -> None: ...
+
+    def keras_profile_windows(self, model: Any) -> List[Tuple[int, int]]: ...
+
+    def distribution(self, model: Any) -> Distribution: ...
+
+    def train_step(self, model: Any) -> int:
+        """The model's optimizer step count (read once per fit)."""
+
+    def end_of_data(self) -> Tuple[type, ...]: ...
+
+    def running_callback_list(self, model: Any) -> Any: ...
+
+    def running_fit(self, model: Any) -> Any: ...
+
+    def multi_worker_fit_problem(self) -> Optional[str]: ...

@@ -1,0 +1,78 @@
+"""TF_XLA_FLAGS, parsed one way for the whole package. Pure (no TensorFlow import).
+
+TensorFlow reads ``TF_XLA_FLAGS`` once, when it creates its devices: tokens of
+the form ``--name`` or ``--name=value`` (the leading dashes optional), the last
+occurrence of a name winning. An unknown name kills the process at its first
+op, which is why ``xla-keras doctor`` proves a value in a subprocess.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import List, Mapping, Optional
+
+ENV = "TF_XLA_FLAGS"
+CPU_GLOBAL_JIT = "tf_xla_cpu_global_jit"
+AUTO_JIT = "tf_xla_auto_jit"
+PERSISTENT_CACHE = "tf_xla_persistent_cache_directory"
+PERSISTENT_CACHE_READ_ONLY = "tf_xla_persistent_cache_read_only"
+
+
+class XlaFlags:
+    """The tokens of a TF_XLA_FLAGS value."""
+
+    def __init__(self, text: str = ""):
+        self.tokens: List[str] = text.split()
+
+    @classmethod
+    def from_env(cls, env: Optional[Mapping[str, str]] = None) -> "XlaFlags":
+        return cls((os.environ if env is None else env).get(ENV, ""))
+
+    @staticmethod
+    def _split(token: str):
+        name, _, value = token.lstrip("-").partition("=")
+        return name, value
+
+    def value(self, name: str) -> Optional[str]:
+        """The value of ``--name`` (its last occurrence), "" for a bare ``--name``, None when absent."""
+        found = None
+        for token in self.tokens:
+            key, value = self._split(token)
+            if key == name:
+                found = value
+        return found
+
+    def enabled(self, name: str) -> bool:
+        """A boolean flag: present, and not ``=false`` / ``=0``."""
+        value = self.value(name)
+        return value is not None and value.strip().lower() not in ("false", "0")
+
+    def with_value(self, name: str, value: str) -> "XlaFlags":
+        """A copy in which ``--name=value`` replaces every occurrence of ``name`` (appended last)."""
+        out = XlaFlags()
+        out.tokens = [t for t in self.tokens if self._split(t)[0] != name] + [f"--{name}={value}"]
+        return out
+
+    def replacing(self, name: str, value: str) -> "XlaFlags":
+        """A copy with the value of every existing ``--name`` replaced in place (nothing added)."""
+        out = XlaFlags()
+        out.tokens = [f"--{name}={value}" if self._split(t)[0] == name else t for t in self.tokens]
+        return out
+
+    def __str__(self) -> str:
+        return " ".join(self.tokens)
+
+    def __bool__(self) -> bool:
+        return bool(self.tokens)
+
+
+def auto_jit_value(env: Optional[Mapping[str, str]] = None) -> Optional[str]:
+    value = XlaFlags.from_env(env).value(AUTO_JIT)
+    return None if value is None else value.strip().lower()
+
+
+def auto_jit_on(value: Optional[str]) -> bool:
+    """``--tf_xla_auto_jit=1|2|single-gpu(N)|fusible`` turns auto-clustering on."""
+    if value is None:
+        return False
+    return value.startswith(("single-gpu", "fusible")) or (value.lstrip("-").isdigit() and int(value) > 0)

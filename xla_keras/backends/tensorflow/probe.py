@@ -1,0 +1,164 @@
+"""The compile probe on TensorFlow: an in-memory profiler session around exactly the calls that compile.
+
+A probe costs ~8 ms, negligible on a step that compiles for hundreds of ms, so
+only the calls the session asks for are probed (a signature new to the
+function, the first few occurrences under auto-clustering, known ragged
+shapes). What a probe returns, in order of preference:
+
+* XLA's compiler events (TensorFlow 2.18+): one duration per compiled module,
+  from the op that triggered the compile to the end of its last compiler event
+  (``compiles.compile_seconds_from_trace``), ``source="profiler"``;
+* where the compiler emits no events (2.16/2.17 on CPU, known from the version
+  or found out at a step that must have compiled): the span of the op that
+  triggered each compile (``source="op_span"``);
+* a load from the persistent cache: the op's span up to the executable's first
+  run (``cached=True``). A blind probe tells loads from compiles by the cache
+  entries a fresh compile writes.
+If nothing can be timed, the observation says so and the session estimates
+from step time. Only one profiler session may run per process: a busy
+profiler is noted once and the call goes unprobed.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Optional
+
+from ...compiles import (
+    XLA_COMPILE_OP_MIN_SECONDS,
+    cache_loads_from_trace,
+    compile_seconds_from_trace,
+    has_compiler_events,
+    step_kernel_seconds,
+    xla_compile_op_seconds,
+)
+from ...jitmodes import JitState, ProbeFacts
+from ...session import CallPlan, CompileObservation, Notes
+from . import _internals
+
+CACHE_ENTRY_PREFIX = "xla_compile_cache__"
+
+
+def cache_entries(cache_dir: str) -> int:
+    """How many executables TensorFlow's persistent cache holds in ``cache_dir``
+    (one file each): a fresh compile adds one, a load adds none."""
+    try:
+        return sum(1 for name in os.listdir(cache_dir) if name.startswith(CACHE_ENTRY_PREFIX))
+    except OSError:
+        return 0
+
+
+def blind_note(how: str) -> str:
+    return (f"TensorFlow {_internals.versions()['tensorflow']}'s XLA compiler emits no profiler events here ({how}): "
+            "compile seconds are the profiler's span of the op that triggered each compile (the step function's "
+            "kernel under jit_compile=True, each cluster's _XlaCompile op under auto-clustering; "
+            "source='op_span', within a few % of TensorFlow's own compile-time lines), counts come from new input "
+            "signatures (jit on) or compiling _XlaCompile ops (auto-clustering)")
+
+
+class _Handle:
+    __slots__ = ("session", "cache_entries", "tracing_before")
+
+    def __init__(self, session, cache_entries_before, tracing_before):
+        self.session = session
+        self.cache_entries = cache_entries_before
+        self.tracing_before = tracing_before
+
+
+class TensorFlowProbe:
+    """Probes one report's calls; knows whether XLA's compiler can be seen here."""
+
+    def __init__(self, notes: Notes, step_function: Any = lambda phase: None):
+        self.notes = notes
+        self._step_function = step_function  # phase -> the tf.function that runs (tracing counts)
+        self.cache: Optional[dict] = None    # the effective persistent cache: {"dir", "effective"}
+        self.off = ""
+        self.used = self.busy = self.blind = self.xla_ops_seen = False
+        self._sees_compiler = _internals.profiler_sees_xla_compiler()  # True, False, or None: not known here
+        if self._sees_compiler is False:
+            self._go_blind("known for this version on CPU")
+
+    def configure(self, cache: Optional[dict], multi_worker: bool) -> None:
+        """At the start of each call: the persistent cache, and whether probes are off (multi-worker:
+        stopping a profiler session aborted workers, see MULTI_WORKER_PROFILER)."""
+        self.cache = cache if cache and cache.get("effective") else None
+        self.off = "under MultiWorkerMirroredStrategy" if multi_worker else ""
+
+    @property
+    def facts(self) -> ProbeFacts:
+        return ProbeFacts(used=self.used, busy=self.busy, off=self.off, blind=self.blind,
+                          xla_ops_seen=self.xla_ops_seen, framework=f"TensorFlow {_internals.versions()['tensorflow']}")
+
+    def _go_blind(self, how: str) -> None:
+        self.blind = True
+        self.notes.add_once("blind-probe", blind_note(how))
+
+    def start(self, plan: CallPlan, jit: JitState) -> Optional[_Handle]:
+        if self.off:
+            return None
+        step_fn = self._step_function(plan.phase)
+        # A cache load shows no compiler event either: a fresh compile is the one that adds an entry.
+        entries = cache_entries(self.cache["dir"]) if self.cache and (self.blind or jit.active) else None
+        tracing = _internals.tracing_count(step_fn)  # did this call also trace?
+        try:
+            session = _internals.start_probe()
+        except _internals.ProfilerBusy:
+            self.busy = True
+            self.notes.add_once("profiler-busy", "the profiler was busy (another profiling session, e.g. "
+                                "keras.callbacks.TensorBoard(profile_batch=...)): some compile times are estimated "
+                                "from step time minus the steady median")
+            return None
+        return _Handle(session, entries, tracing)
+
+    def abandon(self, handle: Optional[_Handle]) -> None:
+        if handle is not None and handle.session is not None:
+            session, handle.session = handle.session, None
+            _internals.abandon_probe(session)
+
+    def stop(self, handle: _Handle, plan: CallPlan, jit: JitState) -> CompileObservation:
+        session, handle.session = handle.session, None
+        events = _internals.stop_probe(session)
+        self.used = True
+        after = _internals.tracing_count(self._step_function(plan.phase))
+        traced = after is not None and after != handle.tracing_before
+        fresh = (None if handle.cache_entries is None
+                 else max(0, cache_entries(self.cache["dir"]) - handle.cache_entries))
+        modules = compile_seconds_from_trace(events)
+        if modules:
+            return CompileObservation(tuple(modules), "profiler", False, traced)
+        if (self._sees_compiler is None and not self.blind and plan.new and jit.active and fresh != 0
+                and not has_compiler_events(events) and self._op_spans(events, plan, jit)):
+            # Not known for this version and device (2.16/2.17 with an accelerator): jit_compile=True,
+            # an input signature new to the function and a compile-long kernel, yet no compiler event.
+            self._go_blind("no XLA compiler event appeared in the probe of a step that compiled")
+        if self.blind:
+            spans = self._op_spans(events, plan, jit)
+            if spans is None:
+                return CompileObservation((), "op_span", False, traced, measured=False)
+            # Fresh compiles write cache entries; loads do not (nor does a read-only cache: unknown).
+            # Mixed: cannot tell which is which.
+            if fresh is None or not spans:
+                cached = False if not (self.cache and self.cache.get("read_only")) else None
+            else:
+                cached = True if fresh == 0 else False if fresh >= len(spans) else None
+            return CompileObservation(tuple(spans), "op_span", cached, traced)
+        if plan.new and self.cache:
+            loads = cache_loads_from_trace(events)
+            if loads:
+                return CompileObservation(tuple(loads), "profiler", True, traced)
+        return CompileObservation((), "profiler", False, traced)  # nothing compiled (e.g. a lazy cluster)
+
+    def _op_spans(self, events, plan: CallPlan, jit: JitState):
+        if jit.active:
+            # jit_compile=True: one kernel per batch; a batch that compiled did it in its own kernel,
+            # which then runs far longer than a step (a shape new to the ledger may have been compiled
+            # already, e.g. by another monitor's calls: then its kernel is step-sized, no compile).
+            kernels = step_kernel_seconds(events)
+            if len(kernels) != plan.batches:
+                return None  # cannot map kernels to batches: step timing estimates these compiles
+            floor = max(XLA_COMPILE_OP_MIN_SECONDS, 3 * (plan.steady_seconds or 0.0))
+            candidates = plan.new_indices or (range(plan.batches) if plan.ragged_probe else ())
+            return [kernels[i] for i in candidates if kernels[i] >= floor]
+        compiled, ops = xla_compile_op_seconds(events)
+        self.xla_ops_seen = self.xla_ops_seen or ops > 0
+        return compiled

@@ -1,0 +1,83 @@
+"""MonitorConfig: every XlaMonitor argument, validated once. Pure.
+
+Bad input fails at construction with a ValueError / TypeError that names the
+valid choices; values Keras users pass (numpy integers, ``pathlib.Path``,
+``~``) are taken as Keras takes them and normalised here, so the rest of the
+package reads plain ints and strings.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Optional, Tuple, Union
+
+from .arguments import directory, integer
+from .jitmodes import MODES, validate_mode
+from .storms import ON_STORM
+
+UPDATE_FREQS = ("epoch", "batch")
+VERBOSITY = (0, 1, 2)
+
+
+@dataclass(frozen=True)
+class MonitorConfig:
+    """XlaMonitor's arguments (see its docstring), normalised:
+    ``update_freq`` is ``"epoch"`` or an int (``"batch"`` is 1), ``profile``
+    is ``"auto"``, None or a ``(start, stop)`` tuple of ints, ``log_dir`` a
+    str with ``~`` expanded, or None."""
+
+    log_dir: Optional[str] = "logs/xla"
+    jit: str = "keep"
+    storm_threshold: int = 8
+    storm_window: int = 200
+    on_storm: str = "warn"
+    profile: Union[str, None, Tuple[int, int]] = "auto"
+    update_freq: Union[str, int] = "epoch"
+    verbose: int = 1
+    max_records: int = 1000
+
+    def __post_init__(self):
+        fix = lambda name, value: object.__setattr__(self, name, value)  # noqa: E731 - frozen
+        fix("log_dir", directory(self.log_dir, "log_dir"))
+        fix("jit", validate_mode(self.jit, MODES))
+        threshold, window = integer(self.storm_threshold), integer(self.storm_window)
+        if threshold is None or threshold < 2:
+            raise ValueError(f"storm_threshold must be an int >= 2; got {self.storm_threshold!r}")
+        if window is None or window < 1:
+            raise ValueError(f"storm_window must be an int >= 1; got {self.storm_window!r}")
+        fix("storm_threshold", threshold)
+        fix("storm_window", window)
+        if not isinstance(self.on_storm, str) or self.on_storm not in ON_STORM:
+            raise ValueError(f"on_storm must be one of {', '.join(map(repr, ON_STORM))}; got {self.on_storm!r}")
+        fix("profile", _profile(self.profile))
+        fix("update_freq", _update_freq(self.update_freq))
+        if integer(self.verbose) not in VERBOSITY:
+            raise ValueError(f"verbose must be 0, 1 or 2; got {self.verbose!r}")
+        fix("verbose", integer(self.verbose))
+        if integer(self.max_records) is None or self.max_records < 1:
+            raise ValueError(f"max_records must be an int >= 1; got {self.max_records!r}")
+        fix("max_records", integer(self.max_records))
+
+    @property
+    def steps_per_scalar(self) -> Optional[int]:
+        """Write ``xla/step_time_ms`` every this many steady steps; None: once per epoch."""
+        return None if self.update_freq == "epoch" else self.update_freq
+
+
+def _profile(profile: Any) -> Union[str, None, Tuple[int, int]]:
+    if profile is None or isinstance(profile, str) and profile == "auto":
+        return profile
+    steps = tuple(map(integer, profile)) if isinstance(profile, (tuple, list)) and len(profile) == 2 else (None,)
+    if None in steps or not 1 <= steps[0] <= steps[1]:
+        raise ValueError(f"profile must be 'auto', None or (start, stop) train steps with 1 <= start <= stop; "
+                         f"got {profile!r}")
+    return steps
+
+
+def _update_freq(update_freq: Any) -> Union[str, int]:
+    if integer(update_freq) is not None and integer(update_freq) >= 1:
+        return integer(update_freq)
+    if isinstance(update_freq, str) and update_freq in UPDATE_FREQS:
+        return "epoch" if update_freq == "epoch" else 1
+    raise ValueError(f"update_freq must be one of {', '.join(map(repr, UPDATE_FREQS))} or an int >= 1; "
+                     f"got {update_freq!r}")

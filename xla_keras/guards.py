@@ -1,0 +1,104 @@
+"""The monitor never kills training by accident, and never leaves a mess behind.
+
+Three guards:
+
+* ``guarded``: around every hook and step-path method of the monitor. An error
+  of its own is logged once, the monitor disables itself (giving back the
+  profiler, the flags and the wrappers) and training goes on. Only a storm
+  with ``on_storm="raise"`` and an unwritable log_dir stop a fit, by design.
+* ``guard_callback_list``: wraps the hooks of the running call's Keras
+  CallbackList, once per list, so that an exception escaping *any* callback
+  reaches every monitor of the call before it reaches the user (Keras then
+  skips the end hooks, and the step wrapper never sees an error raised between
+  steps). As a backstop for what no hook sees (a Ctrl-C in Keras's own loop
+  code), a monitor also cleans up when the list is freed, i.e. when the call's
+  frames are gone, if its end hook never ran.
+* ``flush_at_exit``: at interpreter exit, a run interrupted outside the
+  monitor's reach still gets its profiler freed, its flags restored and its
+  files flushed.
+"""
+
+from __future__ import annotations
+
+import functools
+import weakref
+from typing import Any, Callable, Tuple
+
+GUARDED_HOOKS = ("on_epoch_begin", "on_epoch_end", "on_train_batch_begin", "on_train_batch_end", "on_train_end",
+                 "on_test_begin", "on_test_end", "on_test_batch_begin", "on_test_batch_end",
+                 "on_predict_begin", "on_predict_end", "on_predict_batch_begin", "on_predict_batch_end")
+
+
+def guarded(*passthrough: type) -> Callable:
+    """Decorate a monitor method: skipped once the monitor is disabled; an
+    exception other than ``passthrough`` ones disables the monitor instead of
+    reaching Keras."""
+
+    def decorate(method):
+        @functools.wraps(method)
+        def run(self, *args, **kwargs):
+            if not self._enabled:
+                return None
+            try:
+                return method(self, *args, **kwargs)
+            except passthrough:
+                raise
+            except Exception as error:  # noqa: BLE001 - by design, see the module's docstring
+                self._disable(error)
+                return None
+
+        return run
+
+    return decorate
+
+
+def guard_callback_list(monitor: Any, callback_list: Any, end_of_data: Tuple[type, ...]) -> None:
+    """See the module's docstring. ``end_of_data``: what Keras catches to end an epoch
+    (it goes on after those: they are no error)."""
+    if callback_list is None:
+        return
+    token = monitor._call_token = object()
+    weakref.finalize(callback_list, _call_gone, weakref.ref(monitor), token)
+    if getattr(callback_list, "_xla_keras_guarded", False):
+        return
+
+    list_ref = weakref.ref(callback_list)  # no cycle: the list must be freed with the call's frames
+
+    def guard(hook):  # the class's function: a bound method would hold the list too
+        @functools.wraps(hook)
+        def run(*args, **kwargs):
+            try:
+                return hook(list_ref(), *args, **kwargs)
+            except end_of_data:
+                raise  # Keras ends the epoch on these and goes on (catch_stop_iteration)
+            except BaseException:
+                for cb in getattr(list_ref(), "callbacks", []):
+                    if getattr(cb, "_xla_keras_monitor", False):
+                        cb._on_callback_error()
+                raise
+        return run
+
+    for name in GUARDED_HOOKS:
+        hook = getattr(type(callback_list), name, None)
+        if hook is not None:
+            setattr(callback_list, name, guard(hook))  # instance attributes: gone with the list
+    callback_list._xla_keras_guarded = True
+
+
+def _call_gone(ref, token) -> None:
+    """The CallbackList of a monitored call was freed: if that call never
+    reached its end hook, clean up now."""
+    monitor = ref()
+    if monitor is not None and monitor._call_token is token:
+        monitor._on_callback_error()
+
+
+def flush_at_exit(ref) -> None:
+    """Backstop for runs interrupted outside the monitor's reach (registered with atexit)."""
+    monitor = ref()
+    if monitor is None:
+        return
+    try:
+        monitor._release(at_exit=True)
+    except Exception:  # noqa: BLE001 - interpreter shutdown: best effort
+        pass

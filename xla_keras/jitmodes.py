@@ -1,0 +1,87 @@
+"""JIT modes and the verdict of what really ran. Pure: backends apply the modes.
+
+``JitState`` is what a backend read back from the step function that runs:
+the report's ``jit_active`` / ``jit_reason`` start from it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Optional, Tuple
+
+MODES = ("keep", "on", "off", "autoclustering")
+
+
+def validate_mode(mode: Any, modes=MODES) -> str:
+    if not isinstance(mode, str) or mode not in modes:
+        raise ValueError(f"jit must be one of {', '.join(repr(m) for m in modes)}; got {mode!r}")
+    return mode
+
+
+@dataclass
+class JitState:
+    """What the monitor asked for, what runs, and why, in words."""
+
+    requested: str
+    active: Optional[bool] = None
+    reason: str = ""
+    autoclustering: bool = False  # clusters may compile (verified by the probe)
+
+    @property
+    def xla_expected(self) -> bool:
+        """Whether an input signature new to the function counts as a compile."""
+        return bool(self.active or self.autoclustering)
+
+    def words(self) -> str:
+        return {True: "ON", False: "OFF", None: "pending (auto-clustering: compiles will tell)"}[self.active]
+
+
+@dataclass(frozen=True)
+class ProbeFacts:
+    """What the compile probes could see, for the verdict and the report."""
+
+    used: bool = False          # at least one probe ran
+    busy: bool = False          # the profiler was busy at least once
+    off: str = ""               # why probes are off by design, e.g. "under MultiWorkerMirroredStrategy"
+    blind: bool = False         # the framework's XLA compiler emits no profiler events here
+    xla_ops_seen: bool = False  # an auto-clustered graph's compile op ran in a probe
+    framework: str = ""         # e.g. "TensorFlow 2.16.2", for the reasons
+
+    @property
+    def label(self) -> str:
+        """``report.probe``: how compile seconds were obtained."""
+        if (self.busy or self.off) and not self.used:
+            return "timing"
+        return "profiler+timing" if self.busy else "profiler"
+
+
+def verdict(state: JitState, probe: ProbeFacts, *, measured: int, compiled: int, steps: int,
+            fell_back: bool) -> Tuple[Optional[bool], str]:
+    """The report's (jit_active, jit_reason): the read-back, checked against what the probes saw.
+
+    ``measured``: compiles a probe saw (not estimated); ``compiled``: every compile counted.
+    Never says XLA is off when a probe saw it compile; under auto-clustering only compiles
+    actually seen prove that XLA ran, and a probe that could not look proves nothing."""
+    if measured and not state.active and not state.autoclustering:
+        if fell_back:
+            return False, f"{state.reason}; XLA compiled {measured} module(s) before the switch"
+        return True, (f"{state.reason}; but the profiler saw XLA compile {measured} module(s): something "
+                      "else enabled XLA (e.g. TF_XLA_FLAGS=--tf_xla_auto_jit)")
+    if not state.autoclustering:
+        return state.active, state.reason
+    if compiled and measured:
+        return True, f"{state.reason}; {compiled} cluster module(s) compiled (seen by the profiler)"
+    if probe.off and not probe.used:
+        return None, f"{state.reason}; not verified: the profiler stays off {probe.off} (see notes)"
+    if probe.busy and not probe.used:
+        return None, f"{state.reason}; not verified: the profiler was busy"
+    if probe.blind:
+        # No compiler events to read, and no cluster's compile op compiled in a probed step:
+        # that may be lazy compilation or a cluster the probes missed, not proof that nothing compiled.
+        return None, (f"{state.reason}; not verified: {probe.framework}'s XLA compiler emits no profiler events "
+                      "here, and no cluster's _XlaCompile op compiled in a probed step"
+                      + (" (clusters did run)" if probe.xla_ops_seen else ""))
+    if steps:
+        return False, (f"{state.reason}, but no cluster compiled: TensorFlow found nothing worth "
+                       "clustering, or the CPU global-jit flag was set after TensorFlow created its devices")
+    return None, state.reason

@@ -1,0 +1,81 @@
+"""What the monitor writes for TensorBoard and for tools: names, layout, report schema. Pure.
+
+In the spirit of TensorBoard's ``plugins/*/metadata.py``: the writer
+(``sink.py``) and every reader (``xla-keras report``, the XLA tab) share these
+constants, and ``parse_report`` reads every report version written so far.
+
+Report schema versions (``xla_report.json``, ``XlaReport.to_dict()``):
+
+* 1 - xla_keras 0.1: no ``schema_version`` key; ``source`` is "profiler" or
+  "timing"; ``cached`` is a bool.
+* 2 - xla_keras 0.2: ``schema_version``; ``source`` may be "op_span" (TensorFlow
+  2.16/2.17), ``cached`` may be null (unknown). Keys are only ever added.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Dict, Optional
+
+# Runs, as keras.callbacks.TensorBoard names them.
+RUNS = {"train": "train", "test": "validation"}
+REPORT_FILE = "xla_report.json"
+
+TAG_STEP_TIME = "xla/step_time_ms"
+TAG_STEADY_STEP_TIME = "xla/steady_step_time_ms"
+TAG_COMPILATIONS = "xla/compilations"
+TAG_COMPILE_TIME = "xla/compile_time_ms"
+TAG_DISTINCT_SIGNATURES = "xla/distinct_signatures"
+TAG_STORM = "xla/storm"
+TAG_REPORT = "xla/report"
+SCALAR_TAGS = (TAG_STEP_TIME, TAG_STEADY_STEP_TIME, TAG_COMPILATIONS, TAG_COMPILE_TIME, TAG_DISTINCT_SIGNATURES,
+               TAG_STORM)
+
+# The custom-scalars layout: one category, four charts (title, tags).
+LAYOUT_CATEGORY = "XLA"
+LAYOUT_CHARTS = (
+    ("step time vs steady step time (ms)", (TAG_STEP_TIME, TAG_STEADY_STEP_TIME)),
+    ("compilations and distinct signatures", (TAG_COMPILATIONS, TAG_DISTINCT_SIGNATURES)),
+    ("compile time (ms)", (TAG_COMPILE_TIME,)),
+    ("recompilation storms", (TAG_STORM,)),
+)
+
+SCHEMA_VERSION = 2
+
+
+@dataclass(frozen=True)
+class ParsedReport:
+    """A report read from its JSON form, and what the reader should know about it."""
+
+    report: Any                    # XlaReport
+    schema_version: int            # as written (1 for files without the key)
+    newer: bool                    # written by a newer xla_keras: keys this one does not know were skipped
+    message: Optional[str] = None  # say this to the user when set
+
+
+def parse_report(data: Dict[str, Any]) -> ParsedReport:
+    """Read a report dict of any schema version written so far.
+
+    Older versions are migrated (missing keys take their defaults); a newer
+    version is read for the keys this version knows, and ``message`` says so.
+    Raises ValueError for something that is not a report at all."""
+    from .report import XlaReport
+    if not isinstance(data, dict):
+        raise ValueError(f"a JSON {type(data).__name__}, not an XlaMonitor report")
+    version = data.get("schema_version", 1)
+    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+        raise ValueError(f"schema_version must be an int >= 1; got {version!r}")
+    if "jit_mode" not in data and "compilations" not in data:
+        raise ValueError("no jit_mode or compilations key: not an XlaMonitor report")
+    report = XlaReport.from_dict(_migrate(data, version))
+    if version > SCHEMA_VERSION:
+        from . import __version__
+        return ParsedReport(report, version, True, f"written by a newer xla_keras (report schema {version}; this is "
+                            f"xla_keras {__version__}, schema {SCHEMA_VERSION}): only the keys this version knows "
+                            "are shown")
+    return ParsedReport(report, version, False)
+
+
+def _migrate(data: Dict[str, Any], version: int) -> Dict[str, Any]:
+    # 1 -> 2 only added keys and values (defaults fill them in): nothing to rewrite yet.
+    return data

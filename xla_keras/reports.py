@@ -1,0 +1,94 @@
+"""One report per model: what a report is made of, and the book of them a monitor keeps. No TensorFlow.
+
+A monitor may see several models (a notebook that builds a second one, a
+script that fits a teacher then a student). Their counts must never merge: each
+model gets a ``ModelReport`` (its session, output sink, trace windows, probe
+and JIT read-back), the first in the monitor's ``log_dir`` and the N-th in
+``log_dir/model_N``. A model watched again resumes its own report. A
+re-compiled model is the same model object, so the same report.
+"""
+
+from __future__ import annotations
+
+import os
+import weakref
+from typing import Any, Callable, List, Optional
+
+from .cache import CacheAccount
+from .config import MonitorConfig
+from .jitmodes import JitState, ProbeFacts
+from .report import XlaReport
+from .session import ReportContext, Session, build_report
+from .sink import OutputSink
+from .traces import TraceWindows
+
+
+class ModelReport:
+    """Everything one model's report is made of."""
+
+    def __init__(self, config: MonitorConfig, log_dir: Optional[str], traces_backend: Any,
+                 missing_viewer: Callable[[], Optional[str]]):
+        self.session = Session(config)
+        self.sink = OutputSink(log_dir)
+        self.traces = TraceWindows(config.profile, traces_backend, self.session.notes, missing_viewer)
+        self.error: Optional[str] = None            # why the monitor disabled itself, if it did
+        self.probe: Any = None                      # the backend's compile probe, made at the first call
+        self.jit_state = JitState(config.jit)       # the read-back of the function that runs
+        self.cache: Optional[dict] = None           # the persistent compilation cache, if any
+        self.cache_account = CacheAccount(None, "", config.jit)
+
+    def build(self, jit_mode: str, refused: Optional[str], versions: dict) -> XlaReport:
+        notes = []
+        if self.cache and not self.cache["effective"]:
+            notes.append(f"the persistent compilation cache at {self.cache['dir']} was configured too late for "
+                         "this process (after TensorFlow read its flags): nothing is cached or loaded. Fix: "
+                         "xla_keras.configure(cache_dir=...) right after import, before any model is built, or "
+                         "TF_XLA_FLAGS=--tf_xla_persistent_cache_directory=DIR at start")
+        account = self.cache_account
+        if account.loads_unknown:
+            notes.append(f"{account.loads_unknown} executable(s) came from the persistent cache with no fresh "
+                         "compile time on record, so what they saved is not counted")
+        if self.error:
+            notes.append(self.error)
+        return build_report(self.session.snapshot(), ReportContext(
+            jit_mode=jit_mode, jit_state=self.jit_state,
+            probe=self.probe.facts if self.probe is not None else ProbeFacts(), traces=tuple(self.traces.saved),
+            cache_saved_seconds=account.saved_seconds if account.loads_known else None, extra_notes=tuple(notes),
+            refused=refused, log_dir=self.sink.log_dir if self.sink.writes and not refused else None,
+            versions=versions))
+
+
+class ReportBook:
+    """The reports of one monitor, one per model, in the order the models were first seen."""
+
+    def __init__(self, make: Callable[[Optional[str]], ModelReport], log_dir: Optional[str]):
+        self._make = make
+        self._log_dir = log_dir
+        self._entries: List[tuple] = []  # (the model, weakly; its report); the current one last
+        self._order: List[ModelReport] = []  # the reports in the order their models were first seen
+        self.current: ModelReport = make(log_dir)
+
+    def watch(self, model: Any) -> bool:
+        """Make ``model``'s report the current one; True when it is a model not seen before and
+        not the first (a new report, with files of its own)."""
+        if self._entries and self._entries[-1][0]() is model:
+            return False
+        known = next((entry for entry in self._entries if entry[0]() is model), None)
+        if self._entries:
+            self.current.sink.close()  # reopened lazily if that model comes back
+        if known is not None:
+            self._entries.remove(known)
+            self._entries.append(known)
+            self.current = known[1]
+            return False
+        new = bool(self._entries)
+        if new:
+            n = len(self._entries) + 1
+            self.current = self._make(None if self._log_dir is None else os.path.join(self._log_dir, f"model_{n}"))
+        self._entries.append((weakref.ref(model), self.current))
+        self._order.append(self.current)
+        return new
+
+    def all(self) -> List[ModelReport]:
+        """Every model's report, in the order the models were first seen."""
+        return list(self._order) or [self.current]

@@ -1,0 +1,132 @@
+"""Profiler trace windows for TensorBoard's Profile tab: when to open one, and closing only ours.
+
+``profile="auto"`` opens one window of 5 steady train steps after warm-up (at
+least 10 steps into the fit and 5 since the last new input signature), and,
+after a storm opens, one on the next recompiling train step;
+``profile=(start, stop)`` traces those train steps; None traces nothing. A
+window yields to ``keras.callbacks.TensorBoard(profile_batch=...)`` and to any
+other profiler (skipped with one note: only what we started is ever stopped),
+ends where validation begins (validation steps are probed, not traced; a
+user's range resumes after it), and is not opened under multi-worker training
+unless the user asked for a range. The backend starts and stops the profiler.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any, Callable, List, Optional
+
+from .session import Notes
+
+STEADY_WINDOW_STEPS = 5
+WARM_UP_STEPS = 10
+
+
+class TraceWindows:
+    def __init__(self, profile: Any, backend_traces: Any, notes: Notes,
+                 missing_viewer: Callable[[], Optional[str]] = lambda: None):
+        self.profile = profile
+        self._backend = backend_traces  # start_trace(dir), stop_trace()
+        self.notes = notes
+        self._missing_viewer = missing_viewer  # how to get the Profile tab, when it is not installed
+        self.open: Optional[dict] = None   # the window we opened: kind, stop_step, dir, started
+        self.saved: List[str] = []         # "kind: session dir" of every window saved
+        self._plan: dict = {}
+        self._fit_first_step = 1
+
+    def begin_fit(self, first_step: int, keras_profiles: bool) -> None:
+        """A fit starts at train step ``first_step``; ``keras_profiles``: keras's TensorBoard profiles it."""
+        self._fit_first_step = first_step
+        self._plan = {"steady": False, "storm": False, "range": False, "storm_pending": False,
+                      "keras_profiles": keras_profiles and self.profile == "auto"}
+        if self._plan["keras_profiles"]:
+            self.notes.add_once("keras-profiles", "keras.callbacks.TensorBoard(profile_batch=...) profiles this fit: "
+                                "the monitor's automatic traces stay out of its way")
+        if isinstance(self.profile, tuple) and self.profile[1] < first_step:
+            self.notes.add_once("range-behind", f"profile={self.profile} names train steps before this fit's first "
+                                f"step ({first_step}; steps count from optimizer.iterations, across fits): "
+                                "nothing is traced", warn=True)
+
+    def storm_opened(self) -> None:
+        if self.profile == "auto" and not self._plan.get("storm"):
+            self._plan["storm_pending"] = True  # trace the next recompiling train step
+
+    def maybe_start(self, phase: str, last_step: int, batches: int, has_new: bool, last_new_step: int,
+                    log_dir: Optional[str], multi_worker: bool) -> bool:
+        """Open a window if this train call should be in one. True if the call runs inside a window."""
+        if self.open is not None:
+            return True
+        if phase != "train" or self.profile is None or log_dir is None:
+            return False
+        plan, first = self._plan, last_step + 1
+        kind = stop = None
+        if isinstance(self.profile, tuple):
+            start, end = self.profile
+            if not plan.get("range") and first <= end and first + batches - 1 >= start:  # the call overlaps
+                kind, stop = "range", end
+        elif plan.get("keras_profiles") or multi_worker:
+            return False  # keras's TensorBoard profiles this fit / multi-worker: only ranges the user asked for
+        elif plan.get("storm_pending") and has_new:
+            kind, stop = "storm", last_step + batches  # one recompiling step
+        elif (not plan.get("steady") and not has_new and first >= self._fit_first_step + WARM_UP_STEPS
+              and first - last_new_step > STEADY_WINDOW_STEPS):
+            kind, stop = "steady", last_step + STEADY_WINDOW_STEPS
+        if kind is None:
+            return False
+        plan[kind] = True
+        if kind == "storm":
+            plan["storm_pending"] = False
+        run_dir = os.path.join(log_dir, "train")
+        try:
+            self._backend.start_trace(run_dir)
+        except Exception as error:  # noqa: BLE001 - another profiler: skip, never crash
+            self.notes.add_once("trace-busy", f"skipped a profiler trace: another profiler is running ({error!r}); "
+                                "stop only what we started")
+            return False
+        self.open = {"kind": kind, "stop_step": stop, "dir": run_dir, "started": time.time()}
+        return True
+
+    def after_step(self, phase: str, step: int) -> None:
+        if self.open is not None and phase == "train" and step >= self.open["stop_step"]:
+            self.stop()
+
+    def validation_begins(self, train_step: int) -> None:
+        """A train window ends where validation begins; the user's own range resumes after it."""
+        if self.open is None:
+            return
+        kind, stop = self.open["kind"], self.open["stop_step"]
+        self.stop()
+        if kind == "range" and train_step < stop:
+            self._plan["range"] = False
+            self.notes.add_once("range-split", f"profile={self.profile}: validation ran inside the range, so its "
+                                "trace is split in two sessions (validation steps are not traced)")
+
+    def stop(self) -> Optional[str]:
+        """Stop the window we opened (and only that one); returns the saved session dir."""
+        window, self.open = self.open, None
+        if window is None:
+            return None
+        try:
+            self._backend.stop_trace()
+        except Exception as error:  # noqa: BLE001 - the window is lost, training goes on
+            self.notes.add_once("trace-stop", f"a profiler trace could not be saved: {error!r}", warn=True)
+            return None
+        profile_dir = os.path.join(window["dir"], "plugins", "profile")
+        sessions = sorted((os.path.join(profile_dir, d) for d in os.listdir(profile_dir)), key=os.path.getmtime) \
+            if os.path.isdir(profile_dir) else []
+        if not sessions:
+            return None
+        self.saved.append(f"{window['kind']}: {sessions[-1]}")
+        fix = self._missing_viewer()
+        if fix:
+            self.notes.add_once("profile-tab", "profiler traces were written, but the Profile tab's plugin is not "
+                                f"installed, so TensorBoard will not show them. Fix: {fix}")
+        return sessions[-1]
+
+    def stop_quietly(self) -> None:
+        """On an error path: never raise."""
+        try:
+            self.stop()
+        except Exception:  # noqa: BLE001 - already failing
+            pass
