@@ -24,7 +24,9 @@ def _normalise(line):
     """A TensorFlow line without what changes from run to run (time, pid, addresses, numbers)."""
     line = re.sub(r"^\d{4}-\d\d-\d\d [\d:.]+: ", "", line)
     line = re.sub(r"^([IWEF])\d{4} [\d:.]+\s+\d+ ", r"\1 ", line)
-    return re.sub(r"0x[0-9a-f]+|\d+(\.\d+)?", "N", line).strip()
+    line = re.sub(r"0x[0-9a-f]+|\d+(\.\d+)?", "N", line).strip()
+    # a duration's unit follows its size: one compile printed "N ms" in one fit, "N s" in the other
+    return re.sub(r"\bN ?(ns|us|µs|ms|s|min|h)\b", "N T", line)
 
 
 @pytest.fixture(scope="module")
