@@ -32,6 +32,39 @@ def run(cmd, **kwargs):
     return proc.stdout
 
 
+# The XLA tab from the wheel: TensorBoard's entry point loads the plugin, which serves its static files
+# and reads the quick start's run through TensorBoard's own data provider.
+TAB_CHECK = r"""
+import json, sys
+from importlib.metadata import entry_points
+from tensorboard.backend import application
+from tensorboard.backend.event_processing import data_ingester, data_provider, plugin_event_multiplexer
+from tensorboard.plugins import base_plugin
+from werkzeug.test import Client
+logdir = sys.argv[1]
+found = [e for e in entry_points(group="tensorboard_plugins") if e.name == "xla_keras"]
+assert len(found) == 1, f"tensorboard_plugins entry points: {list(entry_points(group='tensorboard_plugins'))}"
+multiplexer = plugin_event_multiplexer.EventMultiplexer(
+    size_guidance=data_ingester.DEFAULT_SIZE_GUIDANCE, tensor_size_guidance=data_ingester.DEFAULT_TENSOR_SIZE_GUIDANCE)
+multiplexer.AddRunsFromDirectory(logdir)
+multiplexer.Reload()
+provider = data_provider.MultiplexerDataProvider(multiplexer, logdir)
+plugin = found[0].load()(base_plugin.TBContext(logdir=logdir, data_provider=provider, multiplexer=multiplexer))
+client = Client(application.TensorBoardWSGI([plugin], data_provider=provider))
+listing = json.loads(client.get("/data/plugins_listing").get_data())["xla_keras"]
+assert listing["enabled"] and listing["tab_name"] == "XLA", listing
+for name in ("index.js", "style.css"):
+    response = client.get("/data/plugin/xla_keras/static/" + name)
+    assert response.status_code == 200 and len(response.get_data()) > 500, (name, response.status_code)
+runs = json.loads(client.get("/data/plugin/xla_keras/runs").get_data())["runs"]
+assert [r["run"] for r in runs] == ["."] and runs[0]["message"] is None, runs
+view = json.loads(client.get("/data/plugin/xla_keras/report?run=.").get_data())
+report = json.load(open(logdir + "/xla_report.json"))
+assert len(view["ledger"]) == len(report["compilations"]), (view, report)
+print(f"the XLA tab loaded through its entry point and served the run ({len(view['ledger'])} compiles)")
+"""
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--work-dir", default=None)
@@ -60,9 +93,10 @@ def main() -> int:
     quick = run([python, "quickstart.py", "--log-dir", os.path.join(outside, "logs"), "--epochs", "2"], cwd=outside)
     if "XLA report" not in quick or not os.path.isfile(os.path.join(outside, "logs", "xla_report.json")):
         sys.exit(f"package check: the quick start ran but printed no report or wrote no xla_report.json:\n{quick}")
+    tab = run([python, "-c", TAB_CHECK, os.path.join(outside, "logs")], cwd=outside).strip()
     print(f"built {os.path.basename(wheels[0])} and {os.path.basename(sdists[0])}; in a clean venv: "
           f"`xla-keras --version` -> {from_wheel!r}, `python -m xla_keras --version` -> {from_module!r}, the quick "
-          f"start printed its report and wrote xla_report.json ({time.monotonic() - start:.0f} s)")
+          f"start printed its report and wrote xla_report.json; {tab} ({time.monotonic() - start:.0f} s)")
     if not args.work_dir:
         shutil.rmtree(work, ignore_errors=True)
     return 0

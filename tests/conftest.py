@@ -1,5 +1,6 @@
 """Session fixtures: the ground-truth scenarios, run once in subprocesses."""
 
+import signal
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -60,3 +61,11 @@ def scenario_runs(tmp_path_factory):
         return results[key]
 
     return get
+
+
+def pytest_configure(config):
+    # A shell without job control starts background commands with SIGINT ignored, and then Python
+    # never installs its Ctrl-C handler: `_thread.interrupt_main()` (the real Ctrl-C of the fault
+    # tests) would do nothing. Give the tests the handler an interactive Python has.
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)

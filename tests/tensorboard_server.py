@@ -33,7 +33,7 @@ def get_json(url, timeout=30):
 
 
 @contextlib.contextmanager
-def running_tensorboard(log_dir, work_dir, ready=None, timeout=120):
+def running_tensorboard(log_dir, work_dir, ready=None, timeout=120, args=()):
     """Yield the base URL of a tensorboard serving ``log_dir`` once
     ``ready(base)`` is true (default: it answers at all)."""
     ready = ready or (lambda base: get(base + "/data/plugins_listing", timeout=5) is not None)
@@ -41,7 +41,7 @@ def running_tensorboard(log_dir, work_dir, ready=None, timeout=120):
     server_log = os.path.join(str(work_dir), "tensorboard.log")
     log_file = open(server_log, "w")
     port = free_port()
-    proc = subprocess.Popen([binary, "--logdir", str(log_dir), "--host", "127.0.0.1", "--port", str(port)],
+    proc = subprocess.Popen([binary, "--logdir", str(log_dir), "--host", "127.0.0.1", "--port", str(port), *args],
                             stdout=log_file, stderr=subprocess.STDOUT)
     base = f"http://127.0.0.1:{port}"
     try:

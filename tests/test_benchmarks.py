@@ -20,6 +20,7 @@ EXPECT = {
     "cold_start.py": ["quickstart  yes", "storm       yes", "loaded"],
     "strategy_overhead.py": ["Mirrored (2 logical CPUs)", "MultiWorker (2 workers)", "eager pull", "vs bare"],
     "step_path.py": ["XlaMonitor(update_freq='epoch')", "XlaMonitor(update_freq='batch')", "us per step"],
+    "tab_backend.py": ["the ledger has 100 rows", "opening the tab", "ms of backend time"],
 }
 
 
@@ -33,7 +34,7 @@ def quick_runs():
 
     # The slowest first, so that the pairs finish together.
     order = ["cold_start.py", "strategy_overhead.py", "storm_payoff.py", "accuracy.py", "overhead.py",
-             "import_time.py", "memory.py", "step_path.py"]
+             "import_time.py", "memory.py", "step_path.py", "tab_backend.py"]
     with ThreadPoolExecutor(2) as pool:
         return dict(zip(order, pool.map(run, order)))
 

@@ -11,7 +11,7 @@ from xla_keras.storms import Storm
 
 # The to_dict() keys are a contract (DESIGN §2): written out here so a rename fails.
 COMPILATION_KEYS = ["phase", "step", "signature", "seconds", "source", "cached", "step_seconds", "traced",
-                    "call_batches", "call_compiles"]
+                    "call_batches", "call_compiles", "last_batch"]
 SLOW_STEP_KEYS = ["phase", "step", "seconds", "steady_seconds", "signature"]
 REPORT_KEYS = [
     "jit_mode", "jit_active", "jit_reason", "compilations", "compilation_count", "compilations_dropped",
@@ -291,9 +291,9 @@ def test_reports_carry_their_schema_version_and_parse_back():
     from xla_keras.metadata import SCHEMA_VERSION, parse_report
     report = full_report()
     data = report.to_dict()
-    assert data["schema_version"] == SCHEMA_VERSION == 2
+    assert data["schema_version"] == SCHEMA_VERSION == 3
     parsed = parse_report(json.loads(json.dumps(data)))
-    assert parsed.schema_version == 2 and not parsed.newer and parsed.message is None
+    assert parsed.schema_version == 3 and not parsed.newer and parsed.message is None
     assert parsed.report.to_dict() == data
 
 

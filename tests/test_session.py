@@ -205,3 +205,18 @@ def test_the_snapshot_is_frozen():
     snapshot = s.snapshot()
     with pytest.raises(dataclasses.FrozenInstanceError):
         snapshot.wall_seconds = 1.0
+
+
+def test_a_compile_on_the_last_step_of_a_run_is_marked_last_batch():
+    clock = Clock()
+    s = session(clock)
+    for rows in (8, 8, 8, 4):  # a partial last batch compiles at the epoch's last step
+        step(s, clock, sig(rows), 0.3 if rows == 4 or clock.now == 100.0 else 0.01,
+             observation=CompileObservation((0.25,), "profiler") if rows == 4 or clock.now == 100.0 else None)
+    s.end_of_run("train")
+    step(s, clock, sig(8, length=9), 0.3, observation=CompileObservation((0.25,), "profiler"))  # epoch 2, step 5
+    step(s, clock, sig(8), 0.01)
+    s.end_of_run("train")
+    records = s.phases["train"].records
+    assert [(r.step, r.last_batch) for r in records] == [(1, False), (4, True), (5, False)]
+    assert s.snapshot().phases["train"].records[1].last_batch is True

@@ -24,7 +24,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Everything but the callback (monitor.py imports Keras) and the tools: the core split keeps these pure.
 PURE_MODULES = ("signatures", "timing", "compiles", "report", "storms", "config", "session", "sink", "traces",
                 "metadata", "files", "jitmodes", "errors", "cache", "reports", "quiet", "guards", "arguments",
-                "explain", "backends", "backends.base", "backends.tensorflow", "backends.tensorflow.flags")
+                "explain", "backends", "backends.base", "backends.tensorflow", "backends.tensorflow.flags",
+                "tensorboard", "tensorboard.views")
 _PURE_IMPORT = (
     "import importlib, sys, xla_keras\n"
     f"for m in {PURE_MODULES!r}: importlib.import_module('xla_keras.' + m)\n"

@@ -10,10 +10,21 @@ Report schema versions (``xla_report.json``, ``XlaReport.to_dict()``):
   "timing"; ``cached`` is a bool.
 * 2 - xla_keras 0.2: ``schema_version``; ``source`` may be "op_span" (TensorFlow
   2.16/2.17), ``cached`` may be null (unknown). Keys are only ever added.
+* 3 - a compile's ``last_batch`` (it happened on the last step of an epoch or
+  of an evaluate / predict run).
+
+The XLA tab reads the report from the event files, not from the loose JSON
+file (TensorBoard's data provider serves summaries only): the same dict,
+gzip-compressed JSON in a string tensor under ``TAG_REPORT_DATA`` with
+``PLUGIN_NAME`` as its plugin, in the ``train`` run. ``PLUGIN_CONTENT`` in
+the summary's metadata names the encoding, so the encoding can change later.
 """
 
 from __future__ import annotations
 
+import gzip
+import io
+import json
 from dataclasses import dataclass
 from typing import Any, Dict, Optional
 
@@ -28,6 +39,12 @@ TAG_COMPILE_TIME = "xla/compile_time_ms"
 TAG_DISTINCT_SIGNATURES = "xla/distinct_signatures"
 TAG_STORM = "xla/storm"
 TAG_REPORT = "xla/report"
+# The XLA tab (xla_keras.tensorboard): its plugin name, shared by the writer (sink.py) and the
+# reader (the tab's backend), and the report it reads.
+PLUGIN_NAME = "xla_keras"
+TAG_REPORT_DATA = "xla/report_data"
+PLUGIN_CONTENT = b'{"encoding": "gzip+json", "version": 1}'
+MAX_REPORT_DATA_BYTES = 64 * 1024 * 1024  # a decompressed report larger than this is not ours
 SCALAR_TAGS = (TAG_STEP_TIME, TAG_STEADY_STEP_TIME, TAG_COMPILATIONS, TAG_COMPILE_TIME, TAG_DISTINCT_SIGNATURES,
                TAG_STORM)
 
@@ -40,7 +57,32 @@ LAYOUT_CHARTS = (
     ("recompilation storms", (TAG_STORM,)),
 )
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
+
+
+def encode_report_data(report_dict: Dict[str, Any]) -> bytes:
+    """The report dict as the tab's summary holds it (compact JSON, gzip: ~10x smaller)."""
+    return gzip.compress(json.dumps(report_dict, separators=(",", ":"), sort_keys=True).encode("utf-8"), 6)
+
+
+def decode_report_data(data: bytes) -> Dict[str, Any]:
+    """Inverse of :func:`encode_report_data`; ValueError for anything that is not one."""
+    if not isinstance(data, (bytes, bytearray)):
+        raise ValueError(f"report data must be bytes, not {type(data).__name__}")
+    try:
+        with gzip.GzipFile(fileobj=io.BytesIO(data)) as f:
+            raw = f.read(MAX_REPORT_DATA_BYTES + 1)
+    except (OSError, EOFError) as error:
+        raise ValueError(f"report data is not gzip: {error}") from None
+    if len(raw) > MAX_REPORT_DATA_BYTES:
+        raise ValueError(f"report data is larger than {MAX_REPORT_DATA_BYTES} bytes decompressed")
+    try:
+        decoded = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise ValueError(f"report data is not JSON: {error}") from None
+    if not isinstance(decoded, dict):
+        raise ValueError(f"report data is a JSON {type(decoded).__name__}, not a report")
+    return decoded
 
 
 @dataclass(frozen=True)

@@ -46,6 +46,8 @@ class Compilation:
         step_seconds: wall time of the whole step that compiled.
         traced: the step also traced the tf.function (first step of a function),
             so a timing estimate includes tracing.
+        last_batch: the step was the last of its epoch (train) or of its
+            evaluate / predict run: a partial last batch compiles there.
     """
 
     phase: str
@@ -58,6 +60,7 @@ class Compilation:
     traced: bool = False
     call_batches: int = 1
     call_compiles: int = 1
+    last_batch: bool = False
 
     def to_dict(self) -> Dict[str, Any]:
         return {
@@ -66,6 +69,7 @@ class Compilation:
             "seconds": self.seconds, "source": self.source, "cached": self.cached,
             "step_seconds": self.step_seconds, "traced": self.traced,
             "call_batches": self.call_batches, "call_compiles": self.call_compiles,
+            "last_batch": self.last_batch,
         }
 
     @classmethod

@@ -443,6 +443,10 @@ class Session:
         stats = self.phases[phase]
         stats.history.end_of_run()
         stats.deferred_new = None  # it was the partial last batch of the run
+        for record in reversed(stats.records):  # the run's last step compiled: say so in the ledger
+            if record.step != stats.step:
+                break
+            record.last_batch = True
         scalars = []
         if self.config.update_freq == "epoch" and stats.epoch_steady_n:
             scalars.append(Scalar(phase, TAG_STEP_TIME, 1e3 * stats.epoch_steady_sum / stats.epoch_steady_n,

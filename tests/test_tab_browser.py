@@ -1,0 +1,297 @@
+"""The XLA tab as a user sees it: real fits write a logdir (a known shape sequence with a partial
+last batch, a storm, compare() with three modes, an interrupted fit, a 0.1-style run), a real
+`tensorboard` serves it on a free loopback port, headless Chromium reads the DOM. Every number
+checked here is checked against the run's own xla_report.json."""
+
+import contextlib
+import json
+import os
+import shutil
+import warnings
+
+import numpy as np
+import pytest
+
+tf = pytest.importorskip("tensorflow")
+keras = pytest.importorskip("keras")
+
+from tensorboard_server import get_json, running_tensorboard  # noqa: E402
+
+import xla_keras  # noqa: E402
+from xla_keras.metadata import PLUGIN_NAME, REPORT_FILE, TAG_STEP_TIME  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ARTIFACTS = os.path.join(ROOT, "artifacts")
+# Batches of the "shapes" fit, per epoch: (batch size, sequence length).
+SHAPES = [(8, 84), (8, 84), (8, 90), (8, 90), (8, 96), (4, 96)]
+SHAPES_CHANGED = ["first signature", "x axis 1: 84 → 90", "x axis 1: 90 → 96", "batch 8 → 4 (last batch)"]
+
+
+def _sequence_model():
+    model = keras.Sequential([keras.Input((None,), dtype="int32"), keras.layers.Embedding(100, 8),
+                              keras.layers.GlobalAveragePooling1D(), keras.layers.Dense(1)])
+    model.compile("adam", "mse")
+    return model
+
+
+def _batches(shapes):
+    def gen():
+        for batch, length in shapes:
+            yield np.arange(batch * length, dtype=np.int32).reshape(batch, length) % 97 + 1, \
+                np.ones((batch, 1), np.float32)
+    return tf.data.Dataset.from_generator(gen, output_signature=(
+        tf.TensorSpec((None, None), tf.int32), tf.TensorSpec((None, 1), tf.float32)))
+
+
+def _storm_data(n=96):
+    lengths = np.random.default_rng(0).integers(4, 80, size=n)
+
+    def gen():
+        for length in lengths:
+            yield np.arange(length, dtype=np.int32) % 97 + 1, np.float32(length % 2)
+    return tf.data.Dataset.from_generator(gen, output_signature=(
+        tf.TensorSpec((None,), tf.int32), tf.TensorSpec((), tf.float32))).padded_batch(8)
+
+
+class _Interrupt(keras.callbacks.Callback):
+    def on_train_batch_end(self, batch, logs=None):
+        if batch == 4:
+            raise RuntimeError("interrupted at batch 5")
+
+
+@pytest.fixture(scope="module")
+def tab_logdir(tmp_path_factory):
+    root = tmp_path_factory.mktemp("tab") / "logs"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        monitor = xla_keras.XlaMonitor(log_dir=str(root / "shapes"), jit="on", verbose=0)
+        _sequence_model().fit(_batches(SHAPES), epochs=2, callbacks=[monitor], verbose=0)
+        monitor = xla_keras.XlaMonitor(log_dir=str(root / "storm"), jit="on", storm_threshold=4, verbose=0)
+        _sequence_model().fit(_storm_data(), epochs=1, callbacks=[monitor], verbose=0)
+        x = np.random.default_rng(1).normal(size=(256, 16)).astype(np.float32)
+        y = x.sum(axis=1, keepdims=True)
+
+        def mlp():
+            model = keras.Sequential([keras.Input((16,)), keras.layers.Dense(32, activation="relu"),
+                                      keras.layers.Dense(1)])
+            model.compile("adam", "mse")
+            return model
+        xla_keras.compare(mlp, (x, y), steps=30, log_dir=str(root / "compare"))
+        monitor = xla_keras.XlaMonitor(log_dir=str(root / "interrupted"), jit="on", verbose=0)
+        with pytest.raises(RuntimeError, match="interrupted"):
+            mlp().fit(x, y, batch_size=32, epochs=3, callbacks=[monitor, _Interrupt()], verbose=0)
+    from xla_keras.session import Scalar
+    from xla_keras.sink import OutputSink
+    sink = OutputSink(str(root / "old"))  # what xla_keras 0.1 left: scalars, no report for the tab
+    sink.scalars([Scalar("train", TAG_STEP_TIME, 2.0, 1)])
+    sink.close()
+    reports = {}
+    for dirpath, _, files in os.walk(root):
+        if REPORT_FILE in files:
+            with open(os.path.join(dirpath, REPORT_FILE)) as f:
+                reports[os.path.relpath(dirpath, root)] = json.load(f)
+    return root, reports
+
+
+@pytest.fixture(scope="module")
+def tab_server(tab_logdir, tmp_path_factory):
+    root, reports = tab_logdir
+
+    def ready(base):  # the data server has read every run
+        runs = get_json(base + f"/data/plugin/{PLUGIN_NAME}/runs", timeout=5)["runs"]
+        return len(runs) == len(reports) + 1 and all(r.get("message") is None for r in runs if r["run"] != "old")
+
+    with running_tensorboard(root, tmp_path_factory.mktemp("tab_server"), ready=ready,
+                             args=("--reload_interval", "1")) as base:
+        yield base, root, reports
+
+
+def test_the_fits_wrote_what_the_checks_below_expect(tab_logdir):
+    _, reports = tab_logdir
+    assert sorted(reports) == ["compare/autoclustering", "compare/off", "compare/on", "interrupted", "shapes",
+                               "storm"]
+    shapes = [c for c in reports["shapes"]["compilations"] if c["phase"] == "train"]
+    assert [c["signature"][0]["shape"] for c in shapes] == [[8, 84], [8, 90], [8, 96], [4, 96]]
+    assert [c["last_batch"] for c in shapes] == [False, False, False, True]
+    assert reports["storm"]["storms"] and reports["storm"]["storms"][0]["fix"].get("code")
+    assert reports["interrupted"]["steps"]["train"] == 5
+
+
+def test_the_runs_route_of_a_real_tensorboard_lists_every_fit(tab_server):
+    base, _, reports = tab_server
+    listing = get_json(base + f"/data/plugin/{PLUGIN_NAME}/runs")
+    rows = {r["run"]: r for r in listing["runs"]}
+    assert sorted(rows) == sorted([*reports, "old"])
+    for run, report in reports.items():
+        assert rows[run]["compilation_count"] == report["compilation_count"], run
+        assert rows[run]["compile_seconds"] == report["compile_seconds"], run
+        assert rows[run]["steady_step_seconds"] == report["steady_step_seconds"], run
+    assert "no report for the tab" in rows["old"]["message"]
+    plugins = get_json(base + "/data/plugins_listing")
+    assert plugins[PLUGIN_NAME]["enabled"] and plugins[PLUGIN_NAME]["tab_name"] == "XLA"
+
+
+def _browser(p):
+    chromium = shutil.which("chromium") or "/usr/bin/chromium"
+    assert os.path.exists(chromium), "chromium is installed by the README's test command"
+    return p.chromium.launch(executable_path=chromium, args=[
+        "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+        "--disable-sync", "--no-first-run"])
+
+
+def _tab(page, base):
+    page.add_init_script("window.localStorage.setItem('xla_keras.refresh_ms', '1000')")
+    page.goto(base + f"/?darkMode=false#{PLUGIN_NAME}", wait_until="networkidle")
+    frame = page.frame_locator(f"iframe[src*='name={PLUGIN_NAME}']")
+    frame.locator("#compare tbody tr").first.wait_for(timeout=60000)
+    return frame
+
+
+def _select(frame, run):
+    frame.locator(f"#compare tr[data-run='{run}']").click()
+    frame.locator("#run h2 code", has_text=run).wait_for(timeout=30000)
+    frame.locator("#ledger, #run-message").first.wait_for(timeout=30000)
+
+
+def test_the_xla_tab_in_headless_chromium(tab_server):
+    base, root, reports = tab_server
+    from playwright.sync_api import expect, sync_playwright
+    os.makedirs(ARTIFACTS, exist_ok=True)
+    with sync_playwright() as p:
+        browser = _browser(p)
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 1300})
+            frame = _tab(page, base)
+            assert page.get_by_text("XLA", exact=True).count() >= 1  # the tab in TensorBoard's bar
+
+            # several runs: one compare row per run, numbers from each report
+            rows = frame.locator("#compare tbody tr")
+            assert rows.count() == len(reports) + 1
+            for run, report in reports.items():
+                row = frame.locator(f"#compare tr[data-run='{run}']")
+                total = sum(report["compilation_count"].values())
+                assert row.locator("td[data-total]").get_attribute("data-total") == str(total), run
+            assert "no report for the tab" in frame.locator("#compare tr[data-run='old']").inner_text()
+
+            # the known shape sequence: one ledger row per compile, the "changed" column
+            _select(frame, "shapes")
+            report = reports["shapes"]
+            ledger = frame.locator("#ledger tbody tr")
+            assert ledger.count() == len(report["compilations"])
+            train = [i + 1 for i, c in enumerate(report["compilations"]) if c["phase"] == "train"]
+            changed = [frame.locator(f"#ledger tr[data-index='{i}'] td.changed").inner_text() for i in train]
+            assert changed == SHAPES_CHANGED
+            for i, c in enumerate(report["compilations"], 1):
+                cell = frame.locator(f"#ledger tr[data-index='{i}'] td[data-seconds]")
+                assert float(cell.get_attribute("data-seconds")) == pytest.approx(c["seconds"], rel=1e-12)
+            strip = frame.locator("#status").inner_text()
+            assert f"{sum(report['compilation_count'].values())}: train {report['compilation_count']['train']}" \
+                in strip
+            assert f"requested {report['jit_mode']}" in strip
+
+            # the timeline: one mark per compile, hover shows the signature and seconds
+            assert frame.locator(".compile-mark").count() == len(report["compilations"])
+            frame.locator(f".lane[data-phase='train'] .compile-mark[data-index='{train[-1]}']").hover()
+            tooltip = frame.locator("#tooltip")
+            tooltip.wait_for(state="visible", timeout=5000)
+            assert "x:int32[4,96]" in tooltip.inner_text() and "batch 8 → 4" in tooltip.inner_text()
+
+            # sortable: by seconds, descending after two clicks
+            frame.locator("#ledger th[data-key='seconds']").click()
+            frame.locator("#ledger th[data-key='seconds']").click()
+            first = frame.locator("#ledger tbody tr").first.get_attribute("data-index")
+            slowest = max(range(len(report["compilations"])), key=lambda i: report["compilations"][i]["seconds"])
+            assert int(first) == slowest + 1
+            page.screenshot(path=os.path.join(ARTIFACTS, "xla_tab_shapes.png"), full_page=True)
+
+            # the storm: its card shows the advice and the fix code, with a copy button
+            _select(frame, "storm")
+            storm = reports["storm"]["storms"][0]
+            card = frame.locator("#storms .storm").first
+            assert frame.locator("#storms .storm").count() == len(reports["storm"]["storms"])
+            assert card.locator(".fix-code").inner_text().strip() == storm["fix"]["code"].strip()
+            assert storm["advice"][:60] in card.locator(".advice").inner_text()
+            card.locator("button.copy").click()
+            expect(card.locator("button.copy")).not_to_have_text("Copy the fix", timeout=5000)
+            assert card.locator("button.copy").inner_text() in ("Copied", "Selected: press Ctrl-C")
+            assert frame.locator("#traces li").count() == len(reports["storm"]["traces"])
+            if reports["storm"]["traces"]:
+                assert frame.locator("#traces a.profile-link").count() == len(reports["storm"]["traces"])
+            page.screenshot(path=os.path.join(ARTIFACTS, "xla_tab_storm.png"), full_page=True)
+
+            # the interrupted fit renders what it logged
+            _select(frame, "interrupted")
+            assert frame.locator("#status").count() == 1
+            assert frame.locator("#ledger tbody tr").count() == len(reports["interrupted"]["compilations"])
+
+            # compare(): off / auto-clustering / on read as one table
+            _select(frame, "compare/on")
+            page.screenshot(path=os.path.join(ARTIFACTS, "xla_tab_compare.png"), full_page=True)
+
+            # the 0.1-style run says why there is nothing to show
+            _select(frame, "old")
+            assert "no report for the tab" in frame.locator("#run-message").inner_text()
+
+            # live refresh: a fit that starts writing after the page opened shows up
+            from xla_keras.session import Scalar
+            from xla_keras.sink import OutputSink
+            sink = OutputSink(str(root / "late"))
+            sink.scalars([Scalar("train", TAG_STEP_TIME, 2.0, 1)])
+            sink.flush(report=lambda: _late_report(), text=True, step=1)
+            sink.close()
+            frame.locator("#compare tr[data-run='late']").wait_for(timeout=30000)
+            assert frame.locator("#compare tr[data-run='late'] td[data-total]").get_attribute("data-total") == "0"
+        finally:
+            browser.close()
+    assert os.path.getsize(os.path.join(ARTIFACTS, "xla_tab_shapes.png")) > 20000
+
+
+def _late_report():
+    from xla_keras.report import XlaReport
+    return XlaReport(jit_mode="on", jit_active=True, jit_reason="late")
+
+
+@contextlib.contextmanager
+def _in_process_tensorboard(logdir):
+    """TensorBoard's WSGI app with the XLA tab served from this process (so a test can patch it)."""
+    import threading
+
+    from test_tab_plugin import tab_client
+    from werkzeug.serving import make_server
+    client, _ = tab_client(logdir)
+    server = make_server("127.0.0.1", 0, client.application, threaded=True)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_port}"
+    finally:
+        server.shutdown()
+
+
+def _entry_page(base, selector):
+    """The tab's own page (TensorBoard's plugin entry), once ``selector`` is there: its text."""
+    from playwright.sync_api import sync_playwright
+    with sync_playwright() as p:
+        browser = _browser(p)
+        try:
+            page = browser.new_page()
+            page.goto(base + f"/data/plugin_entry.html?name={PLUGIN_NAME}", wait_until="networkidle")
+            page.locator(selector).first.wait_for(timeout=30000)
+            return page.locator(selector).first.inner_text()
+        finally:
+            browser.close()
+
+
+def test_an_empty_logdir_shows_what_to_do(tmp_path):
+    with _in_process_tensorboard(tmp_path) as base:
+        assert "XlaMonitor(log_dir=...)" in _entry_page(base, "#empty")
+
+
+def test_without_the_profile_plugin_the_trace_links_say_how_to_get_it(tab_logdir, monkeypatch):
+    root, reports = tab_logdir
+    assert reports["storm"]["traces"], "the storm fit wrote profiler traces"
+    from xla_keras.tensorboard import plugin
+    monkeypatch.setattr(plugin, "_profile_tab_installed", lambda: False)
+    with _in_process_tensorboard(root / "storm") as base:  # its only run: selected at once
+        text = _entry_page(base, "#profile-missing")
+    assert "not installed" in text and "pip install" in text and "tensorboard-plugin-profile" in text

@@ -1,0 +1,151 @@
+"""What the XLA tab shows, from report dicts: pure, no TensorBoard server, no TensorFlow."""
+
+import gzip
+import json
+
+import pytest
+
+from xla_keras.metadata import decode_report_data, encode_report_data
+from xla_keras.tensorboard import views
+
+
+def sig(*leaves):
+    """sig(("x", "int32", [8, 84]), ("y", "float32", [8, 1]))"""
+    return [{"path": p, "dtype": d, "shape": list(s)} for p, d, s in leaves]
+
+
+def xy(batch, length):
+    return sig(("x", "int32", (batch, length)), ("y", "float32", (batch, 1)))
+
+
+@pytest.mark.parametrize("old, new, last_batch, text", [
+    (None, xy(8, 84), False, "first signature"),
+    (xy(8, 84), xy(8, 90), False, "x axis 1: 84 → 90"),
+    (xy(64, 84), xy(16, 84), True, "batch 64 → 16 (last batch)"),
+    (xy(64, 84), xy(16, 84), False, "batch 64 → 16"),
+    (xy(8, 84), xy(4, 90), False, "x axis 0: 8 → 4; x axis 1: 84 → 90; y axis 0: 8 → 4"),
+    (sig(("x", "int32", (8, 84))), xy(8, 84), False, "y:float32[8,1] added"),
+    (xy(8, 84), sig(("x", "int32", (8, 84))), False, "y:float32[8,1] removed"),
+    (xy(8, 84), sig(("x", "int64", (8, 84)), ("y", "float32", (8, 1))), False,
+     "x:int32[8,84] → x:int64[8,84]"),
+    (sig(("x", "int32", (None, 84))), sig(("x", "int32", (8, 84))), False, "batch ? → 8"),
+    (xy(8, 84), xy(8, 84), False, "no shape change"),
+])
+def test_what_changed_is_said_in_words(old, new, last_batch, text):
+    assert views.change_text(old, new, last_batch) == text
+
+
+def compile_row(phase, step, signature, seconds=0.25, source="profiler", cached=False, last_batch=False):
+    return {"phase": phase, "step": step, "signature": signature, "seconds": seconds, "source": source,
+            "cached": cached, "last_batch": last_batch}
+
+
+def test_the_ledger_compares_each_row_with_the_previous_distinct_signature_of_its_phase():
+    rows = views.ledger([
+        compile_row("train", 1, xy(8, 84)),
+        compile_row("train", 1, xy(8, 84)),          # auto-clustering: a second module, same signature
+        compile_row("test", 1, xy(8, 70)),           # its own phase: first signature there
+        compile_row("train", 3, xy(8, 90)),
+        compile_row("train", 6, xy(4, 90), last_batch=True),
+        compile_row("test", 2, xy(8, 77), source="timing", cached=None),
+    ])
+    assert [r["changed"] for r in rows] == [
+        "first signature", "same signature, another module", "first signature", "x axis 1: 84 → 90",
+        "batch 8 → 4 (last batch)", "x axis 1: 70 → 77"]
+    assert [r["index"] for r in rows] == [1, 2, 3, 4, 5, 6]
+    assert rows[3]["signature"] == "x:int32[8,90] y:float32[8,1]"
+    assert rows[5]["source"] == "timing" and rows[5]["cached"] is None
+    assert rows[4]["last_batch"] is True and rows[0]["last_batch"] is False
+
+
+@pytest.mark.parametrize("tensorboard_run, run", [
+    ("train", "."), ("validation", "."), ("fit1/train", "fit1"), ("compare/off/train", "compare/off"),
+    ("fit1/train/plugins/profile/x", None), ("other", None), ("fit1/trainer", None),
+])
+def test_a_tab_run_is_the_monitors_log_dir(tensorboard_run, run):
+    assert views.tab_run(tensorboard_run) == run
+    if run is not None and tensorboard_run.endswith("train"):
+        assert views.tensorboard_run(run) == tensorboard_run
+
+
+def test_traces_name_the_profile_tabs_run():
+    report = {"traces": ["steady: /logs/fit1/train/plugins/profile/2026_12_01_10_00_00",
+                         "storm: /logs/fit1/train/plugins/profile/2026_12_01_10_00_09/"]}
+    assert views.traces(report, "fit1") == [
+        {"kind": "steady", "session": "2026_12_01_10_00_00", "profile_run": "fit1/train/2026_12_01_10_00_00"},
+        {"kind": "storm", "session": "2026_12_01_10_00_09", "profile_run": "fit1/train/2026_12_01_10_00_09"}]
+    assert views.traces(report, ".")[0]["profile_run"] == "train/2026_12_01_10_00_00"
+
+
+def full_report(**overrides):
+    from xla_keras.report import Compilation, XlaReport
+    from xla_keras.signatures import from_jsonable
+    from xla_keras.storms import Storm
+    report = XlaReport(
+        jit_mode="on", jit_active=True, jit_reason="jit='on': the train function runs with jit_compile=True",
+        compilations=[Compilation("train", 1, from_jsonable(xy(8, 84)), 0.31, "profiler"),
+                      Compilation("train", 4, from_jsonable(xy(8, 90)), 0.29, "profiler", cached=True)],
+        compilation_count={"train": 2, "test": 0, "predict": 0},
+        distinct_signatures={"train": 2, "test": 0, "predict": 0},
+        storms=[Storm("train", 4, 2, [{"path": "x", "axis": 1, "min": 84, "max": 90, "n_values": 2,
+                                       "values": [84, 90]}], "pad it",
+                      {"kind": "pad_to_lengths", "code": "dataset = dataset.padded_batch(8)"}, 2, 0.6, 0.002,
+                      1, "warn")],
+        steps={"train": 10, "test": 0, "predict": 0}, steady_step_seconds=0.002, compile_seconds=0.6,
+        wall_seconds=1.5, compile_share=0.4, traces=["steady: /l/train/plugins/profile/s1"], notes=["a note"])
+    for k, v in overrides.items():
+        setattr(report, k, v)
+    return report.to_dict()
+
+
+def test_the_run_view_carries_the_reports_own_numbers():
+    report = full_report()
+    view = views.run_view("fit1", report)
+    s = view["status"]
+    assert (s["jit_mode"], s["jit_active"], s["jit_reason"]) == ("on", True, report["jit_reason"])
+    assert s["compilation_count"] == report["compilation_count"] and s["total_compilations"] == 2
+    assert (s["compile_seconds"], s["wall_seconds"], s["compile_share"]) == (0.6, 1.5, 0.4)
+    assert s["steady_step_seconds"] == 0.002 and s["break_even_steps"] is None
+    assert [r["seconds"] for r in view["ledger"]] == [c["seconds"] for c in report["compilations"]]
+    assert [r["cached"] for r in view["ledger"]] == [False, True]
+    assert view["storms"][0]["fix_code"] == "dataset = dataset.padded_batch(8)"
+    assert view["storms"][0]["advice"] == "pad it" and view["storms"][0]["count"] == 2
+    assert view["traces"][0]["profile_run"] == "fit1/train/s1"
+    assert view["notes"] == ["a note"] and view["messages"] == []
+    json.dumps(view, allow_nan=False)  # what the route returns
+
+
+def test_records_past_max_records_are_counted_and_said():
+    report = full_report(compilations_dropped=998, compilation_count={"train": 1000, "test": 0, "predict": 0})
+    view = views.run_view("fit1", report)
+    assert view["status"]["total_compilations"] == 1000 and view["status"]["compilations_listed"] == 2
+    assert view["status"]["compilations_dropped"] == 998
+    assert "998 more compiles" in view["messages"][0]
+
+
+def test_a_newer_report_is_shown_with_a_message_and_junk_is_refused():
+    report = full_report()
+    report["schema_version"] = 99
+    assert "newer xla_keras" in views.run_view("r", report)["messages"][0]
+    with pytest.raises(ValueError, match="not an XlaMonitor report"):
+        views.run_view("r", {"hello": "world"})
+
+
+def test_report_data_round_trips_and_is_small():
+    report = full_report()
+    encoded = encode_report_data(report)
+    assert decode_report_data(encoded) == json.loads(json.dumps(report))
+    assert len(encoded) < len(json.dumps(report))
+
+
+@pytest.mark.parametrize("data, words", [
+    (b"not gzip at all", "not gzip"),
+    (gzip.compress(b"{not json"), "not JSON"),
+    (gzip.compress(b"[1, 2]"), "JSON list"),
+    (gzip.compress(b"\xff\xfe"), "not JSON"),
+    (gzip.compress(b"{}")[:-6], "not gzip"),  # cut short: a partially written value
+    ("a str", "must be bytes"),
+])
+def test_malformed_report_data_is_a_value_error_that_says_what(data, words):
+    with pytest.raises(ValueError, match=words):
+        decode_report_data(data)

@@ -1,0 +1,360 @@
+// The XLA tab: a plain ES module served by xla_keras's TensorBoard plugin. No build step, no
+// network access beyond this TensorBoard: it fetches the plugin's JSON routes (relative to the
+// <base href="plugin/xla_keras/"> TensorBoard gives the iframe) and lays out what they return.
+// Every number is computed by the backend (xla_keras/tensorboard/views.py); this file formats.
+
+const REFRESH_MS = Number(window.localStorage.getItem('xla_keras.refresh_ms')) || 30000;  // as TensorBoard reloads
+const PHASES = ['train', 'test', 'predict'];
+const state = {runs: null, selected: null, view: null, steps: null, sort: {key: 'index', dir: 1},
+               profileTab: true, profileInstall: null, drawn: '', updated: null, error: null};
+
+export async function render() {
+  const css = document.createElement('link');
+  css.rel = 'stylesheet';
+  css.href = './static/style.css';
+  document.head.appendChild(css);
+  const root = el('div', {id: 'xla-root'});
+  document.body.appendChild(root);
+  await refresh(root);
+  window.setInterval(() => refresh(root), REFRESH_MS);
+}
+
+// ------------------------------------------------------------------ data
+
+async function getJSON(url) {
+  const response = await fetch(url);
+  const body = await response.json().catch(() => null);
+  if (!response.ok) throw new Error((body && body.error) || `${url}: HTTP ${response.status}`);
+  return body;
+}
+
+let latest = 0;  // a timer's refresh and a click's may overlap: only the newest one is drawn
+
+async function refresh(root) {
+  const ticket = ++latest;
+  let loaded;
+  try {
+    const listing = await getJSON('./runs');
+    let selected = state.selected;
+    if (!listing.runs.some((r) => r.run === selected)) {
+      const first = listing.runs.find((r) => !r.message) || listing.runs[0];
+      selected = first ? first.run : null;
+    }
+    let view = null, steps = null;
+    if (selected !== null) {
+      const q = '?run=' + encodeURIComponent(selected);
+      [view, steps] = await Promise.all([getJSON('./report' + q), getJSON('./steps' + q)]);
+    }
+    loaded = {listing, selected, view, steps};
+  } catch (error) {
+    if (ticket !== latest) return;
+    state.error = String(error.message || error);
+  }
+  if (ticket !== latest) return;
+  if (loaded) {
+    state.runs = loaded.listing.runs;
+    state.profileTab = loaded.listing.profile_tab;
+    state.profileInstall = loaded.listing.profile_install;
+    state.selected = loaded.selected;
+    state.view = loaded.view;
+    state.steps = loaded.steps;
+    state.error = null;
+  }
+  state.updated = new Date();
+  const fingerprint = JSON.stringify([state.runs, state.selected, state.view, state.steps, state.sort,
+                                      state.error]);
+  if (fingerprint !== state.drawn) {  // a refresh with nothing new keeps the page (and a hover) as it is
+    state.drawn = fingerprint;
+    draw(root);
+  }
+  const stamp = root.querySelector('#updated');
+  if (stamp) stamp.textContent = `updated ${state.updated.toLocaleTimeString()} · refreshes every ` +
+                                 `${Math.round(REFRESH_MS / 1000)} s`;
+}
+
+async function select(root, run) {
+  state.selected = run;
+  await refresh(root);
+}
+
+// ------------------------------------------------------------------ layout
+
+function draw(root) {
+  root.replaceChildren();
+  root.appendChild(el('header', {}, [el('h1', {}, 'XLA'), el('span', {id: 'updated', class: 'muted'})]));
+  if (state.error) root.appendChild(el('div', {class: 'message error', id: 'error'}, state.error));
+  if (!state.runs) return;
+  if (state.runs.length === 0) {
+    root.appendChild(el('div', {class: 'message empty', id: 'empty'}, [
+      'No xla_keras data under this logdir yet. Add ', el('code', {}, 'xla_keras.XlaMonitor(log_dir=...)'),
+      ' to ', el('code', {}, 'model.fit(callbacks=[...])'),
+      ' with this logdir (or a folder in it): the tab fills in at the monitor\'s first flush.']));
+    return;
+  }
+  root.appendChild(compareView(root));
+  const view = state.view;
+  const detail = el('section', {id: 'run'});
+  root.appendChild(detail);
+  detail.appendChild(el('h2', {}, ['Run ', el('code', {}, state.selected)]));
+  if (!view) return;
+  if (view.message && !view.status) {
+    detail.appendChild(el('div', {class: 'message', id: 'run-message'}, view.message));
+    return;
+  }
+  for (const message of view.messages || []) detail.appendChild(el('div', {class: 'message'}, message));
+  detail.appendChild(statusStrip(view.status));
+  detail.appendChild(timeline(view, state.steps));
+  detail.appendChild(ledgerTable(root, view));
+  detail.appendChild(stormCards(view.storms));
+  detail.appendChild(traceLinks(view.traces));
+  if (view.notes.length) {
+    detail.appendChild(el('section', {id: 'notes'}, [el('h3', {}, 'Notes'),
+      el('ul', {}, view.notes.map((n) => el('li', {}, n)))]));
+  }
+}
+
+function compareView(root) {
+  const head = ['run', 'jit requested', 'XLA active', 'compiles (train / test / predict)', 'compile time',
+                'wall time', 'steady step', 'storms'];
+  const rows = state.runs.map((r) => {
+    const cells = r.message ?
+      [el('td', {colspan: String(head.length - 1), class: 'muted'}, r.message)] :
+      [td(r.jit_mode), td(active(r.jit_active)),
+       td(PHASES.map((p) => r.compilation_count[p]).join(' / '), {'data-total': r.total_compilations}),
+       td(seconds(r.compile_seconds), {'data-seconds': r.compile_seconds}), td(seconds(r.wall_seconds)),
+       td(ms(r.steady_step_seconds), {'data-seconds': r.steady_step_seconds}), td(String(r.storms))];
+    const row = el('tr', {'data-run': r.run, class: r.run === state.selected ? 'selected' : ''},
+                   [el('td', {}, el('code', {}, r.run)), ...cells]);
+    row.addEventListener('click', () => select(root, r.run));
+    return row;
+  });
+  return el('section', {id: 'compare'}, [
+    el('h3', {}, state.runs.length > 1 ? `Runs side by side (${state.runs.length})` : 'Run'),
+    el('table', {}, [el('thead', {}, el('tr', {}, head.map((h) => el('th', {}, h)))), el('tbody', {}, rows)])]);
+}
+
+function statusStrip(s) {
+  const counts = PHASES.map((p) => `${p} ${s.compilation_count[p]}`).join(' · ');
+  const signatures = PHASES.map((p) => `${p} ${(s.distinct_signatures || {})[p] || 0}`).join(' · ');
+  const share = s.compile_share === null ? '' : ` (${(100 * s.compile_share).toFixed(1)}%)`;
+  const breakEven = s.break_even_steps === null ?
+    'unknown: no non-XLA baseline here (compare() measures one)' : `${Math.round(s.break_even_steps)} steps`;
+  return el('section', {id: 'status', class: 'strip'}, [
+    card('JIT', `requested ${s.jit_mode} · XLA ${active(s.jit_active)}`, s.jit_reason, 'jit'),
+    card('Compiles', `${s.total_compilations}: ${counts}`, `distinct signatures: ${signatures}`, 'compiles'),
+    card('Compile time', `${seconds(s.compile_seconds)} of ${seconds(s.wall_seconds)} wall${share}`,
+         s.cache_saved_seconds ? `the persistent cache saved ${seconds(s.cache_saved_seconds)}` :
+           `seconds measured by: ${s.probe}`, 'compile-time'),
+    card('Steady step', ms(s.steady_step_seconds), PHASES.filter((p) => s.steady_step_seconds_by_phase[p])
+      .map((p) => `${p} ${ms(s.steady_step_seconds_by_phase[p])}`).join(' · '), 'steady'),
+    card('Break-even', breakEven, s.fallback ? `fallback: ${s.fallback.reason}` : '', 'break-even'),
+  ]);
+}
+
+function card(title, value, detail, id) {
+  return el('div', {class: 'card', id: 'status-' + id},
+            [el('div', {class: 'card-title'}, title), el('div', {class: 'card-value'}, value),
+             el('div', {class: 'card-detail muted'}, detail || '')]);
+}
+
+// ------------------------------------------------------------------ timeline
+
+const SVG = 'http://www.w3.org/2000/svg';
+
+function timeline(view, steps) {
+  const section = el('section', {id: 'timeline'}, [el('h3', {}, 'Timeline'),
+    el('div', {class: 'muted'}, 'Step time per phase on its step axis (test steps count over the ' +
+       'monitor\'s lifetime), each compile marked at its step. Hover a mark for its signature and seconds.')]);
+  const tooltip = el('div', {class: 'tooltip', id: 'tooltip', hidden: ''});
+  section.appendChild(tooltip);
+  const lanes = (steps && steps.lanes) || {};
+  for (const phase of PHASES) {
+    const marks = view.ledger.filter((row) => row.phase === phase);
+    const series = (lanes[phase] || {}).step_time_ms || [];
+    const lastStep = Math.max(view.status.steps[phase] || 0, ...marks.map((m) => m.step || 0),
+                              ...series.map((p) => p[0]));
+    if (!lastStep) continue;
+    section.appendChild(lane(phase, marks, series, lastStep, tooltip));
+  }
+  return section;
+}
+
+function lane(phase, marks, series, lastStep, tooltip) {
+  const width = 960, height = 130, left = 56, right = 12, top = 22, bottom = 22;
+  const svg = document.createElementNS(SVG, 'svg');
+  svg.setAttribute('viewBox', `0 0 ${width} ${height}`);
+  svg.setAttribute('class', 'lane');
+  svg.setAttribute('data-phase', phase);
+  const x = (step) => left + (width - left - right) * (lastStep <= 1 ? 0.5 : (step - 1) / (lastStep - 1));
+  const values = series.map((p) => p[1]);
+  const yMax = values.length ? Math.max(...values) : 1;
+  const y = (v) => height - bottom - (height - top - bottom - 10) * (yMax ? v / yMax : 0);
+  svg.appendChild(svgEl('text', {x: 4, y: 14, class: 'lane-title'}, phase));
+  svg.appendChild(svgEl('line', {x1: left, x2: width - right, y1: height - bottom, y2: height - bottom,
+                                 class: 'axis'}));
+  svg.appendChild(svgEl('text', {x: left, y: height - 6, class: 'tick'}, 'step 1'));
+  svg.appendChild(svgEl('text', {x: width - right, y: height - 6, class: 'tick end'}, `step ${lastStep}`));
+  if (values.length) {
+    svg.appendChild(svgEl('text', {x: left - 4, y: y(yMax) + 4, class: 'tick end'}, `${yMax.toPrecision(3)} ms`));
+    const d = series.map((p, i) => `${i ? 'L' : 'M'}${x(p[0]).toFixed(1)},${y(p[1]).toFixed(1)}`).join(' ');
+    svg.appendChild(svgEl('path', {d, class: 'step-line'}));
+  } else {
+    svg.appendChild(svgEl('text', {x: left + 8, y: height / 2, class: 'tick'},
+                          'no step-time scalars for this phase (only compiles)'));
+  }
+  for (const mark of marks) {
+    const node = svgEl('rect', {x: x(mark.step) - 2, y: top - 8, width: 4, height: height - top - bottom + 8,
+                                class: 'compile-mark ' + mark.source, 'data-index': mark.index,
+                                'data-step': mark.step, 'data-seconds': mark.seconds});
+    node.addEventListener('mouseenter', (event) => {
+      tooltip.replaceChildren(
+        el('div', {}, `${mark.phase} step ${mark.step} · ${seconds(mark.seconds)} (${mark.source}` +
+                      `${mark.cached ? ', cached' : ''})`),
+        el('div', {}, mark.changed), el('code', {}, mark.signature));
+      tooltip.hidden = false;
+      const box = tooltip.parentNode.getBoundingClientRect();  // the tooltip sits in #timeline
+      tooltip.style.left = `${event.clientX - box.left + 14}px`;
+      tooltip.style.top = `${event.clientY - box.top + 14}px`;
+    });
+    node.addEventListener('mouseleave', () => { tooltip.hidden = true; });
+    svg.appendChild(node);
+  }
+  return svg;
+}
+
+function svgEl(tag, attrs, text) {
+  const node = document.createElementNS(SVG, tag);
+  for (const [k, v] of Object.entries(attrs)) node.setAttribute(k, String(v));
+  if (text !== undefined) node.textContent = text;
+  return node;
+}
+
+// ------------------------------------------------------------------ ledger, storms, traces
+
+const LEDGER_COLUMNS = [['index', '#'], ['phase', 'phase'], ['step', 'step'], ['seconds', 'seconds'],
+                        ['source', 'source'], ['cached', 'cached'], ['changed', 'changed since the previous ' +
+                        'signature'], ['signature', 'signature']];
+
+function ledgerTable(root, view) {
+  const {key, dir} = state.sort;
+  const rows = [...view.ledger].sort((a, b) => dir * compare(a[key], b[key]) || a.index - b.index);
+  const head = LEDGER_COLUMNS.map(([k, label]) => {
+    const th = el('th', {'data-key': k, class: 'sortable' + (k === key ? (dir > 0 ? ' up' : ' down') : '')}, label);
+    th.addEventListener('click', () => {
+      state.sort = {key: k, dir: k === key ? -dir : 1};
+      draw(root);
+      state.drawn = '';
+    });
+    return th;
+  });
+  const body = rows.map((r) => el('tr', {'data-index': r.index}, [
+    td(String(r.index)), td(r.phase), td(String(r.step)), td(seconds(r.seconds), {'data-seconds': r.seconds}),
+    td(r.source), td(r.cached === null ? 'unknown' : r.cached ? 'yes' : 'no'), td(r.changed, {class: 'changed'}),
+    el('td', {}, el('code', {}, r.signature))]));
+  const dropped = view.status.compilations_dropped;
+  return el('section', {id: 'ledger'}, [
+    el('h3', {}, `Compile ledger (${view.status.total_compilations})`),
+    el('table', {}, [el('thead', {}, el('tr', {}, head)), el('tbody', {}, body)]),
+    dropped ? el('div', {class: 'message', id: 'overflow'},
+                 `… and ${dropped} more compiles not listed (past max_records); the counts above include them.`) :
+      el('span')]);
+}
+
+function stormCards(storms) {
+  const section = el('section', {id: 'storms'}, [el('h3', {}, `Recompilation storms (${storms.length})`)]);
+  if (!storms.length) section.appendChild(el('div', {class: 'muted'}, 'None.'));
+  for (const s of storms) {
+    const numbers = `${s.count} new input signatures in ${s.phase} steps ${s.window_start}–${s.step}; ` +
+      `${s.compiles} compiles, ${seconds(s.compile_seconds)} compiling vs ` +
+      (s.steady_step_seconds === null ? 'no steady step yet' : `${ms(s.steady_step_seconds)} per steady step`) +
+      `; action: ${s.action}`;
+    const card = el('div', {class: 'storm card'}, [
+      el('div', {class: 'card-title'}, `Storm (${s.phase}) at step ${s.step}`),
+      el('div', {class: 'storm-numbers'}, numbers),
+      el('p', {class: 'advice'}, s.advice),
+      el('ul', {}, s.varying.map((v) => el('li', {}, `${v.path} axis ${v.axis}: ${v.min}..${v.max} ` +
+                                                     `(${v.n_values} values)`)))]);
+    if (s.fix_code) {
+      const code = el('pre', {class: 'fix-code'}, el('code', {}, s.fix_code));
+      const button = el('button', {class: 'copy', type: 'button'}, 'Copy the fix');
+      button.addEventListener('click', () => copy(s.fix_code, button));
+      card.appendChild(el('div', {class: 'fix'}, [el('div', {class: 'card-title'}, `Fix: ${s.fix_kind}`), button,
+                                                   code]));
+    } else if (s.fix_kind) {
+      card.appendChild(el('div', {class: 'fix'}, `Fix: ${s.fix_kind} ${JSON.stringify(s.fix)}`));
+    }
+    section.appendChild(card);
+  }
+  return section;
+}
+
+async function copy(text, button) {
+  try {
+    await navigator.clipboard.writeText(text);
+  } catch (error) {  // no clipboard permission (plain http): select the code for Ctrl-C
+    const range = document.createRange();
+    range.selectNodeContents(button.nextSibling);
+    window.getSelection().removeAllRanges();
+    window.getSelection().addRange(range);
+    button.textContent = 'Selected: press Ctrl-C';
+    return;
+  }
+  button.textContent = 'Copied';
+}
+
+function traceLinks(traces) {
+  const section = el('section', {id: 'traces'}, [el('h3', {}, `Profiler traces (${traces.length})`)]);
+  if (!traces.length) {
+    section.appendChild(el('div', {class: 'muted'}, 'No trace window in this run.'));
+    return section;
+  }
+  if (!state.profileTab) {
+    section.appendChild(el('div', {class: 'message', id: 'profile-missing'}, [
+      'The Profile tab\'s plugin is not installed where TensorBoard runs, so it cannot open these traces. ' +
+      'Install it with ', el('code', {}, state.profileInstall || 'pip install tensorboard-plugin-profile'),
+      ' and restart TensorBoard.']));
+  }
+  const top = window.top.location;
+  const profile = top.pathname + top.search + '#profile';
+  section.appendChild(el('ul', {}, traces.map((t) => el('li', {}, [
+    `${t.kind} window: `,
+    state.profileTab ? el('a', {href: profile, target: '_top', class: 'profile-link'}, 'open the Profile tab') :
+      el('span', {class: 'muted'}, 'Profile tab not installed'),
+    ', run ', el('code', {}, t.profile_run || '?')]))));
+  return section;
+}
+
+// ------------------------------------------------------------------ helpers
+
+function el(tag, attrs, children) {
+  const node = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) node.setAttribute(k, v);
+  for (const child of [].concat(children === undefined ? [] : children)) {
+    node.appendChild(typeof child === 'string' ? document.createTextNode(child) : child);
+  }
+  return node;
+}
+
+function td(text, attrs) {
+  return el('td', attrs, text);
+}
+
+function compare(a, b) {
+  if (a === b) return 0;
+  if (a === null || a === undefined) return 1;
+  if (b === null || b === undefined) return -1;
+  return a < b ? -1 : 1;
+}
+
+function active(value) {
+  return value === true ? 'on' : value === false ? 'off' : 'unknown';
+}
+
+function seconds(s) {
+  if (s === null || s === undefined) return '—';
+  return s >= 1 ? `${s.toFixed(2)} s` : `${(1000 * s).toFixed(1)} ms`;
+}
+
+function ms(s) {
+  return s === null || s === undefined ? '—' : `${(1000 * s).toFixed(2)} ms`;
+}

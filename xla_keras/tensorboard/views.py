@@ -1,0 +1,171 @@
+"""What the XLA tab shows, computed from a report dict. Pure: no TensorBoard, no TensorFlow.
+
+The tab's backend (``plugin.py``) reads reports through TensorBoard's data
+provider and hands them here; the ES module only lays out what these functions
+return, so every number the tab shows is computed (and tested) in Python, from
+the same dict as ``xla_report.json``.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Dict, List, Optional, Sequence
+
+from ..metadata import parse_report
+from ..report import PHASES
+from ..signatures import AxisChange, describe, diff, from_jsonable
+
+# TensorBoard run names the monitor writes under its log_dir (metadata.RUNS), and the tab's run.
+TRAIN_RUN, VALIDATION_RUN = "train", "validation"
+ROOT_RUN = "."  # the monitor's log_dir is TensorBoard's logdir itself
+
+
+def tab_run(tensorboard_run: str) -> Optional[str]:
+    """The monitor's log dir (the tab's run) of a TensorBoard run, or None if it is not one of ours:
+    ``"fit1/train"`` -> ``"fit1"``, ``"train"`` -> ``"."``."""
+    head, _, leaf = tensorboard_run.rpartition("/")
+    if leaf not in (TRAIN_RUN, VALIDATION_RUN):
+        return None
+    return head or ROOT_RUN
+
+
+def tensorboard_run(run: str, leaf: str = TRAIN_RUN) -> str:
+    return leaf if run == ROOT_RUN else f"{run}/{leaf}"
+
+
+# ------------------------------------------------------------------ the ledger
+
+def change_text(old: Optional[list], new: list, last_batch: bool = False) -> str:
+    """What changed from the previous distinct signature of the phase, in words:
+    ``"x axis 1: 84 → 90"``, ``"batch 64 → 16 (last batch)"``, ``"first signature"``."""
+    if old is None:
+        return "first signature"
+    changes = diff(from_jsonable(old), from_jsonable(new))
+    if not changes:
+        return "no shape change"
+    batch = _batch_change(changes, new)
+    if batch is not None:
+        return f"batch {_dim(batch.old)} → {_dim(batch.new)}" + (" (last batch)" if last_batch else "")
+    return "; ".join(_one_change(c) for c in changes)
+
+
+def _batch_change(changes: Sequence[AxisChange], new: list) -> Optional[AxisChange]:
+    """Every input changed its axis 0 the same way, and nothing else changed: the batch size."""
+    ranked = [leaf for leaf in new if leaf["shape"]]
+    if not changes or len(changes) != len(ranked):
+        return None
+    first = changes[0]
+    same = all(c.axis == 0 and (c.old, c.new) == (first.old, first.new) for c in changes)
+    return first if same else None
+
+
+def _one_change(change: AxisChange) -> str:
+    if change.axis is None:
+        if change.old is None:
+            return f"{change.new} added"
+        if change.new is None:
+            return f"{change.old} removed"
+        return f"{change.old} → {change.new}"
+    return f"{change.path} axis {change.axis}: {_dim(change.old)} → {_dim(change.new)}"
+
+
+def _dim(size: Any) -> str:
+    return "?" if size is None else str(size)
+
+
+def ledger(compilations: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
+    """One row per compile, in the order they happened, with what changed since the previous
+    *distinct* signature of its phase (auto-clustering compiles several modules for one signature:
+    those rows say "same signature, another module")."""
+    previous: Dict[str, list] = {}
+    rows = []
+    for index, c in enumerate(compilations):
+        phase, signature = c.get("phase"), c.get("signature") or []
+        before = previous.get(phase)
+        if before is not None and before == signature:
+            changed = "same signature, another module"
+        else:
+            changed = change_text(before, signature, bool(c.get("last_batch")))
+            previous[phase] = signature
+        rows.append({
+            "index": index + 1, "phase": phase, "step": c.get("step"), "seconds": c.get("seconds"),
+            "source": c.get("source"), "cached": c.get("cached"), "last_batch": bool(c.get("last_batch")),
+            "signature": describe(from_jsonable(signature)), "changed": changed,
+        })
+    return rows
+
+
+# ------------------------------------------------------------------ the rest of a run
+
+def status(report: Dict[str, Any]) -> Dict[str, Any]:
+    """The status strip: jit requested / active / why, compiles, seconds, steady step, break-even."""
+    counts = report.get("compilation_count") or {}
+    return {
+        "jit_mode": report.get("jit_mode"), "jit_active": report.get("jit_active"),
+        "jit_reason": report.get("jit_reason", ""),
+        "compilation_count": {p: counts.get(p, 0) for p in PHASES},
+        "total_compilations": sum(counts.get(p, 0) for p in PHASES),
+        "compilations_listed": len(report.get("compilations") or []),
+        "compilations_dropped": report.get("compilations_dropped", 0),
+        "distinct_signatures": report.get("distinct_signatures") or {},
+        "steps": report.get("steps") or {},
+        "compile_seconds": report.get("compile_seconds"), "wall_seconds": report.get("wall_seconds"),
+        "compile_share": report.get("compile_share"),
+        "steady_step_seconds": report.get("steady_step_seconds"),
+        "steady_step_seconds_by_phase": report.get("steady_step_seconds_by_phase") or {},
+        "break_even_steps": report.get("break_even_steps"),
+        "cache_saved_seconds": report.get("cache_saved_seconds"),
+        "probe": report.get("probe"), "storms": len(report.get("storms") or []),
+        "fallback": report.get("fallback"), "versions": report.get("versions") or {},
+    }
+
+
+def storms(report: Dict[str, Any]) -> List[Dict[str, Any]]:
+    """A card per storm: the advice, the numbers, the fix and its code."""
+    cards = []
+    for s in report.get("storms") or []:
+        fix = s.get("fix") or {}
+        cards.append({
+            "phase": s.get("phase"), "step": s.get("step"), "window_start": s.get("window_start"),
+            "count": s.get("count"), "compiles": s.get("compiles"), "compile_seconds": s.get("compile_seconds"),
+            "steady_step_seconds": s.get("steady_step_seconds"), "action": s.get("action"),
+            "advice": s.get("advice", ""), "varying": s.get("varying") or [],
+            "fix_kind": fix.get("kind"), "fix_code": fix.get("code"), "fix": fix,
+        })
+    return cards
+
+
+def traces(report: Dict[str, Any], run: str) -> List[Dict[str, Any]]:
+    """Each trace window and the run name the Profile tab lists it under (``<run>/train/<session>``)."""
+    out = []
+    for entry in report.get("traces") or []:
+        kind, _, path = str(entry).partition(": ")
+        session = os.path.basename(path.rstrip("/\\")) if path else ""
+        out.append({"kind": kind, "session": session,
+                    "profile_run": f"{tensorboard_run(run)}/{session}" if session else None})
+    return out
+
+
+def summary(run: str, report: Dict[str, Any]) -> Dict[str, Any]:
+    """One row of the compare view (several runs side by side, e.g. compare()'s three modes)."""
+    s = status(report)
+    return {"run": run, "jit_mode": s["jit_mode"], "jit_active": s["jit_active"],
+            "compilation_count": s["compilation_count"], "total_compilations": s["total_compilations"],
+            "compile_seconds": s["compile_seconds"], "wall_seconds": s["wall_seconds"],
+            "steady_step_seconds": s["steady_step_seconds"], "storms": s["storms"],
+            "break_even_steps": s["break_even_steps"]}
+
+
+def run_view(run: str, report: Dict[str, Any]) -> Dict[str, Any]:
+    """Everything the tab shows for one run. ``message`` is set when the reader should know
+    something about the data itself (written by a newer xla_keras, records capped)."""
+    parsed = parse_report(report)  # ValueError for something that is not a report
+    messages = [parsed.message] if parsed.message else []
+    dropped = report.get("compilations_dropped") or 0
+    if dropped:
+        messages.append(f"{dropped} more compiles happened than the report lists (max_records): counts and "
+                        "seconds include them, the ledger and the timeline show the first "
+                        f"{len(report.get('compilations') or [])}")
+    return {"run": run, "status": status(report), "ledger": ledger(report.get("compilations") or []),
+            "storms": storms(report), "traces": traces(report, run), "notes": list(report.get("notes") or []),
+            "messages": messages}
