@@ -33,7 +33,9 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-TIER_TESTS = ["tests/test_ground_truth.py", "tests/test_internals.py", "tests/test_compat.py", "tests/test_quiet.py"]
+# The XLA tab's routes too: TensorBoard 2.16-2.20 serve them through the same data provider API.
+TIER_TESTS = ["tests/test_ground_truth.py", "tests/test_internals.py", "tests/test_compat.py", "tests/test_quiet.py",
+              "tests/test_tab_plugin.py"]
 PIP_ENV = {"PIP_DISABLE_PIP_VERSION_CHECK": "1", "PIP_ROOT_USER_ACTION": "ignore", "PIP_NO_INPUT": "1"}
 
 

@@ -19,6 +19,7 @@ REPORT_KEYS = [
     "compile_seconds", "wall_seconds", "compile_share", "slow_steps", "slow_step_count",
     "break_even_steps", "cache_saved_seconds", "probe", "traces", "notes", "log_dir", "versions",
     "schema_version",  # 0.2 (schema 2) added it: keys are only ever added
+    "run_state",  # schema 3
 ]
 SIGNATURE_ITEM_KEYS = ["path", "dtype", "shape"]
 

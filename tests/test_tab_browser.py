@@ -16,6 +16,7 @@ tf = pytest.importorskip("tensorflow")
 keras = pytest.importorskip("keras")
 
 from tensorboard_server import get_json, running_tensorboard  # noqa: E402
+from test_tensorboard import _sequences  # noqa: E402  (storm data: padded batches of varying length)
 
 import xla_keras  # noqa: E402
 from xla_keras.metadata import PLUGIN_NAME, REPORT_FILE, TAG_STEP_TIME  # noqa: E402
@@ -43,14 +44,18 @@ def _batches(shapes):
         tf.TensorSpec((None, None), tf.int32), tf.TensorSpec((None, 1), tf.float32)))
 
 
-def _storm_data(n=96):
-    lengths = np.random.default_rng(0).integers(4, 80, size=n)
+SEEN_MID_FIT = []
+COMPARED = {}  # compare()'s break-even per mode
 
-    def gen():
-        for length in lengths:
-            yield np.arange(length, dtype=np.int32) % 97 + 1, np.float32(length % 2)
-    return tf.data.Dataset.from_generator(gen, output_signature=(
-        tf.TensorSpec((None,), tf.int32), tf.TensorSpec((), tf.float32))).padded_batch(8)
+
+class _ReportMidFit(keras.callbacks.Callback):
+    def __init__(self, monitor):
+        super().__init__()
+        self.monitor = monitor
+
+    def on_epoch_end(self, epoch, logs=None):
+        if epoch == 0:
+            SEEN_MID_FIT.append(self.monitor.report.run_state)
 
 
 class _Interrupt(keras.callbacks.Callback):
@@ -65,9 +70,9 @@ def tab_logdir(tmp_path_factory):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         monitor = xla_keras.XlaMonitor(log_dir=str(root / "shapes"), jit="on", verbose=0)
-        _sequence_model().fit(_batches(SHAPES), epochs=2, callbacks=[monitor], verbose=0)
+        _sequence_model().fit(_batches(SHAPES), epochs=2, callbacks=[monitor, _ReportMidFit(monitor)], verbose=0)
         monitor = xla_keras.XlaMonitor(log_dir=str(root / "storm"), jit="on", storm_threshold=4, verbose=0)
-        _sequence_model().fit(_storm_data(), epochs=1, callbacks=[monitor], verbose=0)
+        _sequence_model().fit(_sequences(96), epochs=1, callbacks=[monitor], verbose=0)
         x = np.random.default_rng(1).normal(size=(256, 16)).astype(np.float32)
         y = x.sum(axis=1, keepdims=True)
 
@@ -76,7 +81,8 @@ def tab_logdir(tmp_path_factory):
                                       keras.layers.Dense(1)])
             model.compile("adam", "mse")
             return model
-        xla_keras.compare(mlp, (x, y), steps=30, log_dir=str(root / "compare"))
+        table = xla_keras.compare(mlp, (x, y), steps=30, log_dir=str(root / "compare"))
+        COMPARED.update({r.mode: r.break_even_step for r in table.results})
         monitor = xla_keras.XlaMonitor(log_dir=str(root / "interrupted"), jit="on", verbose=0)
         with pytest.raises(RuntimeError, match="interrupted"):
             mlp().fit(x, y, batch_size=32, epochs=3, callbacks=[monitor, _Interrupt()], verbose=0)
@@ -115,6 +121,12 @@ def test_the_fits_wrote_what_the_checks_below_expect(tab_logdir):
     assert [c["last_batch"] for c in shapes] == [False, False, False, True]
     assert reports["storm"]["storms"] and reports["storm"]["storms"][0]["fix"].get("code")
     assert reports["interrupted"]["steps"]["train"] == 5
+    assert reports["interrupted"]["run_state"] == "interrupted"
+    assert any("stopped early" in n and "train step 5" in n for n in reports["interrupted"]["notes"])
+    assert reports["shapes"]["run_state"] == reports["storm"]["run_state"] == "finished"
+    assert SEEN_MID_FIT == ["running"]
+    for mode, steps in COMPARED.items():  # compare()'s break-even reaches each mode's report (and the tab)
+        assert reports[f"compare/{mode}"]["break_even_steps"] == steps, mode
 
 
 def test_the_runs_route_of_a_real_tensorboard_lists_every_fit(tab_server):
@@ -222,10 +234,14 @@ def test_the_xla_tab_in_headless_chromium(tab_server):
             # the interrupted fit renders what it logged
             _select(frame, "interrupted")
             assert frame.locator("#status").count() == 1
+            assert "Interrupted: the last fit stopped early" in frame.locator("#run .message").first.inner_text()
             assert frame.locator("#ledger tbody tr").count() == len(reports["interrupted"]["compilations"])
 
             # compare(): off / auto-clustering / on read as one table
             _select(frame, "compare/on")
+            even = reports["compare/on"]["break_even_steps"]
+            card = frame.locator("#status-break-even").inner_text()
+            assert (f"{round(even)} steps" in card) if even is not None else ("unknown" in card)
             page.screenshot(path=os.path.join(ARTIFACTS, "xla_tab_compare.png"), full_page=True)
 
             # the 0.1-style run says why there is nothing to show

@@ -213,6 +213,42 @@ def test_malformed_report_data_renders_a_message_not_an_error(tmp_path, payload,
     assert get_json(client, "/compiles?run=bad")["message"] == view["message"]
 
 
+@pytest.mark.parametrize("report, words", [
+    ({"jit_mode": "on", "storms": [{"phase": "train", "step": 3}]}, "malformed"),
+    ({"jit_mode": "on", "compilations": [{"phase": "train", "step": 1, "signature": 5}]}, "malformed"),
+    ({"jit_mode": "on", "compile_seconds": "1.5"}, "compile_seconds is '1.5', not a number"),
+    ({"jit_mode": "on", "compilation_count": {"train": "3"}}, "compilation_count['train']"),
+    ({"jit_mode": "on", "storms": [{"phase": "train", "step": 3, "count": 4, "compile_seconds": "x"}]},
+     "storms[0].compile_seconds"),
+])
+def test_a_damaged_report_is_a_message_for_its_run_and_the_others_still_show(tmp_path, report, words):
+    from xla_keras.metadata import encode_report_data
+    write_run(tmp_path / "good", sample_report())
+    _write_raw_report_data(tmp_path / "bad", encode_report_data(report))
+    client, _ = tab_client(tmp_path)
+    rows = {r["run"]: r for r in get_json(client, "/runs")["runs"]}
+    assert words in rows["bad"]["message"] and rows["good"]["message"] is None
+    for route in ("/report", "/compiles", "/storms"):
+        assert words in get_json(client, f"{route}?run=bad")["message"]
+
+
+def test_a_report_written_mid_fit_or_after_an_interruption_says_so(tmp_path):
+    running = sample_report()
+    running.run_state = "running"
+    write_run(tmp_path / "live", running, steps=7)
+    stopped = sample_report()
+    stopped.run_state = "interrupted"
+    stopped.notes = ["the last fit stopped early (an exception or Ctrl-C) after train step 9: the report holds ..."]
+    write_run(tmp_path / "stopped", stopped)
+    write_run(tmp_path / "done", sample_report())
+    client, _ = tab_client(tmp_path)
+    live = get_json(client, "/report?run=live")
+    assert "written while the fit was running (at train step 7)" in live["messages"][0]
+    assert live["written"]["step"] == 7
+    assert get_json(client, "/report?run=stopped")["messages"][0].startswith("Interrupted: the last fit stopped")
+    assert get_json(client, "/report?run=done")["messages"] == []
+
+
 def test_a_run_with_xla_scalars_but_no_report_says_why(tmp_path):
     sink = OutputSink(str(tmp_path / "old"))  # xla_keras 0.1 wrote scalars and no tab data
     sink.scalars([Scalar("train", TAG_STEP_TIME, 2.0, 1)])

@@ -149,3 +149,15 @@ def test_report_data_round_trips_and_is_small():
 def test_malformed_report_data_is_a_value_error_that_says_what(data, words):
     with pytest.raises(ValueError, match=words):
         decode_report_data(data)
+
+
+@pytest.mark.parametrize("state, written, words", [
+    ("running", {"step": 12, "wall_time": 1.0}, "written while the fit was running (at train step 12)"),
+    ("interrupted", None, "Interrupted: the last fit stopped early"),
+    ("finished", None, None),
+    (None, None, None),
+])
+def test_how_complete_a_run_is_is_said(state, written, words):
+    report = full_report(run_state=state, notes=["the last fit stopped early (Ctrl-C) after train step 3: ..."])
+    message = views.state_message(report, written)
+    assert (message is None) if words is None else words in message

@@ -203,12 +203,13 @@ def compare(model_or_builder: Union[Any, Callable[[], Any]], data: Any, steps: i
     # so the first mode measured is not also paying for the process's first steps.
     new_model().fit(_dataset(batches[:3]), epochs=1, verbose=0)
 
-    results = []
+    results, monitors = [], {}
     for mode in order:
         model = new_model()
         monitor = XlaMonitor(log_dir=os.path.join(log_dir, mode) if log_dir else None, jit=mode, verbose=0,
                              profile=None)
         timer = StepTimes()
+        monitors[mode] = monitor
         model.fit(_dataset(batches), epochs=1, callbacks=[timer, monitor], verbose=0)
         report = monitor.report
         compile_steps = {c.step - 1 for c in report.compilations if c.phase == "train"}
@@ -229,7 +230,25 @@ def compare(model_or_builder: Union[Any, Callable[[], Any]], data: Any, steps: i
             if r.mode != "off" and r.xla_ran and r.compile_seconds > 0:
                 even = break_even_steps(r.compile_seconds, r.steady_step_ms / 1e3, baseline / 1e3)
                 r.break_even_step = None if even is None or even == float("inf") else even
+    if log_dir:
+        _write_break_even(log_dir, results, monitors)
     return CompareTable(steps=len(batches), results=[r for r in results if r.mode in modes or r.mode == "off"])
+
+
+def _write_break_even(log_dir: str, results: List["ModeResult"], monitors: dict) -> None:
+    """Each XLA mode's report learns its break-even against the "off" mode measured beside it (the
+    monitor alone has no non-XLA baseline), so the report file and the XLA tab show it too."""
+    from .sink import OutputSink
+    for r in results:
+        if r.break_even_step is None:
+            continue
+        report = monitors[r.mode].report
+        report.break_even_steps = r.break_even_step
+        report.notes.append(f"break-even measured by compare() against its 'off' mode ({results[0].steady_step_ms:.3f} "
+                            f"ms per steady step, vs {r.steady_step_ms:.3f} ms here)")
+        sink = OutputSink(os.path.join(log_dir, r.mode))
+        sink.flush(report=lambda report=report: report, text=True, step=report.steps["train"])
+        sink.close()
 
 
 def _now() -> float:

@@ -11,7 +11,8 @@ Report schema versions (``xla_report.json``, ``XlaReport.to_dict()``):
 * 2 - xla_keras 0.2: ``schema_version``; ``source`` may be "op_span" (TensorFlow
   2.16/2.17), ``cached`` may be null (unknown). Keys are only ever added.
 * 3 - a compile's ``last_batch`` (it happened on the last step of an epoch or
-  of an evaluate / predict run).
+  of an evaluate / predict run); the report's ``run_state`` ("running",
+  "interrupted", "finished"; null before anything ran).
 
 The XLA tab reads the report from the event files, not from the loose JSON
 file (TensorBoard's data provider serves summaries only): the same dict,

@@ -238,7 +238,8 @@ class XlaMonitor(keras.callbacks.Callback):
     def reports(self) -> List[XlaReport]:
         """One report per model this monitor watched, in the order it first saw them (the model
         watched last is ``report``). A re-compiled model is the same model."""
-        return [r.build(self.config.jit, self._refused, self.backend.versions()) for r in self._book.all()]
+        return [r.build(self.config.jit, self._refused, self.backend.versions(),
+                        running=r is self._current and self.in_call) for r in self._book.all()]
 
     # tf_keras (TF_USE_LEGACY_KERAS=1) asks every callback these before any hook and fails on a
     # Keras 3 callback without them: answering lets its fit reach on_train_begin, where the
@@ -295,6 +296,7 @@ class XlaMonitor(keras.callbacks.Callback):
     @_watched
     def on_train_end(self, logs=None):
         self._end_fit()
+        self._current.ended()
         self._finish()
 
     @_hook
@@ -330,7 +332,11 @@ class XlaMonitor(keras.callbacks.Callback):
     @property
     def report(self) -> XlaReport:
         """The report so far (complete after the fit / evaluate / predict) of the model watched last."""
-        return self._current.build(self.config.jit, self._refused, self.backend.versions())
+        return self._current.build(self.config.jit, self._refused, self.backend.versions(), running=self.in_call)
+
+    def _stopped_early(self, phase: str, in_fit: bool, why: str = "an exception or Ctrl-C") -> str:
+        return (f"the last {'fit' if in_fit else _RUN_WORD.get(phase, phase)} stopped early ({why}) after {phase} "
+                f"step {self.session.phases[phase].step}: the report holds what ran before")
 
     # ------------------------------------------------------------- the phases
 
@@ -386,12 +392,13 @@ class XlaMonitor(keras.callbacks.Callback):
             self._read_back(phase)
             self._set_up_cache()
 
-    def _end_phase(self, phase: str) -> None:
+    def _end_phase(self, phase: str, interrupted: Optional[str] = None) -> None:
         self.sink.scalars(self.session.end_of_run(phase))
         self.backend.remove(self.model, phase)
         if not self._in_fit:
             self._restore_model()
             self.session.wall.end()
+            self._current.ended(interrupted)
             self._finish()
 
     def _end_fit(self, at: Optional[float] = None) -> None:
@@ -404,6 +411,7 @@ class XlaMonitor(keras.callbacks.Callback):
     def _abort_fit(self) -> None:
         """Clean up after a fit that ended by an exception: on_train_end never ran."""
         self._end_fit(at=self.session.wall.last_activity)
+        self._current.ended(self._stopped_early("train", True))
         self._flush(text=True)
 
     def _finish(self) -> None:
@@ -493,6 +501,7 @@ class XlaMonitor(keras.callbacks.Callback):
                 self.session.call_failed(phase)
             self.traces.stop()
             text = self._in_fit
+            self._current.ended(self._stopped_early(phase, self._in_fit))
             if self._in_fit:
                 self._end_fit()
             elif phase != "train":
@@ -540,11 +549,13 @@ class XlaMonitor(keras.callbacks.Callback):
         self.traces.storm_opened()
         text = storm_text(storm, self.config.storm_window)
         if storm.action == "raise":
+            stopped = self._stopped_early(phase, self._in_fit, "on_storm='raise' after a recompilation storm")
             if self._in_fit:
                 self._end_fit()
+                self._current.ended(stopped)
                 self._finish()  # flushes and closes every file before the fit stops
             else:
-                self._end_phase(phase)
+                self._end_phase(phase, stopped)
             raise RecompilationStormError(text)
         if storm.action == "fallback":
             self._fall_back(phase, step)
@@ -587,6 +598,8 @@ class XlaMonitor(keras.callbacks.Callback):
             if self._in_fit:
                 self._abort_fit()
                 return
+            phases = self.backend.wrapped_phases()
+            self._current.ended(self._stopped_early(phases[0] if phases else "test", False))
             self.traces.stop()
             self.backend.remove_all(self.model)
             self._restore_model()

@@ -143,6 +143,10 @@ class XlaReport:
     notes: List[str] = field(default_factory=list)
     log_dir: Optional[str] = None
     versions: Dict[str, str] = field(default_factory=dict)
+    # "running": a fit / evaluate / predict was in progress when this report was built (a file read
+    # later is what had been logged by then); "interrupted": the last call ended by an exception,
+    # Ctrl-C or on_storm="raise"; "finished"; None: nothing ran yet, or written before schema 3.
+    run_state: Optional[str] = None
 
     @property
     def total_compilations(self) -> int:
@@ -175,6 +179,7 @@ class XlaReport:
             "notes": list(self.notes),
             "log_dir": self.log_dir,
             "versions": dict(self.versions),
+            "run_state": self.run_state,
         }
 
     @classmethod

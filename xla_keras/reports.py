@@ -36,9 +36,18 @@ class ModelReport:
         self.jit_state = JitState(config.jit)       # the read-back of the function that runs
         self.cache: Optional[dict] = None           # the persistent compilation cache, if any
         self.cache_account = CacheAccount(None, "", config.jit)
+        self.state: Optional[str] = None            # "finished" / "interrupted" once a call has ended
+        self.stopped: Optional[str] = None          # where the last interrupted call stopped, in words
 
-    def build(self, jit_mode: str, refused: Optional[str], versions: dict) -> XlaReport:
+    def ended(self, interrupted: Optional[str] = None) -> None:
+        """A watched call ended: normally, or (``interrupted``: where, in words) by an exception."""
+        self.state = "interrupted" if interrupted else "finished"
+        self.stopped = interrupted
+
+    def build(self, jit_mode: str, refused: Optional[str], versions: dict, running: bool = False) -> XlaReport:
         notes = []
+        if self.state == "interrupted" and self.stopped and not running:
+            notes.append(self.stopped)
         if self.cache and not self.cache["effective"]:
             notes.append(f"the persistent compilation cache at {self.cache['dir']} was configured too late for "
                          "this process (after TensorFlow read its flags): nothing is cached or loaded. Fix: "
@@ -55,7 +64,7 @@ class ModelReport:
             probe=self.probe.facts if self.probe is not None else ProbeFacts(), traces=tuple(self.traces.saved),
             cache_saved_seconds=account.saved_seconds if account.loads_known else None, extra_notes=tuple(notes),
             refused=refused, log_dir=self.sink.log_dir if self.sink.writes and not refused else None,
-            versions=versions))
+            versions=versions, run_state="running" if running else self.state))
 
 
 class ReportBook:

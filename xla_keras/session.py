@@ -515,6 +515,7 @@ class ReportContext:
     refused: Optional[str] = None       # the monitor stepped aside: the reason replaces the verdict
     log_dir: Optional[str] = None
     versions: Dict[str, str] = field(default_factory=dict)
+    run_state: Optional[str] = None
 
 
 def build_report(snapshot: SessionSnapshot, context: ReportContext) -> XlaReport:
@@ -549,6 +550,7 @@ def build_report(snapshot: SessionSnapshot, context: ReportContext) -> XlaReport
     report.notes = list(snapshot.notes) + _phase_notes(snapshot) + list(context.extra_notes)
     report.log_dir = context.log_dir
     report.versions = dict(context.versions)
+    report.run_state = context.run_state
     return report
 
 

@@ -37,7 +37,6 @@ from ..metadata import (
     TAG_STEADY_STEP_TIME,
     TAG_STEP_TIME,
     decode_report_data,
-    parse_report,
 )
 from . import views
 
@@ -120,8 +119,9 @@ class XlaPlugin(base_plugin.TBPlugin):
             raise RunError(404, f"no run {run[:200]!r} in this logdir; runs: {shown}")
         return run
 
-    def _report(self, request, run: str, info: Dict[str, Any]) -> Dict[str, Any]:
-        """The run's latest report dict (decoded once per version); ValueError if unreadable."""
+    def _report(self, request, run: str, info: Dict[str, Any]) -> Tuple[Dict[str, Any], Dict[str, Any]]:
+        """The run's latest report dict (decoded and checked once per version) and when it was written
+        (``{"step", "wall_time"}``); ValueError if unreadable."""
         series = info["series"]
         if series is None:
             raise ValueError("this run has XLA scalars but no report for the tab yet: it was written by "
@@ -146,13 +146,13 @@ class XlaPlugin(base_plugin.TBPlugin):
             raise ValueError("the run's report summary holds no data yet")
         value = datums[-1].numpy
         raw = value.item() if hasattr(value, "item") and getattr(value, "size", 0) == 1 else value
-        report = decode_report_data(raw)
-        parse_report(report)  # ValueError for a dict that is not a report, before anything reads it
+        report = views.check(decode_report_data(raw))  # ValueError for what is not a report, before any use
+        found = (report, {"step": int(datums[-1].step), "wall_time": float(datums[-1].wall_time)})
         with self._lock:
-            self._reports[key] = report
+            self._reports[key] = found
             while len(self._reports) > _CACHED_REPORTS:
                 self._reports.popitem(last=False)
-        return report
+        return found
 
     # ------------------------------------------------------------- routes
 
@@ -162,9 +162,10 @@ class XlaPlugin(base_plugin.TBPlugin):
         rows = []
         for run, info in runs.items():
             try:
-                rows.append(dict(views.summary(run, self._report(request, run, info)), message=None))
-            except ValueError as error:
-                rows.append({"run": run, "message": str(error)})
+                report, written = self._report(request, run, info)
+                rows.append(dict(views.summary(run, report), message=None, written=written))
+            except MALFORMED as error:
+                rows.append({"run": run, "message": _malformed(error)})
         return _json({"runs": rows, "profile_tab": _profile_tab_installed(),
                       "profile_install": _profile_install_line()})
 
@@ -175,9 +176,9 @@ class XlaPlugin(base_plugin.TBPlugin):
         except RunError as error:
             return _json({"error": str(error)}, error.code)
         try:
-            return _json(build(run, self._report(request, run, runs[run])))
-        except ValueError as error:
-            return _json({"run": run, "message": str(error)})
+            return _json(build(run, *self._report(request, run, runs[run])))
+        except MALFORMED as error:
+            return _json({"run": run, "message": _malformed(error)})
 
     @wrappers.Request.application
     def _serve_report(self, request):
@@ -185,13 +186,13 @@ class XlaPlugin(base_plugin.TBPlugin):
 
     @wrappers.Request.application
     def _serve_compiles(self, request):
-        return self._one_run(request, lambda run, report: {
+        return self._one_run(request, lambda run, report, written: {
             "run": run, "ledger": views.ledger(report.get("compilations") or []),
             "compilations_dropped": report.get("compilations_dropped", 0)})
 
     @wrappers.Request.application
     def _serve_storms(self, request):
-        return self._one_run(request, lambda run, report: {"run": run, "storms": views.storms(report)})
+        return self._one_run(request, lambda run, report, written: {"run": run, "storms": views.storms(report)})
 
     @wrappers.Request.application
     def _serve_steps(self, request):
@@ -221,6 +222,14 @@ class XlaPlugin(base_plugin.TBPlugin):
         from tensorboard.backend import http_util
         return http_util.Respond(request, body, STATIC_FILES[name])
 
+
+
+# What reading a damaged report can raise: every one becomes a message for that run, never a 500.
+MALFORMED = (ValueError, TypeError, KeyError, AttributeError, IndexError)
+
+
+def _malformed(error: Exception) -> str:
+    return str(error) if isinstance(error, ValueError) else f"the report is malformed: {error!r}"
 
 
 def _json(body: Any, code: int = 200):

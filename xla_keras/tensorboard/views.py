@@ -117,6 +117,7 @@ def status(report: Dict[str, Any]) -> Dict[str, Any]:
         "cache_saved_seconds": report.get("cache_saved_seconds"),
         "probe": report.get("probe"), "storms": len(report.get("storms") or []),
         "fallback": report.get("fallback"), "versions": report.get("versions") or {},
+        "run_state": report.get("run_state"),
     }
 
 
@@ -153,14 +154,64 @@ def summary(run: str, report: Dict[str, Any]) -> Dict[str, Any]:
             "compilation_count": s["compilation_count"], "total_compilations": s["total_compilations"],
             "compile_seconds": s["compile_seconds"], "wall_seconds": s["wall_seconds"],
             "steady_step_seconds": s["steady_step_seconds"], "storms": s["storms"],
-            "break_even_steps": s["break_even_steps"]}
+            "break_even_steps": s["break_even_steps"], "run_state": report.get("run_state")}
 
 
-def run_view(run: str, report: Dict[str, Any]) -> Dict[str, Any]:
-    """Everything the tab shows for one run. ``message`` is set when the reader should know
-    something about the data itself (written by a newer xla_keras, records capped)."""
-    parsed = parse_report(report)  # ValueError for something that is not a report
+_NUMBERS = ("compile_seconds", "wall_seconds", "compile_share", "steady_step_seconds", "break_even_steps",
+            "cache_saved_seconds")
+
+
+def check(report: Any) -> Any:
+    """``report`` if the tab can show it; else ValueError saying what is wrong with it (a report
+    written by hand, or damaged: the tab says so instead of failing)."""
+    try:
+        parse_report(report)
+    except (TypeError, KeyError, AttributeError) as error:
+        raise ValueError(f"the report is malformed: {error}") from None
+    for key in _NUMBERS:
+        _number(report.get(key), key)
+    for key in ("compilation_count", "distinct_signatures", "steps"):
+        for phase, value in (report.get(key) or {}).items():
+            _number(value, f"{key}[{phase!r}]", none=False)
+    for i, c in enumerate(report.get("compilations") or []):
+        _number(c.get("step"), f"compilations[{i}].step", none=False)
+        _number(c.get("seconds"), f"compilations[{i}].seconds", none=False)
+    for i, s in enumerate(report.get("storms") or []):
+        for key in ("step", "count", "compiles", "compile_seconds", "steady_step_seconds", "window_start"):
+            _number(s.get(key), f"storms[{i}].{key}")
+    return report
+
+
+def _number(value: Any, name: str, none: bool = True) -> None:
+    if value is None and none:
+        return
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"the report is malformed: {name} is {value!r}, not a number")
+
+
+def state_message(report: Dict[str, Any], written: Optional[Dict[str, Any]] = None) -> Optional[str]:
+    """What the reader should know about how complete the run's data is."""
+    state = report.get("run_state")
+    step = (written or {}).get("step")
+    at = f" (at train step {step})" if step is not None else ""
+    if state == "running":
+        return (f"This report was written while the fit was running{at}. If it is not running any more, it was "
+                "killed before its next flush (or its last events were not fully written): what is shown is what "
+                "it had logged by then.")
+    if state == "interrupted":
+        stopped = next((n for n in report.get("notes") or [] if "stopped early" in n), None)
+        return "Interrupted: " + (stopped or "the last call stopped early; the report holds what ran before.")
+    return None
+
+
+def run_view(run: str, report: Dict[str, Any], written: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
+    """Everything the tab shows for one run. ``messages`` say what the reader should know about the
+    data itself (still running or interrupted, written by a newer xla_keras, records capped)."""
+    parsed = parse_report(check(report))  # ValueError for something that is not a report
     messages = [parsed.message] if parsed.message else []
+    state = state_message(report, written)
+    if state:
+        messages.append(state)
     dropped = report.get("compilations_dropped") or 0
     if dropped:
         messages.append(f"{dropped} more compiles happened than the report lists (max_records): counts and "
@@ -168,4 +219,4 @@ def run_view(run: str, report: Dict[str, Any]) -> Dict[str, Any]:
                         f"{len(report.get('compilations') or [])}")
     return {"run": run, "status": status(report), "ledger": ledger(report.get("compilations") or []),
             "storms": storms(report), "traces": traces(report, run), "notes": list(report.get("notes") or []),
-            "messages": messages}
+            "messages": messages, "written": written}

@@ -115,14 +115,16 @@ function draw(root) {
 
 function compareView(root) {
   const head = ['run', 'jit requested', 'XLA active', 'compiles (train / test / predict)', 'compile time',
-                'wall time', 'steady step', 'storms'];
+                'wall time', 'steady step', 'break-even', 'storms'];
   const rows = state.runs.map((r) => {
     const cells = r.message ?
       [el('td', {colspan: String(head.length - 1), class: 'muted'}, r.message)] :
       [td(r.jit_mode), td(active(r.jit_active)),
        td(PHASES.map((p) => r.compilation_count[p]).join(' / '), {'data-total': r.total_compilations}),
-       td(seconds(r.compile_seconds), {'data-seconds': r.compile_seconds}), td(seconds(r.wall_seconds)),
-       td(ms(r.steady_step_seconds), {'data-seconds': r.steady_step_seconds}), td(String(r.storms))];
+       td(r.total_compilations ? seconds(r.compile_seconds) : 'none', {'data-seconds': r.compile_seconds}),
+       td(seconds(r.wall_seconds)), td(ms(r.steady_step_seconds), {'data-seconds': r.steady_step_seconds}),
+       td(typeof r.break_even_steps === 'number' ? `${Math.round(r.break_even_steps)} steps` : '—'),
+       td(String(r.storms))];
     const row = el('tr', {'data-run': r.run, class: r.run === state.selected ? 'selected' : ''},
                    [el('td', {}, el('code', {}, r.run)), ...cells]);
     row.addEventListener('click', () => select(root, r.run));
@@ -164,7 +166,11 @@ const SVG = 'http://www.w3.org/2000/svg';
 function timeline(view, steps) {
   const section = el('section', {id: 'timeline'}, [el('h3', {}, 'Timeline'),
     el('div', {class: 'muted'}, 'Step time per phase on its step axis (test steps count over the ' +
-       'monitor\'s lifetime), each compile marked at its step. Hover a mark for its signature and seconds.')]);
+       'monitor\'s lifetime), each compile marked at its step. Hover a mark for its signature and seconds.'),
+    el('div', {class: 'legend'}, [
+      el('span', {class: 'key step-key'}), 'step time (ms)', el('span', {class: 'key steady-key'}),
+      'steady median', el('span', {class: 'key profiler-key'}), 'compile, seconds measured (profiler / op span)',
+      el('span', {class: 'key timing-key'}), 'compile, seconds estimated from step time'])]);
   const tooltip = el('div', {class: 'tooltip', id: 'tooltip', hidden: ''});
   section.appendChild(tooltip);
   const lanes = (steps && steps.lanes) || {};
@@ -186,7 +192,8 @@ function lane(phase, marks, series, lastStep, tooltip) {
   svg.setAttribute('class', 'lane');
   svg.setAttribute('data-phase', phase);
   const x = (step) => left + (width - left - right) * (lastStep <= 1 ? 0.5 : (step - 1) / (lastStep - 1));
-  const values = series.map((p) => p[1]);
+  const steady = lanesSteady(phase);
+  const values = series.map((p) => p[1]).concat(steady.map((p) => p[1]));
   const yMax = values.length ? Math.max(...values) : 1;
   const y = (v) => height - bottom - (height - top - bottom - 10) * (yMax ? v / yMax : 0);
   svg.appendChild(svgEl('text', {x: 4, y: 14, class: 'lane-title'}, phase));
@@ -196,8 +203,13 @@ function lane(phase, marks, series, lastStep, tooltip) {
   svg.appendChild(svgEl('text', {x: width - right, y: height - 6, class: 'tick end'}, `step ${lastStep}`));
   if (values.length) {
     svg.appendChild(svgEl('text', {x: left - 4, y: y(yMax) + 4, class: 'tick end'}, `${yMax.toPrecision(3)} ms`));
-    const d = series.map((p, i) => `${i ? 'L' : 'M'}${x(p[0]).toFixed(1)},${y(p[1]).toFixed(1)}`).join(' ');
-    svg.appendChild(svgEl('path', {d, class: 'step-line'}));
+    const path = (points) => points.map((p, i) => `${i ? 'L' : 'M'}${x(p[0]).toFixed(1)},${y(p[1]).toFixed(1)}`)
+      .join(' ');
+    if (steady.length) svg.appendChild(svgEl('path', {d: path(steady), class: 'steady-line'}));
+    if (series.length) svg.appendChild(svgEl('path', {d: path(series), class: 'step-line'}));
+    if (series.length <= 60) {  // few points (update_freq="epoch"): a line alone may not show them
+      for (const p of series) svg.appendChild(svgEl('circle', {cx: x(p[0]), cy: y(p[1]), r: 2.5, class: 'step-dot'}));
+    }
   } else {
     svg.appendChild(svgEl('text', {x: left + 8, y: height / 2, class: 'tick'},
                           'no step-time scalars for this phase (only compiles)'));
@@ -222,6 +234,11 @@ function lane(phase, marks, series, lastStep, tooltip) {
   return svg;
 }
 
+function lanesSteady(phase) {
+  const lanes = (state.steps && state.steps.lanes) || {};
+  return (lanes[phase] || {}).steady_step_time_ms || [];
+}
+
 function svgEl(tag, attrs, text) {
   const node = document.createElementNS(SVG, tag);
   for (const [k, v] of Object.entries(attrs)) node.setAttribute(k, String(v));
@@ -233,7 +250,7 @@ function svgEl(tag, attrs, text) {
 
 const LEDGER_COLUMNS = [['index', '#'], ['phase', 'phase'], ['step', 'step'], ['seconds', 'seconds'],
                         ['source', 'source'], ['cached', 'cached'], ['changed', 'changed since the previous ' +
-                        'signature'], ['signature', 'signature']];
+                        'distinct signature'], ['signature', 'signature']];
 
 function ledgerTable(root, view) {
   const {key, dir} = state.sort;
@@ -351,10 +368,10 @@ function active(value) {
 }
 
 function seconds(s) {
-  if (s === null || s === undefined) return '—';
+  if (typeof s !== 'number') return '—';
   return s >= 1 ? `${s.toFixed(2)} s` : `${(1000 * s).toFixed(1)} ms`;
 }
 
 function ms(s) {
-  return s === null || s === undefined ? '—' : `${(1000 * s).toFixed(2)} ms`;
+  return typeof s !== 'number' ? '—' : `${(1000 * s).toFixed(2)} ms`;
 }
