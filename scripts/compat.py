@@ -28,7 +28,9 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
@@ -172,6 +174,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--tier", action="append", choices=[t.name for t in TIERS],
                         help="run only this tier (repeatable); default: all")
     parser.add_argument("--work-dir", default=None, help="where the venvs go (default: a temporary directory)")
+    parser.add_argument("--jobs", type=int, default=3, help="tiers run side by side (default: 3)")
     parser.add_argument("--pair", nargs="+", metavar=("PYTHON TENSORFLOW", "KERAS"), action="append",
                         help="an extra tier: Python, TensorFlow and optionally Keras versions, e.g. "
                              "--pair 3.11 2.17.1 (used to fill the README's matrix)")
@@ -184,16 +187,28 @@ def main(argv: Optional[List[str]] = None) -> int:
                           pair[1], keras=pair[2] if len(pair) == 3 else None))
     work_root = args.work_dir or tempfile.mkdtemp(prefix="xla_keras_compat_")
     failed = []
-    for tier in tiers:
-        print(f"== tier {tier.name}: Python {tier.python}, tensorflow=={tier.tensorflow}", flush=True)
+    printing = threading.Lock()
+
+    def one(tier: Tier) -> None:
+        print(f"   started tier {tier.name} ({time.strftime('%H:%M:%S')})", flush=True)
         try:
             seconds = run_tier(tier, work_root)
             tier.results["time"] = f"{seconds:.0f} s"
         except (Failure, subprocess.TimeoutExpired) as error:
             failed.append(tier.name)
             tier.results["FAILED"] = str(error)
-        for key, value in tier.results.items():
-            print(f"   {key:24s} {value}", flush=True)
+        with printing:  # each tier's block as soon as it is done, whole
+            print(f"== tier {tier.name}: Python {tier.python}, tensorflow=={tier.tensorflow}", flush=True)
+            for key, value in tier.results.items():
+                print(f"   {key:24s} {value}", flush=True)
+
+    # Tiers are independent venvs: run them side by side (most of a tier is pip downloading and
+    # installing TensorFlow; the tests of each are ground truth in subprocesses, robust to load).
+    start = time.monotonic()
+    with ThreadPoolExecutor(max(1, min(args.jobs, len(tiers)))) as pool:
+        list(pool.map(one, tiers))
+    print(f"compatibility tier: {time.monotonic() - start:.0f} s for {len(tiers)} tier(s), "
+          f"{max(1, min(args.jobs, len(tiers)))} at a time")
     if not args.work_dir:
         shutil.rmtree(work_root, ignore_errors=True)
     if failed:
