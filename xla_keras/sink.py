@@ -131,11 +131,6 @@ def write_report_json(log_dir: str, report_dict: dict) -> str:
     return atomic_write_text(os.path.join(log_dir, REPORT_FILE), json.dumps(report_dict, indent=2, sort_keys=True))
 
 
-def read_report_json(log_dir: str) -> dict:
-    with open(os.path.join(log_dir, REPORT_FILE)) as f:
-        return json.load(f)
-
-
 class OutputSink:
     """The gate (log_dir set, chief), the writers, the flush throttle and the report file."""
 
