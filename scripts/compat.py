@@ -12,6 +12,10 @@ with it, as a user's repo would have), then:
    (every private API we touch), tests/test_compat.py (Keras 3.6, tf_keras, `python -m`) and
    tests/test_quiet.py (a monitored fit prints no more of TensorFlow's lines than a bare one).
 
+The JAX tier gets JAX pinned at our floor instead, and no TensorFlow: `pip install .[jax]` must change
+nothing pinned and bring no TensorFlow, then tests/test_jax_parts.py and the JAX ground truth run
+there (XLA's dump, JAX's own compile-time lines).
+
     python scripts/compat.py                 # every tier
     python scripts/compat.py --tier oldest   # one (repeatable)
 
@@ -38,6 +42,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # The XLA tab's routes too: TensorBoard 2.16-2.20 serve them through the same data provider API.
 TIER_TESTS = ["tests/test_ground_truth.py", "tests/test_internals.py", "tests/test_compat.py", "tests/test_quiet.py",
               "tests/test_tab_plugin.py"]
+# Keras's JAX backend, in a venv without TensorFlow (tf.data scenarios skip themselves there).
+JAX_TIER_TESTS = ["tests/test_jax_parts.py", "tests/test_jax_ground_truth.py"]
 # Tiers install side by side (downloads, unpacking), but their tests run one tier at a time: the
 # ground truth compares compile seconds with TensorFlow's own lines, and two tiers' fits competing
 # for 2 cores stretched TensorFlow 2.16's first-compile op span by 110 ms (measured, a failure).
@@ -52,6 +58,7 @@ class Tier:
     tensorflow: str                  # the user's pin
     keras: Optional[str] = None      # the Keras the tests run with (None: what pip paired with TensorFlow)
     tests: bool = True
+    jax: Optional[str] = None        # a JAX tier: this JAX pinned, no TensorFlow (``tensorflow`` unused)
     results: Dict[str, str] = field(default_factory=dict)
 
 
@@ -63,6 +70,9 @@ TIERS = [
     Tier("middle", "3.12", "2.18.1"),
     # Install check only: a third pinned environment (the newest Python TensorFlow ships for).
     Tier("install-2.20", "3.13", "2.20.0", tests=False),
+    # Keras's JAX backend at its floor: JAX 0.4.36 (its compile events name no function: the monitor
+    # counts the step's executables from its jit cache), the Keras pip pairs on Python 3.10, no TensorFlow.
+    Tier("jax-oldest", "3.10", "", jax="0.4.36"),
 ]
 
 
@@ -112,6 +122,25 @@ def dry_run(python: str, requirements: List[str], report: str, timeout: float = 
                 for i in json.load(f)["install"]]
 
 
+def jax_install_check(tier: Tier, python: str, work: str) -> None:
+    """A JAX project's venv: installing xla_keras changes nothing pinned, and brings no TensorFlow."""
+    before = installed(python)
+    would = dry_run(python, [f"{ROOT}[jax]"], os.path.join(work, "dry-run.json"))
+    changed = [(name, before[name], v) for name, v in would if name in before and before[name] != v]
+    added = sorted(name for name, _ in would if name not in before)
+    tier.results["pip install .[jax] (dry run)"] = f"adds {', '.join(added)}; changes {len(changed)}"
+    if changed or {"tensorflow", "tensorflow-cpu"} & set(added):
+        raise Failure(f"installing xla_keras[jax] would change {changed} / add {added} in a venv pinned to "
+                      f"jax=={tier.jax}")
+    run([python, "-m", "pip", "install", "--quiet", f"{ROOT}[jax]"])
+    check = run([python, "-m", "pip", "check"], check=False)
+    tier.results["pip check"] = "clean" if check.returncode == 0 else check.stdout.strip()
+    if check.returncode != 0:
+        raise Failure(f"pip check after installing xla_keras[jax]:\n{check.stdout}")
+    if "tensorflow" in installed(python):
+        raise Failure("xla_keras[jax] installed TensorFlow")
+
+
 def install_check(tier: Tier, python: str, work: str) -> None:
     before = installed(python)
     would = dry_run(python, [ROOT], os.path.join(work, "dry-run.json"))
@@ -156,6 +185,8 @@ def run_tier(tier: Tier, work_root: str) -> float:
     venv = os.path.join(work, "venv")
     run([python, "-m", "venv", venv])
     vpy = os.path.join(venv, "bin", "python")
+    if tier.jax:
+        return run_jax_tier(tier, vpy, work, start)
     run([vpy, "-m", "pip", "install", "--quiet", f"tensorflow=={tier.tensorflow}"])
     paired = installed(vpy)
     tier.results["environment"] = (f"Python {tier.python}, tensorflow {paired['tensorflow']}, keras {paired['keras']}, "
@@ -171,6 +202,24 @@ def run_tier(tier: Tier, work_root: str) -> float:
         tier.results["tests"] = f"keras {installed(vpy)['keras']}: {summary}"
         if tests.returncode != 0:
             raise Failure(f"tier {tier.name} tests failed:\n{tests.stdout[-6000:]}\n{tests.stderr[-2000:]}")
+    return time.monotonic() - start
+
+
+def run_jax_tier(tier: Tier, vpy: str, work: str, start: float) -> float:
+    keras = [f"keras=={tier.keras}"] if tier.keras else ["keras"]
+    run([vpy, "-m", "pip", "install", "--quiet", f"jax[cpu]=={tier.jax}", f"jaxlib=={tier.jax}", *keras])
+    paired = installed(vpy)
+    tier.results["environment"] = f"Python {tier.python}, jax {paired['jax']}, keras {paired['keras']}, no tensorflow"
+    jax_install_check(tier, vpy, work)
+    run([vpy, "-m", "pip", "install", "--quiet", "pytest>=8", "pytest-timeout>=2.3"])
+    env = {"KERAS_BACKEND": "jax"}
+    with TESTS_ONE_AT_A_TIME:
+        tests = run([vpy, "-m", "pytest", "-q", "-p", "no:cacheprovider", *JAX_TIER_TESTS], cwd=ROOT, check=False,
+                    timeout=3600, env=env)
+    summary = (tests.stdout.strip().splitlines() or ["(no output)"])[-1]
+    tier.results["tests"] = f"jax {paired['jax']}, keras {paired['keras']}: {summary}"
+    if tests.returncode != 0:
+        raise Failure(f"tier {tier.name} tests failed:\n{tests.stdout[-6000:]}\n{tests.stderr[-2000:]}")
     return time.monotonic() - start
 
 
@@ -203,7 +252,8 @@ def main(argv: Optional[List[str]] = None) -> int:
             failed.append(tier.name)
             tier.results["FAILED"] = str(error)
         with printing:  # each tier's block as soon as it is done, whole
-            print(f"== tier {tier.name}: Python {tier.python}, tensorflow=={tier.tensorflow}", flush=True)
+            pin = f"jax=={tier.jax}" if tier.jax else f"tensorflow=={tier.tensorflow}"
+            print(f"== tier {tier.name}: Python {tier.python}, {pin}", flush=True)
             for key, value in tier.results.items():
                 print(f"   {key:24s} {value}", flush=True)
 

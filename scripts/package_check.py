@@ -3,7 +3,8 @@
 Builds the sdist and, from it, the wheel (`python -m build`, so a file missing from the sdist fails
 here too), installs the wheel into a clean venv outside the repository, and there runs
 `xla-keras --version`, `python -m xla_keras --version` and the quick-start example, checking that the
-package imported is the installed one.
+package imported is the installed one; and, in a second clean venv, ``xla_keras[jax]``: no TensorFlow
+installed, the quick start under KERAS_BACKEND=jax, its XLA tab.
 
     python scripts/package_check.py [--work-dir DIR]
 """
@@ -18,6 +19,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ENV = dict(os.environ, PIP_DISABLE_PIP_VERSION_CHECK="1", PIP_ROOT_USER_ACTION="ignore", CUDA_VISIBLE_DEVICES="")
@@ -65,23 +67,13 @@ print(f"the XLA tab loaded through its entry point and served the run ({len(view
 """
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--work-dir", default=None)
-    args = parser.parse_args()
-    start = time.monotonic()
-    work = args.work_dir or tempfile.mkdtemp(prefix="xla_keras_package_")
-    dist = os.path.join(work, "dist")
-    shutil.rmtree(dist, ignore_errors=True)
-    run([sys.executable, "-m", "build", "--outdir", dist, ROOT])
-    wheels, sdists = glob.glob(os.path.join(dist, "*.whl")), glob.glob(os.path.join(dist, "*.tar.gz"))
-    if len(wheels) != 1 or len(sdists) != 1:
-        sys.exit(f"package check: expected one wheel and one sdist in {dist}, found {os.listdir(dist)}")
+def check_tensorflow_venv(work: str, wheel: str):
+    """``pip install "xla_keras[tensorflow]"`` in a clean venv: the CLI, the quick start, the XLA tab."""
     venv = os.path.join(work, "venv")
     shutil.rmtree(venv, ignore_errors=True)
     run([sys.executable, "-m", "venv", venv])
     python = os.path.join(venv, "bin", "python")
-    run([python, "-m", "pip", "install", "--quiet", f"{wheels[0]}[tensorflow]"])
+    run([python, "-m", "pip", "install", "--quiet", f"{wheel}[tensorflow]"])
     outside = os.path.join(work, "elsewhere")  # not the source tree: only the wheel's files can be imported
     os.makedirs(outside, exist_ok=True)
     where = run([python, "-c", "import xla_keras, os; print(os.path.dirname(xla_keras.__file__))"], cwd=outside)
@@ -94,9 +86,64 @@ def main() -> int:
     if "XLA report" not in quick or not os.path.isfile(os.path.join(outside, "logs", "xla_report.json")):
         sys.exit(f"package check: the quick start ran but printed no report or wrote no xla_report.json:\n{quick}")
     tab = run([python, "-c", TAB_CHECK, os.path.join(outside, "logs")], cwd=outside).strip()
+    return from_wheel, from_module, tab
+
+
+# Under Keras's JAX backend, from `pip install "xla_keras[jax]"`: no TensorFlow installed, none imported.
+JAX_CHECK = r"""
+import importlib.util, json, sys
+assert importlib.util.find_spec("tensorflow") is None, "TensorFlow was installed by xla_keras[jax]"
+report = json.load(open(sys.argv[1] + "/xla_report.json"))
+assert report["backend"] == "jax" and report["jit_active"] is True and report["compilation_count"]["train"] >= 1, report
+print(f"xla_keras[jax] installed no TensorFlow; the quick start ran on JAX ({report['versions']['jax']}): "
+      f"{report['compilation_count']['train']} train compile(s), XLA active")
+"""
+
+
+def check_jax_venv(work: str, wheel: str) -> str:
+    venv = os.path.join(work, "venv_jax")
+    shutil.rmtree(venv, ignore_errors=True)
+    run([sys.executable, "-m", "venv", venv])
+    python = os.path.join(venv, "bin", "python")
+    run([python, "-m", "pip", "install", "--quiet", f"{wheel}[jax]"])
+    outside = os.path.join(work, "elsewhere_jax")
+    os.makedirs(outside, exist_ok=True)
+    shutil.copy(os.path.join(ROOT, "examples", "quickstart.py"), outside)
+    logs = os.path.join(outside, "logs")
+    env = dict(ENV, KERAS_BACKEND="jax")
+    proc = subprocess.run([python, "-c", "import runpy, sys; sys.argv = ['quickstart.py', '--log-dir', sys.argv[1], "
+                           "'--epochs', '2']; runpy.run_path('quickstart.py', run_name='__main__'); "
+                           "assert 'tensorflow' not in sys.modules, 'the monitored fit imported TensorFlow'", logs],
+                          capture_output=True, text=True, env=env, cwd=outside, timeout=900)
+    if proc.returncode != 0 or "XLA report" not in proc.stdout:
+        sys.exit(f"package check: the quick start under KERAS_BACKEND=jax failed:\n{proc.stdout[-3000:]}\n"
+                 f"{proc.stderr[-3000:]}")
+    line = run([python, "-c", JAX_CHECK, logs], cwd=outside).strip()
+    tab = run([python, "-c", TAB_CHECK, logs], cwd=outside).strip()
+    return f"{line}; {tab.replace('the XLA tab', 'its XLA tab')}"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--work-dir", default=None)
+    args = parser.parse_args()
+    start = time.monotonic()
+    work = args.work_dir or tempfile.mkdtemp(prefix="xla_keras_package_")
+    dist = os.path.join(work, "dist")
+    shutil.rmtree(dist, ignore_errors=True)
+    run([sys.executable, "-m", "build", "--outdir", dist, ROOT])
+    wheels, sdists = glob.glob(os.path.join(dist, "*.whl")), glob.glob(os.path.join(dist, "*.tar.gz"))
+    if len(wheels) != 1 or len(sdists) != 1:
+        sys.exit(f"package check: expected one wheel and one sdist in {dist}, found {os.listdir(dist)}")
+    with ThreadPoolExecutor(2) as pool:  # the two installs overlap (network and unpacking)
+        tf_result = pool.submit(check_tensorflow_venv, work, wheels[0])
+        jax_result = pool.submit(check_jax_venv, work, wheels[0])
+        from_wheel, from_module, tab = tf_result.result()
+        jax_line = jax_result.result()
     print(f"built {os.path.basename(wheels[0])} and {os.path.basename(sdists[0])}; in a clean venv: "
           f"`xla-keras --version` -> {from_wheel!r}, `python -m xla_keras --version` -> {from_module!r}, the quick "
-          f"start printed its report and wrote xla_report.json; {tab} ({time.monotonic() - start:.0f} s)")
+          f"start printed its report and wrote xla_report.json; {tab}; {jax_line} "
+          f"({time.monotonic() - start:.0f} s)")
     if not args.work_dir:
         shutil.rmtree(work, ignore_errors=True)
     return 0

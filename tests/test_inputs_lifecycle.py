@@ -464,8 +464,8 @@ def _backend_message(error_text, backend):
     return backend in lowered and "tensorflow" in lowered and "backend" in lowered
 
 
-@pytest.mark.parametrize("backend", ["numpy", "jax", "torch"])
-def test_non_tensorflow_backend_is_refused_naming_it(backend):
+@pytest.mark.parametrize("backend", ["numpy", "torch", "jax"])
+def test_backends_without_xla_are_refused_naming_them_and_jax_is_accepted(backend):
     env = dict(os.environ, KERAS_BACKEND=backend, CUDA_VISIBLE_DEVICES="", TF_CPP_MIN_LOG_LEVEL="2",
                PYTHONPATH=os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")]))
     proc = subprocess.run([sys.executable, "-c", _BACKEND_PROBE], env=env, capture_output=True, text=True,
@@ -473,18 +473,21 @@ def test_non_tensorflow_backend_is_refused_naming_it(backend):
     assert proc.returncode == 0, proc.stderr[-3000:]
     if "XLA_KERAS_UNAVAILABLE" in proc.stdout:
         pytest.skip(f"keras cannot import with KERAS_BACKEND={backend} here: {proc.stdout.strip()[-200:]}")
+    if backend == "jax":
+        assert "XLA_KERAS_CONSTRUCTED jax" in proc.stdout, proc.stdout
+        return
     assert "XLA_KERAS_RAISED" in proc.stdout, proc.stdout
     assert _backend_message(proc.stdout, backend), proc.stdout
 
 
-def test_non_tensorflow_backend_is_refused_simulated(monkeypatch):
-    # Runs everywhere: jax / torch are often not installed, and numpy's Keras
+def test_non_xla_backend_is_refused_simulated(monkeypatch):
+    # Runs everywhere: torch is often not installed, and numpy's Keras
     # backend imports jax. Keras answers the backend through these two calls.
-    monkeypatch.setattr(keras.backend, "backend", lambda: "jax")
-    monkeypatch.setattr(keras.config, "backend", lambda: "jax")
+    monkeypatch.setattr(keras.backend, "backend", lambda: "torch")
+    monkeypatch.setattr(keras.config, "backend", lambda: "torch")
     with pytest.raises(Exception) as info:  # noqa: B017 - the type is the patch's choice; the words matter
         _monitor("keep")
-    assert _backend_message(str(info.value), "jax")
+    assert _backend_message(str(info.value), "torch")
 
 
 # --------------------------------------------------------------------------

@@ -173,8 +173,9 @@ def test_a_saved_trace_without_the_profile_tab_says_how_to_get_it(tmp_path):
 
 # ------------------------------------------------------------------ backends
 
-def test_only_the_tensorflow_backend_is_known_and_others_are_named():
+def test_tensorflow_and_jax_backends_are_known_and_others_are_named():
     from xla_keras.backends import backend_for
     assert backend_for("tensorflow").name == "tensorflow"
-    with pytest.raises(RuntimeError, match="'jax' backend"):
-        backend_for("jax")
+    assert backend_for("jax").name == "jax"
+    with pytest.raises(RuntimeError, match="'torch' backend"):
+        backend_for("torch")

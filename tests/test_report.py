@@ -20,6 +20,7 @@ REPORT_KEYS = [
     "break_even_steps", "cache_saved_seconds", "probe", "traces", "notes", "log_dir", "versions",
     "schema_version",  # 0.2 (schema 2) added it: keys are only ever added
     "run_state",  # schema 3
+    "backend", "other_compilations",  # schema 4 (Keras's JAX backend)
 ]
 SIGNATURE_ITEM_KEYS = ["path", "dtype", "shape"]
 
@@ -292,9 +293,9 @@ def test_reports_carry_their_schema_version_and_parse_back():
     from xla_keras.metadata import SCHEMA_VERSION, parse_report
     report = full_report()
     data = report.to_dict()
-    assert data["schema_version"] == SCHEMA_VERSION == 3
+    assert data["schema_version"] == SCHEMA_VERSION == 4
     parsed = parse_report(json.loads(json.dumps(data)))
-    assert parsed.schema_version == 3 and not parsed.newer and parsed.message is None
+    assert parsed.schema_version == 4 and not parsed.newer and parsed.message is None
     assert parsed.report.to_dict() == data
 
 

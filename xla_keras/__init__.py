@@ -15,7 +15,7 @@ __all__ = ["XlaMonitor", "XlaReport", "Compilation", "SlowStep", "Storm", "Recom
 _LAZY = {
     "XlaMonitor": "monitor",
     "LogDirError": "errors",
-    "configure": "backends.tensorflow.jit",
+    "configure": "backends",
     "doctor": "doctor",
     "compare": "compare",
     "CompareTable": "compare",

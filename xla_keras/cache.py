@@ -28,12 +28,22 @@ ENTRIES = "xla_keras_compile_seconds"
 LEGACY_SIDECAR = "xla_keras_compile_seconds.json"
 
 
-def model_key(model: Any) -> str:
-    """Stable across processes for the same architecture (layer names included)."""
-    try:
-        text = model.to_json()
-    except Exception:  # noqa: BLE001 - subclassed models may not serialise: fall back to a coarser key
-        text = type(model).__qualname__ + repr([(w.path, tuple(w.shape)) for w in model.weights])
+def model_key(model: Any, serialize: bool = True) -> str:
+    """Stable across processes for the same architecture (layer names included).
+
+    ``serialize=False`` (Keras's JAX backend) skips ``model.to_json()``: Keras's serialization
+    imports TensorFlow whenever it is installed (its ``tf.available`` check), seconds and log lines
+    a JAX fit must not pay. The key is then the model's class, its layers' classes and names, and
+    its weights' paths and shapes."""
+    text = None
+    if serialize:
+        try:
+            text = model.to_json()
+        except Exception:  # noqa: BLE001 - subclassed models may not serialise: fall back to a coarser key
+            text = None
+    if text is None:
+        layers = [(type(layer).__qualname__, layer.name) for layer in getattr(model, "layers", [])]
+        text = type(model).__qualname__ + repr(layers) + repr([(w.path, tuple(w.shape)) for w in model.weights])
     return hashlib.sha1(text.encode()).hexdigest()[:16]
 
 

@@ -33,7 +33,10 @@ class ModeResult:
     steady_spread_ms: Optional[float]  # interquartile range of the steady steps
     steady_samples: int = 0
     speedup_vs_off: Optional[float] = None  # None when either side has fewer than 3 steady steps
-    break_even_step: Optional[float] = None  # None: unknown or never
+    break_even_step: Optional[float] = None  # None: unknown or never; 0: ahead from the first step
+    # JAX: executables compiled inside the steps that are not a whole-step program (op by op under
+    # "off"): real compile cost of that mode, included in compile_seconds.
+    op_level_compiles: int = 0
 
 
 @dataclass
@@ -68,20 +71,34 @@ class CompareTable:
         for r in self.results:
             if r.xla_ran is False and r.mode != "off":
                 lines.append(f"{r.mode}: XLA did not run: {r.reason}")
+            if r.op_level_compiles:
+                lines.append(f"{r.mode}: JAX also compiled {r.op_level_compiles} op-level executable(s) inside the "
+                             "steps (one per primitive and shape when a step runs op by op): in its compile time")
+        if any(r.break_even_step == 0 for r in self.results):
+            lines.append("break-even 0: that mode compiled less than 'off' did, so it is ahead from the first step.")
         return "\n".join(lines)
 
 
-def _batches(data: Any, steps: int, batch_size: int) -> list:
-    """``steps`` batches, the same for every mode; data with fewer batches is
-    cycled (every step a mode times is a real step)."""
-    import itertools
+def _is_tf_dataset(data: Any) -> bool:
+    return type(data).__module__.startswith("tensorflow") and hasattr(data, "take")
 
-    import tensorflow as tf
-    if isinstance(data, tf.data.Dataset):
-        batches = list(data.take(steps))
+
+def _batches(data: Any, steps: int, batch_size: int, backend: str = "tensorflow") -> list:
+    """``steps`` batches, the same for every mode; data with fewer batches is
+    cycled (every step a mode times is a real step). Tensors on TensorFlow,
+    numpy arrays on JAX (no TensorFlow needed unless the data is tf.data)."""
+    import itertools
+    if _is_tf_dataset(data):
+        batches = list(data.take(steps).as_numpy_iterator() if backend == "jax" else data.take(steps))
     elif isinstance(data, (tuple, list)) and 1 <= len(data) <= 3:
+        if backend == "jax":
+            import numpy as np
+            tensor = np.asarray
+        else:
+            import tensorflow as tf
+            tensor = tf.constant
         n = len(data[0])
-        batches = [tuple(tf.constant(part[i:i + batch_size]) for part in data)
+        batches = [tuple(tensor(part[i:i + batch_size]) for part in data)
                    for i in range(0, n, batch_size)][:steps]
     else:
         raise TypeError("data must be a tf.data.Dataset of batches or a tuple (x, y[, sample_weight]) of arrays; "
@@ -91,9 +108,12 @@ def _batches(data: Any, steps: int, batch_size: int) -> list:
     return list(itertools.islice(itertools.cycle(batches), steps))
 
 
-def _dataset(batches: list) -> Any:
+def _dataset(batches: list, backend: str = "tensorflow") -> Any:
     """The batches as a dataset whose spec keeps every dimension the batches
-    agree on (an unbuilt model needs its feature sizes), None elsewhere."""
+    agree on (an unbuilt model needs its feature sizes), None elsewhere. On
+    JAX: a keras.utils.PyDataset over the same batches."""
+    if backend == "jax":
+        return _batch_list(batches)
     import tensorflow as tf
 
     def spec(*leaves):
@@ -103,6 +123,19 @@ def _dataset(batches: list) -> Any:
 
     signature = tf.nest.map_structure(spec, *batches)
     return tf.data.Dataset.from_generator(lambda: iter(batches), output_signature=signature)
+
+
+def _batch_list(batches: list) -> Any:
+    import keras
+
+    class Batches(keras.utils.PyDataset):
+        def __len__(self):
+            return len(batches)
+
+        def __getitem__(self, index):
+            return batches[index]
+
+    return Batches()
 
 
 def _built(model: Any, batch: Any) -> Any:
@@ -146,7 +179,7 @@ def _copier(model_or_builder: Union[Any, Callable[[], Any]], batch: Any) -> Call
 
 
 def compare(model_or_builder: Union[Any, Callable[[], Any]], data: Any, steps: int = 50,
-            modes: Sequence[str] = ("off", "autoclustering", "on"), log_dir: Optional[str] = None,
+            modes: Optional[Sequence[str]] = None, log_dir: Optional[str] = None,
             batch_size: int = 32) -> CompareTable:
     """Run the configurations side by side and return the table.
 
@@ -157,7 +190,8 @@ def compare(model_or_builder: Union[Any, Callable[[], Any]], data: Any, steps: i
         steps: batches per mode (the same batches for every mode; data with
             fewer batches is cycled).
         modes: any of "off", "autoclustering", "on" ("off" is added as the
-            baseline if missing).
+            baseline if missing). Default: all three on TensorFlow; "off" and
+            "on" under Keras's JAX backend (auto-clustering is TensorFlow's).
         log_dir: if given, each mode is written as its own TensorBoard run
             (``log_dir/<mode>/train``).
         batch_size: for array data.
@@ -170,22 +204,29 @@ def compare(model_or_builder: Union[Any, Callable[[], Any]], data: Any, steps: i
 
     from .backends import backend_for
     from .monitor import XlaMonitor
-    unsupported = backend_for(keras.backend.backend())().unsupported()
+    backend_name = keras.backend.backend()
+    backend = backend_for(backend_name)
+    unsupported = backend().unsupported()
     if unsupported:  # every mode's monitor would step aside: a table would compare nothing
         reason = unsupported.replace(" The fit goes on unmonitored.", "")
         raise RuntimeError(f"xla_keras.compare cannot run here: {reason}")
-    choices = ', '.join(map(repr, COMPARABLE_MODES))
+    comparable = tuple(m for m in backend.jit_modes if m != "keep")
+    choices = ', '.join(map(repr, comparable))
+    if modes is None:
+        modes = ("off", "autoclustering", "on") if backend_name == "tensorflow" else ("off", "on")
     if isinstance(modes, str):
         raise ValueError(f"modes must be a sequence of modes drawn from {choices}, e.g. ({modes!r},); "
                          f"got the string {modes!r}")
-    bad = [m for m in modes if m not in COMPARABLE_MODES]
+    bad = [m for m in modes if m not in comparable]
     if bad or not modes:
-        raise ValueError(f"modes must be drawn from {choices}; got {list(modes)!r}")
+        extra = (" (auto-clustering is a TensorFlow feature; Keras runs the JAX backend here)"
+                 if "autoclustering" in bad and backend_name == "jax" else "")
+        raise ValueError(f"modes must be drawn from {choices}; got {list(modes)!r}{extra}")
     if integer(steps) is None or steps < 3:
         raise ValueError(f"steps must be an int >= 3; got {steps!r}")
     steps = integer(steps)
     order = ["off"] + [m for m in modes if m != "off"]
-    batches = _batches(data, steps, batch_size)
+    batches = _batches(data, steps, batch_size, backend_name)
     new_model = _copier(model_or_builder, batches[0])
 
     class StepTimes(keras.callbacks.Callback):
@@ -201,7 +242,7 @@ def compare(model_or_builder: Union[Any, Callable[[], Any]], data: Any, steps: i
 
     # Warm TensorFlow's runtime (threads, tf.data, kernels) on a throwaway copy,
     # so the first mode measured is not also paying for the process's first steps.
-    new_model().fit(_dataset(batches[:3]), epochs=1, verbose=0)
+    new_model().fit(_dataset(batches[:3], backend_name), epochs=1, verbose=0)
 
     results, monitors = [], {}
     for mode in order:
@@ -210,7 +251,7 @@ def compare(model_or_builder: Union[Any, Callable[[], Any]], data: Any, steps: i
                              profile=None)
         timer = StepTimes()
         monitors[mode] = monitor
-        model.fit(_dataset(batches), epochs=1, callbacks=[timer, monitor], verbose=0)
+        model.fit(_dataset(batches, backend_name), epochs=1, callbacks=[timer, monitor], verbose=0)
         report = monitor.report
         compile_steps = {c.step - 1 for c in report.compilations if c.phase == "train"}
         steady = [t for i, t in enumerate(timer.times) if i and i not in compile_steps]
@@ -218,17 +259,21 @@ def compare(model_or_builder: Union[Any, Callable[[], Any]], data: Any, steps: i
         if len(steady) >= 4:
             q = statistics.quantiles(steady, n=4)
             spread = (q[2] - q[0]) * 1e3
+        in_steps = report.other_compilations.get("in_steps") or {}
         results.append(ModeResult(
             mode=mode, xla_ran=report.jit_active, reason=report.jit_reason, compiles=report.total_compilations,
-            first_step_seconds=timer.times[0] if timer.times else 0.0, compile_seconds=report.compile_seconds,
+            first_step_seconds=timer.times[0] if timer.times else 0.0,
+            compile_seconds=report.compile_seconds + float(in_steps.get("seconds", 0.0)),
             steady_step_ms=statistics.median(steady) * 1e3 if steady else None, steady_spread_ms=spread,
-            steady_samples=len(steady)))
+            steady_samples=len(steady), op_level_compiles=int(in_steps.get("count", 0))))
     baseline = results[0].steady_step_ms
     for r in results:
         if baseline and r.steady_step_ms and r.steady_samples >= 3 and results[0].steady_samples >= 3:
             r.speedup_vs_off = baseline / r.steady_step_ms
+            # What XLA's compiles cost beyond what "off" compiled (JAX compiles op by op there too).
+            extra = r.compile_seconds - results[0].compile_seconds
             if r.mode != "off" and r.xla_ran and r.compile_seconds > 0:
-                even = break_even_steps(r.compile_seconds, r.steady_step_ms / 1e3, baseline / 1e3)
+                even = 0.0 if extra <= 0 else break_even_steps(extra, r.steady_step_ms / 1e3, baseline / 1e3)
                 r.break_even_step = None if even is None or even == float("inf") else even
     if log_dir:
         _write_break_even(log_dir, results, monitors)

@@ -65,14 +65,35 @@ def _check_flags_in_subprocess() -> Optional[str]:
     return f"TensorFlow exited with status {proc.returncode}: {last[:300]}"
 
 
+def keras_backend_name() -> str:
+    """The backend Keras runs (or will run) in this process, without importing Keras: as Keras
+    decides it (KERAS_BACKEND, then ~/.keras/keras.json, then TensorFlow)."""
+    keras = sys.modules.get("keras")
+    if keras is not None and hasattr(keras, "backend"):
+        return keras.backend.backend()
+    if os.environ.get("KERAS_BACKEND"):
+        return os.environ["KERAS_BACKEND"]
+    import json
+    home = os.environ.get("KERAS_HOME") or os.path.join(os.path.expanduser("~"), ".keras")
+    try:
+        with open(os.path.join(home, "keras.json")) as f:
+            return json.load(f).get("backend", "tensorflow")
+    except (OSError, ValueError):
+        return "tensorflow"
+
+
 def doctor(check_flags: bool = True) -> List[Finding]:
     """Findings about versions, devices, jit resolution, flags, logging and the Profile tab.
 
     Args:
-        check_flags: start TensorFlow in a subprocess with the current
+        check_flags: start the framework in a subprocess with the current
             TF_XLA_FLAGS / XLA_FLAGS to prove they are accepted (a few seconds).
     """
+    if keras_backend_name() == "jax":
+        return _jax_doctor(check_flags)
     findings: List[Finding] = []
+    findings.append(Finding("info", "backend", "Keras runs the TensorFlow backend (KERAS_BACKEND="
+                            f"{os.environ.get('KERAS_BACKEND', '(unset)')})"))
     # Importing TensorFlow can set TF_CPP_MIN_LOG_LEVEL=1 when it is unset (here, jax imported by it
     # does), after TensorFlow's C++ logging has started (measured: its info lines still print).
     # Read the user's value first.
@@ -191,6 +212,84 @@ def doctor(check_flags: bool = True) -> List[Finding]:
         findings.append(Finding("info", "persistent compilation cache", "not configured, and too late to turn on "
                                 "in this process (TensorFlow has created its devices)",
                                 "TF_XLA_FLAGS=--tf_xla_persistent_cache_directory=DIR at start"))
+    return findings
+
+
+_JAX_FLAG_CHECK = (
+    "import jax, jax.numpy as jnp\n"
+    "jax.jit(lambda a: a * 2.0)(jnp.ones((2,))).block_until_ready()\n"
+    "print('XLA_KERAS_FLAGS_OK')\n"
+)
+
+
+def _jax_doctor(check_flags: bool) -> List[Finding]:
+    """The doctor under Keras's JAX backend: versions, devices, XLA_FLAGS, the persistent cache."""
+    findings = [Finding("info", "backend", "Keras runs the JAX backend (KERAS_BACKEND="
+                        f"{os.environ.get('KERAS_BACKEND', '(unset)')}): every jitted step is one XLA program")]
+    versions = {name: _internals._version(name) for name in
+                ("jax", "jaxlib", "keras", "tensorboard", "tensorboard-plugin-profile", "xprof")}
+    findings.append(Finding("info", "versions", ", ".join(f"{k} {v}" for k, v in versions.items())
+                            + f", xla_keras {_internals.versions()['xla_keras']}"))
+    xla_flags = os.environ.get("XLA_FLAGS", "").split()
+    findings.append(Finding("info", "XLA_FLAGS", " ".join(xla_flags) or "(not set)"))
+    problem = None
+    if check_flags and xla_flags:
+        try:
+            proc = subprocess.run([sys.executable, "-c", _JAX_FLAG_CHECK], capture_output=True, text=True,
+                                  timeout=300, env=dict(os.environ))
+            if "XLA_KERAS_FLAGS_OK" not in proc.stdout:
+                lines = [ln for ln in proc.stderr.splitlines() if "nknown flag" in ln] or \
+                    (proc.stderr.strip().splitlines() or ["(no output)"])[-1:]
+                problem = lines[0].split("] ", 1)[-1].strip()[:300]
+        except subprocess.TimeoutExpired:
+            problem = "JAX did not start within 300 s with these flags"
+        findings.append(Finding("error", "flags", f"JAX will not compile with these flags: {problem}",
+                                "remove or correct the flag") if problem else
+                        Finding("ok", "flags", "JAX started and compiled with these flags"))
+    if not problem:
+        import logging
+
+        import jax
+        # JAX logs its failed probes of absent platforms ("Unable to initialize backend 'tpu'") at INFO:
+        # not a finding, and a bare jax.devices() in the user's own code does not show it either.
+        bridge = logging.getLogger("jax._src.xla_bridge")
+        level = bridge.level
+        bridge.setLevel(logging.WARNING)
+        try:
+            devices = jax.devices()
+        finally:
+            bridge.setLevel(level)
+        kinds = sorted({d.platform for d in devices})
+        findings.append(Finding("info", "devices", f"{len(devices)} JAX device(s): "
+                                + ", ".join(f"{d.platform}:{d.id}" for d in devices)
+                                + f" (default backend {jax.default_backend()}, {jax.process_count()} process(es))"))
+        if kinds == ["cpu"] and len(devices) == 1:
+            findings.append(Finding("info", "devices", "one CPU device: keras.distribution.DataParallel has "
+                                    "nothing to split over", "XLA_FLAGS=--xla_force_host_platform_device_count=N "
+                                    "to try it on CPU"))
+    findings.append(Finding("info", "jit_compile='auto'", "resolves to True under JAX when every layer supports "
+                            "it: Keras jits each step with jax.jit, whatever the device",
+                            "XlaMonitor(jit='off') to compare with op-by-op execution"))
+    from .backends.jax.jit import persistent_cache
+    cache = persistent_cache() if not problem else None
+    if cache:
+        directory = cache["dir"]
+        files = [os.path.join(directory, f) for f in os.listdir(directory)] if os.path.isdir(directory) else []
+        size = sum(os.path.getsize(f) for f in files if os.path.isfile(f))
+        minimum = cache["min_compile_secs"]
+        findings.append(Finding("ok", "persistent compilation cache",
+                                f"{directory}: {len(files)} file(s), {size / 1e6:.1f} MB; JAX caches compiles "
+                                f"that took at least {minimum:g} s",
+                                "" if minimum <= 0 else "xla_keras.configure(cache_dir=DIR) lowers that to 0, so "
+                                "short CPU compiles are cached too"))
+    else:
+        findings.append(Finding("info", "persistent compilation cache", "not configured: every new process "
+                                "compiles again", "xla_keras.configure(cache_dir=DIR) right after import"))
+    if profile_tab_installed():
+        findings.append(Finding("ok", "Profile tab", "tensorboard-plugin-profile / xprof is installed"))
+    else:
+        findings.append(Finding("info", "Profile tab", "no Profile-tab plugin: the monitor still writes "
+                                "jax.profiler traces, but TensorBoard will not show them", 'pip install xprof'))
     return findings
 
 

@@ -46,13 +46,14 @@ class ProbeFacts:
     blind: bool = False         # the framework's XLA compiler emits no profiler events here
     xla_ops_seen: bool = False  # an auto-clustered graph's compile op ran in a probe
     framework: str = ""         # e.g. "TensorFlow 2.16.2", for the reasons
+    source: str = "profiler"    # what times compiles: the TensorFlow profiler, or "jax.monitoring"
 
     @property
     def label(self) -> str:
         """``report.probe``: how compile seconds were obtained."""
         if (self.busy or self.off) and not self.used:
             return "timing"
-        return "profiler+timing" if self.busy else "profiler"
+        return f"{self.source}+timing" if self.busy else self.source
 
 
 def verdict(state: JitState, probe: ProbeFacts, *, measured: int, compiled: int, steps: int,

@@ -13,6 +13,9 @@ Report schema versions (``xla_report.json``, ``XlaReport.to_dict()``):
 * 3 - a compile's ``last_batch`` (it happened on the last step of an epoch or
   of an evaluate / predict run); the report's ``run_state`` ("running",
   "interrupted", "finished"; null before anything ran).
+* 4 - ``backend`` ("tensorflow" or "jax"; older reports are TensorFlow's),
+  ``other_compilations`` (JAX: executables kept out of the step ledger, as
+  totals), ``source`` may be "jax" and ``probe`` "jax.monitoring".
 
 The XLA tab reads the report from the event files, not from the loose JSON
 file (TensorBoard's data provider serves summaries only): the same dict,
@@ -58,7 +61,7 @@ LAYOUT_CHARTS = (
     ("recompilation storms", (TAG_STORM,)),
 )
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 
 def encode_report_data(report_dict: Dict[str, Any]) -> bytes:

@@ -61,11 +61,13 @@ def _watched(method):
 class XlaMonitor(keras.callbacks.Callback):
     """Tells whether XLA really ran in `fit`, what compiled and what it cost.
 
-    Add it to ``model.fit(callbacks=[...])`` (or ``evaluate`` / ``predict``).
-    At the start of each call it applies ``jit`` and reads back the JIT flag of
-    the step function that really runs; every batch's input shapes are read
-    (attribute reads, no device sync); a shape new to that function is an XLA
-    compile, timed by a profiler probe of exactly that step. ``monitor.report``
+    Add it to ``model.fit(callbacks=[...])`` (or ``evaluate`` / ``predict``),
+    under Keras's TensorFlow or JAX backend. At the start of each call it
+    applies ``jit`` and reads back the JIT flag of the step function that
+    really runs; every batch's input shapes are read (attribute reads, no
+    device sync); a shape new to that function is an XLA compile, timed by a
+    profiler probe of exactly that step (TensorFlow) or by JAX's own compile
+    events (JAX). ``monitor.report``
     says what happened; with a ``log_dir``, TensorBoard shows it.
 
     Args:
@@ -75,8 +77,10 @@ class XlaMonitor(keras.callbacks.Callback):
             ``tf.distribute`` only the chief writes.
         jit: ``"keep"`` (leave the model's jit_compile alone and report the
             truth), ``"on"`` (``jit_compile=True``), ``"off"``, or
-            ``"autoclustering"`` (TensorFlow picks clusters; on CPU it needs
-            the early opt-in ``xla_keras.configure(cpu_autoclustering=True)``).
+            ``"autoclustering"`` (TensorFlow only: TensorFlow picks clusters;
+            on CPU it needs the early opt-in
+            ``xla_keras.configure(cpu_autoclustering=True)``; refused under
+            Keras's JAX backend, where a jitted step is one XLA program).
             Applied to the model like ``compile(jit_compile=...)`` and kept
             there; global switches are restored when the fit ends.
         storm_threshold: new input signatures (the first one included) within
@@ -103,7 +107,7 @@ class XlaMonitor(keras.callbacks.Callback):
         ValueError / TypeError: at construction, for an argument outside its
             choices (the message names them).
         RuntimeError: at construction, under a Keras backend the monitor
-            does not support.
+            does not support (neither TensorFlow nor JAX).
         LogDirError: at the start of a fit whose ``log_dir`` cannot be
             written (an ``OSError``; before any step runs).
         RecompilationStormError: with ``on_storm="raise"``, when a storm opens.
@@ -146,6 +150,13 @@ class XlaMonitor(keras.callbacks.Callback):
 
     _xla_keras_monitor = True  # how guards.py recognises a monitor in a CallbackList
 
+    @property
+    def async_safe(self) -> bool:
+        """Keras may run this callback's batch-end hooks on its executor thread (JAX): they
+        do nothing there, since each call ends in the step wrapper (backends/jax/steps.py).
+        Keras then keeps its asynchronous dispatch, as in a fit without the monitor."""
+        return self._ends_in_wrapper
+
     def __init__(self, log_dir: Optional[str] = "logs/xla", jit: str = "keep", storm_threshold: int = 8,
                  storm_window: int = 200, on_storm: str = "warn", profile: Any = "auto", update_freq: Any = "epoch",
                  verbose: int = 1, max_records: int = 1000):
@@ -154,6 +165,7 @@ class XlaMonitor(keras.callbacks.Callback):
         self.config = MonitorConfig(log_dir, jit, storm_threshold, storm_window, on_storm, profile, update_freq,
                                     verbose, max_records)
         self.backend = backend(self.config.jit)
+        self._ends_in_wrapper = bool(getattr(self.backend, "ends_calls_in_wrapper", False))
         self._enabled = True
         self._observing = True              # False after an internal error under multi-worker (see _disable)
         self._refused: Optional[str] = None  # why this monitor cannot observe here (Keras version, model kind)
@@ -162,7 +174,8 @@ class XlaMonitor(keras.callbacks.Callback):
         self._active_probe: Optional[Any] = None
         self._plans: dict = {}
         self._dist = Distribution()
-        self._book = ReportBook(lambda log_dir: ModelReport(self.config, log_dir, self.backend, _missing_profile_tab),
+        self._book = ReportBook(lambda log_dir: ModelReport(self.config, log_dir, self.backend, _missing_profile_tab,
+                                                                  self.backend.name),
                                 self.config.log_dir)
         self._foreign: "weakref.WeakSet" = weakref.WeakSet()  # models refused (warned once each)
         self._skipping = False  # this call's model is refused: its hooks do nothing
@@ -266,6 +279,8 @@ class XlaMonitor(keras.callbacks.Callback):
         self._in_fit = True
         self.traces.stop()  # a window an exception left open
         self.session.fallback = None
+        for stats in self.session.phases.values():
+            stats.after_switch = None
         if self.backend.apply_jit(model):
             # The auto-clustering switch changed: every function must be rebuilt.
             self.backend.drop_function(model, "test")
@@ -284,11 +299,13 @@ class XlaMonitor(keras.callbacks.Callback):
     @_hook
     @_watched
     def on_train_batch_end(self, batch, logs=None):
-        self._end_call("train")
+        if not self._ends_in_wrapper:
+            self._end_call("train")
 
     @_hook
     @_watched
     def on_epoch_end(self, epoch, logs=None):
+        self._settle(("train",))
         self.sink.scalars(self.session.end_of_run("train"))
         self._flush(text=True)
 
@@ -306,7 +323,8 @@ class XlaMonitor(keras.callbacks.Callback):
     @_hook
     @_watched
     def on_test_batch_end(self, batch, logs=None):
-        self._end_call("test")
+        if not self._ends_in_wrapper:
+            self._end_call("test")
 
     @_hook
     @_watched
@@ -320,7 +338,8 @@ class XlaMonitor(keras.callbacks.Callback):
     @_hook
     @_watched
     def on_predict_batch_end(self, batch, logs=None):
-        self._end_call("predict")
+        if not self._ends_in_wrapper:
+            self._end_call("predict")
 
     @_hook
     @_watched
@@ -345,9 +364,10 @@ class XlaMonitor(keras.callbacks.Callback):
         Keras's callback list, the wall clock."""
         self._dist = self.backend.distribution(self.model)
         self.sink.chief = self._dist.chief
+        self.session.data_kind = self.backend.data_kind(self.model)
         if self._dist.multi_worker:
-            from .backends.tensorflow import MULTI_WORKER_PROFILER
-            self.session.notes.add_once("multi-worker-probe", MULTI_WORKER_PROFILER)
+            if self.backend.multi_worker_note:
+                self.session.notes.add_once("multi-worker-probe", self.backend.multi_worker_note)
             if self.config.on_storm != "warn":
                 self.session.notes.add_once("multi-worker-storm", (
                     f"on_storm={self.config.on_storm!r} acts as 'warn' under {self._dist.name}: each worker sees its "
@@ -376,6 +396,7 @@ class XlaMonitor(keras.callbacks.Callback):
 
     def _begin_phase(self, phase: str) -> None:
         model = self.model
+        self._settle(PHASES)  # validation begins: the last train call of the epoch ended
         if self._in_fit and self.backend.running_fit(model) is None:
             self._abort_fit()  # an exception ended the last fit before on_train_end
         if self._in_fit:
@@ -393,6 +414,7 @@ class XlaMonitor(keras.callbacks.Callback):
             self._set_up_cache()
 
     def _end_phase(self, phase: str, interrupted: Optional[str] = None) -> None:
+        self._settle((phase,))
         self.sink.scalars(self.session.end_of_run(phase))
         self.backend.remove(self.model, phase)
         if not self._in_fit:
@@ -442,7 +464,8 @@ class XlaMonitor(keras.callbacks.Callback):
         current.cache = self.backend.cache()
         effective = current.cache if current.cache and current.cache["effective"] else None
         current.cache_account.times = CompileTimes(effective["dir"]) if effective else None
-        current.cache_account.model = model_key(self.model) if effective else ""
+        current.cache_account.model = (model_key(self.model, serialize=self.backend.name != "jax") if effective
+                                       else "")
         if current.probe is None:
             current.probe = self.backend.probe(current.session.notes, self.model, self._dist.multi_worker)
         current.probe.configure(current.cache, multi_worker=self._dist.multi_worker)
@@ -459,6 +482,21 @@ class XlaMonitor(keras.callbacks.Callback):
     def active(self) -> bool:
         return self._enabled
 
+    @_hook
+    def call_due(self, phase: str, now: float) -> None:
+        """The next call of ``phase`` begins at ``now``: the previous one ends there (start to start)."""
+        if self.session.call_pending(phase):
+            self._end_call(phase, now)
+
+    def _settle(self, phases) -> None:
+        """End calls still pending at a phase boundary, untimed (their end is not observable without
+        a device sync: the wait includes what the device still had queued)."""
+        if not self._ends_in_wrapper:
+            return
+        for phase in phases:
+            if self.session.call_pending(phase):
+                self._end_call(phase, timed=False)
+
     def call_unobserved(self, phase: str) -> None:
         self.session.call_skipped(phase)  # e.g. train_on_batch's generator: nothing of ours to count
 
@@ -469,17 +507,30 @@ class XlaMonitor(keras.callbacks.Callback):
         current = self._current
         jit, session, sink = current.jit_state, current.session, current.sink
         signature = self.backend.signature
-        plan = session.call_began(phase, [signature(b) for b in batches], jit, start)
+        signatures = [signature(b) for b in batches]
+        plan = session.call_began(phase, signatures, jit, start)
         self._plans[phase] = plan
         stats = session.phases[phase]
+        free_probe = getattr(current.probe, "always", False)  # JAX: its events cost nothing, every call is seen
+        if plan.new and not self._dist.default:
+            self._note_per_device(phase, batches[plan.new[0][0]], plan.new[0][2])
         if current.traces.maybe_start(phase, stats.step, plan.batches, bool(plan.new), stats.last_new_step,
                                       sink.log_dir if sink.writes else None, self._dist.multi_worker):
-            session.call_in_trace_window(phase, plan, jit)
-            return None
-        if not plan.probe or current.probe is None:
+            session.call_in_trace_window(phase, plan, jit, probed=free_probe)
+            if not free_probe:
+                return None
+        if not (plan.probe or free_probe) or current.probe is None:
             return None
         self._active_probe = current.probe.start(plan, jit)
         return self._active_probe
+
+    def _note_per_device(self, phase: str, batch: Any, signature: Any) -> None:
+        per_device = getattr(self.backend, "per_device", None)
+        words = per_device(batch, signature) if per_device is not None else None
+        if words:
+            self.session.notes.add_once(f"per-device-{phase}", (
+                f"{phase}: under {self._dist.name} over {self._dist.replicas} devices each device gets "
+                f"{words} (the first new signature; XLA compiles the step once for all devices)"))
 
     @_hook
     def call_ran(self, phase: str, handle: Optional[Any]) -> None:
@@ -518,9 +569,9 @@ class XlaMonitor(keras.callbacks.Callback):
         if handle is self._active_probe:
             self._active_probe = None
 
-    def _end_call(self, phase: str) -> None:
+    def _end_call(self, phase: str, now: Optional[float] = None, timed: bool = True) -> None:
         current = self._current
-        outcome = current.session.call_ended(phase, current.jit_state)
+        outcome = current.session.call_ended(phase, current.jit_state, now, timed=timed)
         if outcome is None:
             return
         sink = current.sink
@@ -567,7 +618,7 @@ class XlaMonitor(keras.callbacks.Callback):
     def _fall_back(self, phase: str, step: int) -> None:
         reason = f"switched XLA off at {phase} step {step} after a recompilation storm (on_storm='fallback')"
         self.backend.fall_back(self.model, reason)
-        self.session.fallback = {"phase": phase, "step": step, "reason": reason}
+        self.session.fell_back(phase, step, reason)
         wrapped = self.backend.wrapped_phases()
         for name in PHASES:
             if name in wrapped:

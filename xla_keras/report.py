@@ -22,8 +22,8 @@ PHASES = ("train", "test", "predict")
 # probe; from the span of the op that triggered the compile, when the compiler
 # emits no events (TensorFlow 2.16/2.17 on CPU); or step time minus the steady
 # median (no probe could run).
-SOURCES = ("profiler", "op_span", "timing")
-MEASURED = ("profiler", "op_span")  # seconds observed in a probe, not estimated from step time
+SOURCES = ("profiler", "op_span", "jax", "timing")
+MEASURED = ("profiler", "op_span", "jax")  # seconds observed in a probe, not estimated from step time
 
 
 @dataclass
@@ -37,9 +37,10 @@ class Compilation:
         seconds: compile time; from the XLA compiler's events when
             ``source == "profiler"``, from the span of the op that triggered
             the compile when ``"op_span"`` (TensorFlow 2.16/2.17 on CPU, whose
-            compiler emits no events), else (``"timing"``) step time minus the
-            steady median.
-        source: "profiler", "op_span" or "timing".
+            compiler emits no events), from JAX's own compile events when
+            ``"jax"`` (tracing + lowering + XLA compile of the step), else
+            (``"timing"``) step time minus the steady median.
+        source: "profiler", "op_span", "jax" or "timing".
         cached: served from the persistent compilation cache (None: unknown,
             when a probe that cannot see the compiler saw a mix of loads and
             compiles).
@@ -147,6 +148,11 @@ class XlaReport:
     # later is what had been logged by then); "interrupted": the last call ended by an exception,
     # Ctrl-C or on_storm="raise"; "finished"; None: nothing ran yet, or written before schema 3.
     run_state: Optional[str] = None
+    # The Keras backend that ran ("tensorflow", "jax"), and compiles kept out of the step ledger (JAX):
+    # {"in_steps": {"count", "seconds"}} op-level / helper executables compiled inside step calls,
+    # {"outside_steps": {...}} those compiled outside them (initialisation, metrics), while monitored.
+    backend: str = "tensorflow"
+    other_compilations: Dict[str, Dict[str, float]] = field(default_factory=dict)
 
     @property
     def total_compilations(self) -> int:
@@ -180,6 +186,8 @@ class XlaReport:
             "log_dir": self.log_dir,
             "versions": dict(self.versions),
             "run_state": self.run_state,
+            "backend": self.backend,
+            "other_compilations": {k: dict(v) for k, v in self.other_compilations.items()},
         }
 
     @classmethod
@@ -246,6 +254,8 @@ def render(report: XlaReport) -> str:
     if cached:
         lines.append(f"  persistent cache: {cached} of the compiles were loads from the cache"
                      + (f", {_ms(report.cache_saved_seconds)} saved" if report.cache_saved_seconds is not None else ""))
+    for line in _other_compile_lines(report):
+        lines.append(f"  other compiles  : {line}")
     if report.break_even_steps is not None:
         lines.append(f"  break-even      : {report.break_even_steps:.0f} steps")
     if report.slow_step_count:
@@ -257,6 +267,9 @@ def render(report: XlaReport) -> str:
         lines.append(f"  STORM ({storm.phase}, step {storm.step}, {storm.action}): {storm.advice}")
     if report.fallback:
         lines.append(f"  fallback        : {report.fallback['reason']}")
+        cost = fallback_cost(report.fallback)
+        if cost:
+            lines.append(f"  without XLA     : {cost}")
     if report.compilations:
         lines.append("  compiled for    :")
         shown = report.compilations[:8]
@@ -275,6 +288,38 @@ def render(report: XlaReport) -> str:
     if report.log_dir:
         lines.append(f"  logs            : tensorboard --logdir {report.log_dir}")
     return "\n".join(lines)
+
+
+def fallback_cost(fallback: Dict[str, Any]) -> Optional[str]:
+    """What running without XLA cost after a storm fallback, measured: the phase's steady step
+    after the switch against its steady XLA step before it."""
+    before = (fallback.get("xla_steady_step_seconds") or {})
+    after = (fallback.get("steady_step_seconds_after") or {})
+    parts = []
+    for phase in PHASES:
+        new, old = after.get(phase), before.get(phase)
+        if new is None:
+            continue
+        if old:
+            parts.append(f"{phase} steady step {_ms(new)} vs {_ms(old)} with XLA before the switch "
+                         f"({new / old:.1f}x)")
+        else:
+            parts.append(f"{phase} steady step {_ms(new)} (no steady XLA step was measured before the switch: "
+                         "every XLA step had compiled)")
+    return "; ".join(parts) or None
+
+
+_OTHER_WORDS = {
+    "in_steps": "inside the step calls, not the step's own program (op by op: one per primitive and shape; "
+                "or a helper such as predict's concatenate)",
+    "outside_steps": "outside the step calls (initialisation, metrics, optimizer set-up)",
+}
+
+
+def _other_compile_lines(report: XlaReport) -> List[str]:
+    """Compiles kept out of the step ledger, one line per kind (JAX)."""
+    return [f"{int(v.get('count', 0))} executable(s), {_ms(v.get('seconds', 0.0))}, {_OTHER_WORDS.get(k, k)}"
+            for k, v in sorted(report.other_compilations.items()) if v.get("count")]
 
 
 def render_markdown(report: XlaReport) -> str:
@@ -298,6 +343,8 @@ def render_markdown(report: XlaReport) -> str:
     out.append("")
     out.append("**break-even:** " + (f"{report.break_even_steps:.0f} steps" if report.break_even_steps is not None
                                      else "unknown (no non-XLA baseline measured)"))
+    for line in _other_compile_lines(report):
+        out += ["", f"**other compiles:** {line}"]
     if report.slow_step_count:
         out += ["", f"**slow steps:** {report.slow_step_count} known-signature steps far above the steady median"]
     if report.storms:
@@ -307,6 +354,9 @@ def render_markdown(report: XlaReport) -> str:
                        f"`{storm.action}`): {storm.advice}")
     if report.fallback:
         out += ["", f"**fallback:** {report.fallback['reason']}"]
+        cost = fallback_cost(report.fallback)
+        if cost:
+            out += ["", f"**without XLA:** {cost}"]
     if report.traces:
         out += ["", "### Profiler traces (Profile tab)"] + [f"- `{t}`" for t in report.traces]
     if report.notes:

@@ -27,7 +27,8 @@ class ModelReport:
     """Everything one model's report is made of."""
 
     def __init__(self, config: MonitorConfig, log_dir: Optional[str], traces_backend: Any,
-                 missing_viewer: Callable[[], Optional[str]]):
+                 missing_viewer: Callable[[], Optional[str]], backend_name: str = "tensorflow"):
+        self.backend_name = backend_name
         self.session = Session(config)
         self.sink = OutputSink(log_dir)
         self.traces = TraceWindows(config.profile, traces_backend, self.session.notes, missing_viewer)
@@ -59,12 +60,14 @@ class ModelReport:
                          "compile time on record, so what they saved is not counted")
         if self.error:
             notes.append(self.error)
+        other = getattr(self.probe, "other_compiles", None)
         return build_report(self.session.snapshot(), ReportContext(
             jit_mode=jit_mode, jit_state=self.jit_state,
             probe=self.probe.facts if self.probe is not None else ProbeFacts(), traces=tuple(self.traces.saved),
             cache_saved_seconds=account.saved_seconds if account.loads_known else None, extra_notes=tuple(notes),
             refused=refused, log_dir=self.sink.log_dir if self.sink.writes and not refused else None,
-            versions=versions, run_state="running" if running else self.state))
+            versions=versions, run_state="running" if running else self.state, backend=self.backend_name,
+            other_compilations=other() if other is not None else {}))
 
 
 class ReportBook:

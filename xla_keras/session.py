@@ -138,6 +138,7 @@ class PhaseStats:
         self.epoch_steady_sum = 0.0
         self.epoch_steady_n = 0
         self.rebuilds = 0             # step functions rebuilt outside the monitor
+        self.after_switch: Optional[PhaseTiming] = None  # steady steps since a storm fallback (non-XLA)
 
     def add_record(self, record: Compilation) -> None:
         self.compile_count += 1
@@ -261,6 +262,7 @@ class Session:
         self._analysis: Dict[str, tuple] = {}  # phase -> (key, analysis)
         self._function_models: Dict[str, int] = {}  # id of the model each phase's function belongs to
         self._forced: set = set()  # phases whose function the monitor itself dropped or rebuilt
+        self.data_kind = "tf.data"  # what the storm fix's code is written for (storms.DATA_KINDS)
 
     # ------------------------------------------------------------ functions
 
@@ -340,10 +342,11 @@ class Session:
         if opened is not None and stats.pending_storm is None:
             stats.pending_storm = (step, *opened)
 
-    def call_in_trace_window(self, phase: str, plan: CallPlan, jit: JitState) -> None:
-        """The call runs inside a profiler trace window: no probe, compile times from step time."""
+    def call_in_trace_window(self, phase: str, plan: CallPlan, jit: JitState, probed: bool = False) -> None:
+        """The call runs inside a profiler trace window: not a steady step; with no probe
+        (``probed``: JAX's events still time compiles there), compile times from step time."""
         self.calls[phase].in_trace_window = True
-        if plan.probe and jit.xla_expected:
+        if plan.probe and jit.xla_expected and not probed:
             self.notes.add_once("trace-window", "compile times of steps inside a profiler trace window are "
                                 "estimated from step time (the profiler was writing the trace)")
 
@@ -366,8 +369,11 @@ class Session:
         """A call began and its end was not reported yet."""
         return self.calls[phase].batches > 0
 
-    def call_ended(self, phase: str, jit: JitState, now: Optional[float] = None) -> Optional[CallOutcome]:
-        """The batch-end hook of the call: account its steps, compiles and time (None: no call was pending)."""
+    def call_ended(self, phase: str, jit: JitState, now: Optional[float] = None,
+                   timed: bool = True) -> Optional[CallOutcome]:
+        """The batch-end hook of the call: account its steps, compiles and time (None: no call was pending).
+        ``timed``: False when the end was not observed as it happened (JAX's last call before a phase
+        boundary, whose wait includes queued device work): it then never counts as a steady step."""
         stats, call = self.phases[phase], self.calls[phase]
         n = call.batches
         if not n:
@@ -390,7 +396,7 @@ class Session:
                                      call_batches=n, call_compiles=len(call.new))
                 record.seconds = record.estimate_from(stats.timing.median_seconds)
                 self._record(phase, record, outcome)
-        elif not call.new and not call.in_trace_window and observation is None:  # probes cost time: not steady
+        elif not call.new and not call.in_trace_window and observation is None and timed:  # probes cost time
             per_step = seconds / n
             if stats.timing.is_slow(per_step):
                 stats.slow_count += 1
@@ -399,6 +405,8 @@ class Session:
                                                call.signature))
             else:
                 stats.timing.add_steady(per_step)
+                if stats.after_switch is not None:
+                    stats.after_switch.add_steady(per_step)
                 stats.epoch_steady_sum += per_step
                 stats.epoch_steady_n += 1
                 every = self.config.steps_per_scalar
@@ -414,7 +422,8 @@ class Session:
     def _record_observed(self, phase: str, observation: CompileObservation, seconds: float, n: int,
                          outcome: CallOutcome) -> None:
         stats, call = self.phases[phase], self.calls[phase]
-        owners = call.new or ([call.probe_signature] if call.probe_signature else [])
+        # A compile with no new signature (JAX: e.g. a rebuilt function's first call) belongs to the last batch.
+        owners = call.new or ([call.probe_signature] if call.probe_signature else [(stats.step, call.signature)])
         ragged_only = call.ragged_probe and not call.new
         modules = observation.modules
         if not modules:
@@ -461,12 +470,28 @@ class Session:
 
     def open_storm(self, phase: str, step: int, count: int, window_start: int, action: str) -> Storm:
         stats = self.phases[phase]
-        varying, advice, fix = analyse(phase, stats.history, self.config.storm_threshold)
+        varying, advice, fix = analyse(phase, stats.history, self.config.storm_threshold, self.data_kind)
         storm = Storm(phase, step, count, varying, advice, fix, compiles=stats.compile_count,
                       compile_seconds=stats.compile_seconds(), steady_step_seconds=stats.timing.median_seconds,
                       window_start=window_start, action=action)
         self.storms.append(storm)
         return storm
+
+    def fell_back(self, phase: str, step: int, reason: str) -> None:
+        """A storm switched XLA off: from now on each phase's steady steps are also timed apart,
+        so the report can state what running without XLA cost against the XLA steps before."""
+        self.fallback = {"phase": phase, "step": step, "reason": reason,
+                         "xla_steady_step_seconds": {p: s.timing.median_seconds for p, s in self.phases.items()}}
+        for stats in self.phases.values():
+            stats.after_switch = PhaseTiming()
+
+    def _fallback_view(self) -> Optional[dict]:
+        if not self.fallback:
+            return None
+        view = dict(self.fallback)
+        view["steady_step_seconds_after"] = {
+            p: (s.after_switch.median_seconds if s.after_switch is not None else None) for p, s in self.phases.items()}
+        return view
 
     def storm_scalar(self, storm: Storm) -> Scalar:
         return Scalar(storm.phase, TAG_STORM, 1.0, storm.step)
@@ -477,10 +502,11 @@ class Session:
         Cached until the phase sees a new signature: reports are built at
         every flush."""
         history = self.phases[storm.phase].history
-        key = (len(history.signatures), history.runs)  # analyse reads only these
+        key = (len(history.signatures), history.runs, self.data_kind)  # analyse reads only these
         cached = self._analysis.get(storm.phase)
         if cached is None or cached[0] != key:
-            cached = self._analysis[storm.phase] = (key, analyse(storm.phase, history, self.config.storm_threshold))
+            cached = self._analysis[storm.phase] = (key, analyse(storm.phase, history, self.config.storm_threshold,
+                                                                 self.data_kind))
         varying, advice, fix = cached[1]
         return dataclasses.replace(storm, varying=varying, advice=advice, fix=fix)
 
@@ -498,7 +524,7 @@ class Session:
                                          stats.value_compiles, stats.rebuilds, stats.history)
         storms = tuple(self._refreshed(s) for s in self.storms)
         return SessionSnapshot(phases, self.ledger.distinct_signatures(), storms, tuple(self.notes.texts),
-                               self.wall.seconds(), dict(self.fallback) if self.fallback else None)
+                               self.wall.seconds(), self._fallback_view())
 
 
 
@@ -516,6 +542,8 @@ class ReportContext:
     log_dir: Optional[str] = None
     versions: Dict[str, str] = field(default_factory=dict)
     run_state: Optional[str] = None
+    backend: str = "tensorflow"
+    other_compilations: Dict[str, dict] = field(default_factory=dict)
 
 
 def build_report(snapshot: SessionSnapshot, context: ReportContext) -> XlaReport:
@@ -551,6 +579,8 @@ def build_report(snapshot: SessionSnapshot, context: ReportContext) -> XlaReport
     report.log_dir = context.log_dir
     report.versions = dict(context.versions)
     report.run_state = context.run_state
+    report.backend = context.backend
+    report.other_compilations = {k: dict(v) for k, v in context.other_compilations.items()}
     return report
 
 

@@ -44,12 +44,31 @@ class AxisChange(NamedTuple):
     new: Any
 
 
+# Per-step fast paths: a dtype's name and whether a type is a plain tensor leaf are
+# fixed facts of the dtype / type, so they are computed once (numpy's dtype.name and
+# five failed hasattr() calls per leaf were most of a signature's cost).
+_DTYPE_NAMES: dict = {}
+_PLAIN_LEAF_TYPES: dict = {}
+
+
 def _dtype_name(dtype: Any) -> str:
+    try:
+        return _DTYPE_NAMES[dtype]
+    except (KeyError, TypeError):
+        pass
     name = getattr(dtype, "name", None)
-    return name if isinstance(name, str) else str(dtype)
+    name = name if isinstance(name, str) else str(dtype)
+    try:
+        if len(_DTYPE_NAMES) < 256:
+            _DTYPE_NAMES[dtype] = name
+    except TypeError:  # unhashable dtype object
+        pass
+    return name
 
 
 def _shape_tuple(shape: Any) -> Shape:
+    if type(shape) is tuple and all(type(d) is int for d in shape):  # numpy / JAX: already ints
+        return shape
     dims = []
     for d in shape:
         # TensorShape yields ints or None; tf.compat.v1 Dimensions carry .value.
@@ -83,9 +102,24 @@ class Replicas(tuple):
     """
 
 
-def _walk(value: Any, path: str, out: list, unwrap: Callable[[Any], Any]) -> None:
-    value = unwrap(value)
+def _plain_leaf(value: Any) -> bool:
+    kind = type(value)
+    plain = _PLAIN_LEAF_TYPES.get(kind)
+    if plain is None:
+        plain = (not isinstance(value, (Replicas, dict, list, tuple)) and _components(value) is None
+                 and hasattr(value, "shape") and hasattr(value, "dtype"))
+        if len(_PLAIN_LEAF_TYPES) < 256:
+            _PLAIN_LEAF_TYPES[kind] = plain
+    return plain
+
+
+def _walk(value: Any, path: str, out: list, unwrap: Optional[Callable[[Any], Any]]) -> None:
+    if unwrap is not None:
+        value = unwrap(value)
     if value is None:
+        return
+    if _plain_leaf(value):
+        out.append(Leaf(path, _dtype_name(value.dtype), _shape_tuple(value.shape)))
         return
     if isinstance(value, Replicas):
         first: list = []
@@ -125,7 +159,7 @@ def _identity(value: Any) -> Any:
     return value
 
 
-def signature_of(batch: Any, unwrap: Callable[[Any], Any] = _identity) -> InputSignature:
+def signature_of(batch: Any, unwrap: Optional[Callable[[Any], Any]] = _identity) -> InputSignature:
     """The signature of one batch as Keras hands it to the step function.
 
     A tuple batch is named ``x``, ``y``, ``sample_weight`` (Keras's own
@@ -139,7 +173,8 @@ def signature_of(batch: Any, unwrap: Callable[[Any], Any] = _identity) -> InputS
         ['x/tokens:float32[8,5]', 'y:float32[8,1]']
     """
     out: list = []
-    batch = unwrap(batch)
+    if unwrap is not None:
+        batch = unwrap(batch)
     if isinstance(batch, Replicas):  # the whole batch is one distributed value
         first = signature_of(batch[0], unwrap) if batch else ()
         out.extend(first)

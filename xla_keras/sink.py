@@ -20,8 +20,10 @@ update_freq="batch" on ~1 ms steps.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
+import socket
 import tempfile
 import time
 from typing import Any, Callable, Dict, Iterable, Optional
@@ -61,6 +63,53 @@ def _string_tensor(value: bytes) -> Any:
                                   tensor_shape=tensor_shape_pb2.TensorShapeProto())
 
 
+class LocalEventFile:
+    """An event file on a local filesystem, written without TensorFlow.
+
+    TensorBoard's own EventFileWriter reaches the filesystem through
+    ``tensorboard.compat.tf``, which imports TensorFlow whenever it is installed:
+    a JAX fit would pay TensorFlow's import (seconds, and its log lines). Same
+    format (TFRecord of Event protos via TensorBoard's RecordWriter); writes are
+    buffered and flushed by the sink, with the same 5 s backstop."""
+
+    _ids = itertools.count()
+
+    def __init__(self, logdir: str, flush_secs: float = 5.0):
+        os.makedirs(logdir, exist_ok=True)
+        from tensorboard.compat.proto.event_pb2 import Event
+        from tensorboard.summary.writer.record_writer import RecordWriter
+        name = "events.out.tfevents.%010d.%s.%s.%s.xla_keras" % (time.time(), socket.gethostname(), os.getpid(),
+                                                                 next(self._ids))
+        self._file = open(os.path.join(logdir, name), "wb")
+        self._records = RecordWriter(self._file)
+        self._flush_secs = flush_secs
+        self._flushed = time.monotonic()
+        self.add_event(Event(wall_time=time.time(), file_version="brain.Event:2"))
+        self.flush()
+
+    def add_event(self, event: Any) -> None:
+        self._records.write(event.SerializeToString())
+        if time.monotonic() - self._flushed > self._flush_secs:
+            self.flush()
+
+    def flush(self) -> None:
+        self._file.flush()
+        self._flushed = time.monotonic()
+
+    def close(self) -> None:
+        if not self._file.closed:
+            self._file.close()
+
+
+def _import_writers() -> None:
+    """Import what the writers need now, before the first step: imported at the first event, they
+    cost a step hundreds of ms (TensorBoard's protos and plugins), which then read as step time."""
+    from tensorboard.compat.proto import event_pb2, summary_pb2, tensor_pb2  # noqa: F401
+    from tensorboard.plugins.custom_scalar import layout_pb2, metadata  # noqa: F401
+    from tensorboard.plugins.text import metadata as text_metadata  # noqa: F401
+    from tensorboard.summary.writer import record_writer  # noqa: F401
+
+
 class SummaryWriters:
     """One lazily created event-file writer per run (``train``, ``validation``)."""
 
@@ -71,9 +120,13 @@ class SummaryWriters:
     def _writer(self, run: str) -> Any:
         writer = self._writers.get(run)
         if writer is None:
-            from tensorboard.summary.writer.event_file_writer import EventFileWriter
-            # flush_secs is a backstop only: the sink flushes itself (see the module's docstring).
-            writer = EventFileWriter(os.path.join(self.log_dir, run), flush_secs=5)
+            path = os.path.join(self.log_dir, run)
+            if "://" in path:  # gs://, s3://, hdfs://: TensorBoard's writer, through TensorFlow's filesystems
+                from tensorboard.summary.writer.event_file_writer import EventFileWriter
+                # flush_secs is a backstop only: the sink flushes itself (see the module's docstring).
+                writer = EventFileWriter(path, flush_secs=5)
+            else:
+                writer = LocalEventFile(path)
             self._writers[run] = writer
         return writer
 
@@ -158,6 +211,7 @@ class OutputSink:
             os.unlink(probe)
         except OSError as error:
             return error
+        _import_writers()
         return None
 
     def _out(self) -> Optional[SummaryWriters]:

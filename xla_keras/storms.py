@@ -383,14 +383,64 @@ def _pad_up(t, axis, lengths):
 """
 
 
+# The same padding for data that is not tf.data (Keras's JAX backend takes numpy arrays,
+# generators and PyDatasets as well): numpy only, no TensorFlow.
+_PAD_UP_NUMPY = """\
+import math
+
+import numpy as np
+
+
+def _pad_up(t, axis, lengths):
+    # pad axis `axis` (with 0) up to the next of the advised lengths
+    t = np.asarray(t)
+    n = t.shape[axis]
+    fits = [length for length in lengths if length >= n]
+    # longer than every length seen: the last one doubled as often as needed
+    # (a few more compiles, never one per length, never an error)
+    target = fits[0] if fits else max(n, lengths[-1] * 2 ** math.ceil(math.log2(n / lengths[-1])))
+    widths = [(0, 0)] * t.ndim
+    widths[axis] = (0, target - n)
+    return np.pad(t, widths)
+"""
+
+_APPLY_NUMPY = """\
+# A generator: batches = (pad_to_lengths(*batch) for batch in batches)
+# A keras.utils.PyDataset: return pad_to_lengths(*batch) from __getitem__"""
+
+REBATCH_NUMPY = """\
+import keras
+import numpy as np
+
+
+def rebatch(batches, size):
+    # batches of exactly `size` rows from batches of any size (a last partial batch is dropped)
+    pending, rows = [], 0
+    for batch in batches:
+        pending.append(batch)
+        rows += len(keras.tree.flatten(batch)[0])
+        while rows >= size:
+            joined = keras.tree.map_structure(lambda *parts: np.concatenate(parts), *pending)
+            yield keras.tree.map_structure(lambda a: a[:size], joined)
+            pending, rows = [keras.tree.map_structure(lambda a: a[size:], joined)], rows - size
+
+
+"""
+
+DATA_KINDS = ("tf.data", "arrays")  # arrays: numpy / generators / PyDataset (no TensorFlow in the fix)
+
+
 def _index(part: str) -> str:
     return f"[{part}]" if part.isdigit() else f"[{part!r}]"
 
 
-def pad_code(targets: Sequence[Tuple[str, int, Sequence[int]]], top_names: Sequence[str], compiles: int) -> str:
-    """tf.data code that pads every batch's ``(path, axis)`` up to the next of
-    its ``lengths``: a map after the user's own batching, for any input
-    structure, so it applies to several varying inputs at once."""
+def pad_code(targets: Sequence[Tuple[str, int, Sequence[int]]], top_names: Sequence[str], compiles: int,
+             data: str = "tf.data") -> str:
+    """Code that pads every batch's ``(path, axis)`` up to the next of its
+    ``lengths``, for any input structure, so it applies to several varying
+    inputs at once: a tf.data map after the user's own batching, or (``data``
+    "arrays") a numpy function to apply to each batch of a generator or
+    PyDataset."""
     names = _map_args(top_names)
     body, copied, tuples = [], set(), []
     for path, axis, lengths in targets:
@@ -411,6 +461,12 @@ def pad_code(targets: Sequence[Tuple[str, int, Sequence[int]]], top_names: Seque
     body += [f"    {expr} = tuple({expr})" for expr in reversed(tuples)]
     args = ", ".join(names)
     ret = names[0] if len(names) == 1 else args
+    if data == "arrays":
+        return (
+            "# Batch to a fixed size, then pad every batch up to the advised lengths: "
+            + _compiles(compiles) + " for the shapes seen.\n"
+            + _PAD_UP_NUMPY + "\n\n"
+            f"def pad_to_lengths({args}):\n" + "\n".join(body) + f"\n    return {ret}\n\n\n" + _APPLY_NUMPY)
     return (
         "# Batch with drop_remainder=True (e.g. .padded_batch(32, drop_remainder=True)), then pad\n"
         "# every batch up to the advised lengths: " + _compiles(compiles) + " for the shapes seen.\n"
@@ -458,8 +514,11 @@ def _fmt_ms(seconds: Optional[float]) -> str:
     return f"{ms:.0f} ms" if ms >= 10 else f"{ms:.2g} ms"
 
 
-def analyse(phase: str, history: ShapeHistory, threshold: int) -> Tuple[List[Dict[str, Any]], str, Dict[str, Any]]:
-    """Cause, advice and fix from everything the phase has seen.
+def analyse(phase: str, history: ShapeHistory, threshold: int,
+            data: str = "tf.data") -> Tuple[List[Dict[str, Any]], str, Dict[str, Any]]:
+    """Cause, advice and fix from everything the phase has seen. ``data``: "tf.data", or
+    "arrays" (numpy, generators, PyDataset under Keras's JAX backend): the fix's code then
+    needs no TensorFlow.
 
     Returns (varying, advice text without the header line, fix)."""
     partial = partial_batch_signatures(history)
@@ -493,7 +552,7 @@ def analyse(phase: str, history: ShapeHistory, threshold: int) -> Tuple[List[Dic
                 other_path, other_axis = other.rsplit(":", 1)
                 targets.append((other_path, int(other_axis), b))
         tops = sorted({leaf.path.split("/")[0].split("@")[0] for sig, _ in sigs for leaf in sig})
-        code = pad_code(targets, tops, compiles)
+        code = pad_code(targets, tops, compiles, data)
         fix = {"kind": "pad_to_lengths", "path": first.path, "axis": first.axis, "lengths": buckets[0],
                "padding_overhead": round(overhead, 4), "compiles": compiles, "drop_remainder": True,
                "code": code}
@@ -507,7 +566,8 @@ def analyse(phase: str, history: ShapeHistory, threshold: int) -> Tuple[List[Dic
             for a, d in zip(length_axes, (a.describe() for a in length_axes)))
         pad_targets = "; ".join(f"'{a.path}' axis {a.axis} to {b}" for a, b in zip(length_axes, buckets))
         alternative = ""
-        if len(length_axes) == 1 and first.axis >= 1 and not first.also and len(buckets[0]) > 1:
+        if (len(length_axes) == 1 and first.axis >= 1 and not first.also and len(buckets[0]) > 1
+                and data == "tf.data"):
             alternative = (" To also cut padding, bucket the examples by length instead (data longer than "
                            f"{buckets[0][-1]} must be cut first): `"
                            + bucket_code(first.path, first.axis, buckets[0], batch_size, tops) + "`.")
@@ -522,13 +582,16 @@ def analyse(phase: str, history: ShapeHistory, threshold: int) -> Tuple[List[Dic
         a = batch_axes[0]
         d = a.describe()
         size = max(a.values, key=lambda v: (a.values[v], v))
-        fix = {"kind": "fixed_batch_size", "path": a.path, "size": size, "drop_remainder": True,
-               "code": f"ds = ds.rebatch({size}, drop_remainder=True)  # or .unbatch().batch({size}, "
-                       "drop_remainder=True)"}
+        if data == "arrays":
+            code = REBATCH_NUMPY + f"batches = rebatch(batches, {size})  # arrays: model.fit(x, y, batch_size={size})"
+            how = f"`rebatch(batches, {size})` in the fix's code, or `batch_size={size}` for arrays"
+        else:
+            code = f"ds = ds.rebatch({size}, drop_remainder=True)  # or .unbatch().batch({size}, drop_remainder=True)"
+            how = f"`ds.rebatch({size}, drop_remainder=True)`"
+        fix = {"kind": "fixed_batch_size", "path": a.path, "size": size, "drop_remainder": True, "code": code}
         advice = (f"The batch size varies (input '{a.path}' axis 0: {d['min']}..{d['max']}, "
                   f"{d['n_values']} values). Fix: batch to a fixed size, e.g. "
-                  f"`ds.rebatch({size}, drop_remainder=True)` (1 compile), or switch XLA off for this "
-                  f"model.{partial_text}")
+                  f"{how} (1 compile), or switch XLA off for this model.{partial_text}")
         return varying, advice, fix
     if structures_differ(sigs):
         fix = {"kind": "consistent_structure"}

@@ -154,6 +154,12 @@ class Backend(Protocol):
 
     def end_of_data(self) -> Tuple[type, ...]: ...
 
+    def data_kind(self, model: Any) -> str:
+        """What the running call's data is, for a storm fix's code: "tf.data" or "arrays"."""
+
+    multi_worker_note: Optional[str]  # said once under multi-worker training (what the probe cannot do there)
+    ends_calls_in_wrapper: bool       # calls end in the step wrapper; batch-end hooks may run on another thread
+
     def running_callback_list(self, model: Any) -> Any: ...
 
     def running_fit(self, model: Any) -> Any: ...

@@ -118,6 +118,8 @@ def status(report: Dict[str, Any]) -> Dict[str, Any]:
         "probe": report.get("probe"), "storms": len(report.get("storms") or []),
         "fallback": report.get("fallback"), "versions": report.get("versions") or {},
         "run_state": report.get("run_state"),
+        "backend": report.get("backend") or "tensorflow",
+        "other_compilations": report.get("other_compilations") or {},
     }
 
 

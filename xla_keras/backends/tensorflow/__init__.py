@@ -40,6 +40,8 @@ class TensorFlowBackend:
 
     name = "tensorflow"
     jit_modes: Tuple[str, ...] = MODES
+    multi_worker_note = MULTI_WORKER_PROFILER
+    ends_calls_in_wrapper = False  # Keras runs batch-end hooks in line (TensorFlow is not thread-safe for it)
 
     def __init__(self, jit_mode: str = "keep"):
         self.jit = JitController(jit_mode)
@@ -147,6 +149,10 @@ class TensorFlowBackend:
     def train_step(self, model: Any) -> int:
         optimizer = getattr(model, "optimizer", None)
         return int(optimizer.iterations.numpy()) if optimizer is not None else 0
+
+    def data_kind(self, model: Any) -> str:
+        """What a storm fix is written for: Keras's TensorFlow backend feeds every input through tf.data."""
+        return "tf.data"
 
     def end_of_data(self) -> tuple:
         return end_of_data()

@@ -10,10 +10,11 @@ Tested on TensorFlow 2.16-2.21 with Keras 3.7-3.15 (the README's matrix).
 
 from __future__ import annotations
 
-from typing import Any, Callable, List, Optional, Tuple
+from typing import Any, List, Optional, Tuple
 
 from ...compiles import TraceEvent
 from ...quiet import without_profiler_lines
+from ..chain import unwrap, wrap_marker  # noqa: F401 - our own markers, re-exported for the helpers below
 from .flags import XlaFlags, auto_jit_on, auto_jit_value
 
 TESTED_VERSIONS = {"tensorflow": "2.16-2.21", "keras": "3.7-3.15"}
@@ -190,21 +191,6 @@ def unwrap_distributed(value: Any) -> Any:
         from ...signatures import Replicas
         return Replicas(value.values)
     return value
-
-
-def wrap_marker(wrapper: Callable, original: Callable, owner: Any) -> Callable:
-    """Mark our wrapper (and its owner) so a leftover one is found and another
-    live monitor's wrapper is chained onto rather than removed."""
-    wrapper._xla_keras_original = original
-    wrapper._xla_keras_owner = owner
-    return wrapper
-
-
-def unwrap(fn: Any) -> Any:
-    """The Keras function under every xla_keras wrapper."""
-    while fn is not None and hasattr(fn, "_xla_keras_original"):
-        fn = fn._xla_keras_original
-    return fn
 
 
 # --------------------------------------------------------------------------

@@ -18,12 +18,10 @@ from __future__ import annotations
 
 import time
 import weakref
-from typing import Any, Dict, List, Optional
+from typing import Any, List, Optional
 
+from ..chain import FUNCTION_ATTR, MAKE_FUNCTION, WrapperChain  # noqa: F401 - FUNCTION_ATTR re-exported
 from . import _internals
-
-FUNCTION_ATTR = {"train": "train_function", "test": "test_function", "predict": "predict_function"}
-MAKE_FUNCTION = {"train": "make_train_function", "test": "make_test_function", "predict": "make_predict_function"}
 
 
 def end_of_data() -> tuple:
@@ -71,63 +69,14 @@ def graph_next() -> Any:
     return _GRAPH_NEXT[0]
 
 
-class StepWrappers:
-    """One monitor's wrappers, per phase. ``owner`` must offer ``params`` (Keras hands one
-    params dict to every callback of a call) and ``step_wrapper(phase)``."""
+class StepWrappers(WrapperChain):
+    """One monitor's wrappers on TensorFlow step functions."""
 
     def __init__(self, owner: Any):
-        self._owner = weakref.ref(owner)
-        self.current: Dict[str, Any] = {}
-
-    def _chain(self, model: Any, phase: str) -> tuple:
-        """(live wrappers of other monitors of this call, top to bottom; Keras's function)."""
-        me = self._owner()
-        fn = getattr(model, FUNCTION_ATTR[phase], None)
-        keep = []
-        while fn is not None and hasattr(fn, "_xla_keras_original"):
-            owner = fn._xla_keras_owner()
-            # Another monitor of this same fit / evaluate / predict call: chain onto it.
-            # Anything else is a leftover of an interrupted call: drop it.
-            if (owner is not None and owner is not me and owner.step_wrapper(phase) is fn
-                    and owner.params is not None and me is not None and owner.params is me.params):
-                keep.append(fn)
-            fn = fn._xla_keras_original
-        return keep, fn
-
-    @staticmethod
-    def _relink(model: Any, phase: str, wrappers: list, base: Any) -> None:
-        for upper, lower in zip(wrappers, wrappers[1:] + [base]):
-            upper._xla_keras_original = lower
-        setattr(model, FUNCTION_ATTR[phase], wrappers[0] if wrappers else base)
-
-    def install(self, model: Any, phase: str, observer: Any, rebuild: bool = False,
-                enforce_model_jit: bool = False):
-        """Wrap ``phase``'s function (building it when missing, when ``rebuild``, or when its jit flag
-        differs from the model's and ``enforce_model_jit``). Returns (step function found before,
-        the one that runs, rebuilt, XLA compiles it now)."""
-        others, original = self._chain(model, phase)  # drops our own leftovers and dead ones
-        before = _internals.find_step_function(original) if original is not None else None
-        mismatch = (enforce_model_jit and not model.run_eagerly
-                    and _internals.function_jit_flag(before) != bool(model.jit_compile))
-        step_fn = before
-        if original is None or rebuild or mismatch:
-            getattr(model, MAKE_FUNCTION[phase])(force=True)
-            original = getattr(model, FUNCTION_ATTR[phase])
-            step_fn = _internals.find_step_function(original)
-        xla_now = _internals.function_jit_flag(step_fn) or _internals.autoclustering_enabled()
-        wrapper = _internals.wrap_marker(_make_wrapper(model, phase, observer), original, self._owner)
-        self.current[phase] = wrapper
-        self._relink(model, phase, [wrapper] + others, original)
-        return before, step_fn, bool(original is None or rebuild or mismatch), xla_now
-
-    def remove(self, model: Any, phase: str) -> None:
-        if self.current.pop(phase, None) is not None:
-            others, base = self._chain(model, phase)
-            self._relink(model, phase, others, base)
-
-    def remove_all(self, model: Any) -> None:
-        for phase in list(self.current):
-            self.remove(model, phase)
+        super().__init__(owner, _make_wrapper, _internals.find_step_function,
+                         lambda step_fn: _internals.function_jit_flag(step_fn),
+                         lambda step_fn: (_internals.function_jit_flag(step_fn)
+                                          or _internals.autoclustering_enabled()))
 
 
 def _make_wrapper(model: Any, phase: str, observer: Any):

@@ -139,11 +139,15 @@ function statusStrip(s) {
   const counts = PHASES.map((p) => `${p} ${s.compilation_count[p]}`).join(' · ');
   const signatures = PHASES.map((p) => `${p} ${(s.distinct_signatures || {})[p] || 0}`).join(' · ');
   const share = s.compile_share === null ? '' : ` (${(100 * s.compile_share).toFixed(1)}%)`;
+  const backend = s.backend === 'jax' ? 'JAX' : 'TensorFlow';
+  const other = Object.entries(s.other_compilations || {})
+    .map(([where, v]) => `${v.count} ${where.replace('_', ' ')} (${seconds(v.seconds)})`).join(' · ');
   const breakEven = s.break_even_steps === null ?
     'unknown: no non-XLA baseline here (compare() measures one)' : `${Math.round(s.break_even_steps)} steps`;
   return el('section', {id: 'status', class: 'strip'}, [
-    card('JIT', `requested ${s.jit_mode} · XLA ${active(s.jit_active)}`, s.jit_reason, 'jit'),
-    card('Compiles', `${s.total_compilations}: ${counts}`, `distinct signatures: ${signatures}`, 'compiles'),
+    card('JIT', `${backend} · requested ${s.jit_mode} · XLA ${active(s.jit_active)}`, s.jit_reason, 'jit'),
+    card('Compiles', `${s.total_compilations}: ${counts}`, `distinct signatures: ${signatures}` +
+         (other ? ` · not step programs: ${other}` : ''), 'compiles'),
     card('Compile time', `${seconds(s.compile_seconds)} of ${seconds(s.wall_seconds)} wall${share}`,
          s.cache_saved_seconds ? `the persistent cache saved ${seconds(s.cache_saved_seconds)}` :
            `seconds measured by: ${s.probe}`, 'compile-time'),

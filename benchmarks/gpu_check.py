@@ -1,0 +1,158 @@
+"""XlaMonitor under Keras's JAX backend on whatever JAX devices this machine has (GPU, TPU or CPU).
+
+Run it as is on an accelerator machine. It prints:
+
+1. the devices JAX sees;
+2. the monitor's compile ledger against XLA's own dump (``--xla_dump_to``): per
+   phase, step executables counted by the monitor vs ``jit_<phase>_step``
+   modules dumped, and each compile's seconds vs JAX's ``jax_log_compiles``
+   lines (tracing + lowering + XLA compilation);
+3. the overhead of XlaMonitor() against a bare fit, median of interleaved
+   rounds (the fit's time includes its last steps finishing on the device).
+
+Nothing assumes a CPU: the model and batch are sized up when an accelerator is
+present, and the batches are placed by Keras as usual. ``--quick`` runs a tiny
+version (the test suite runs it on CPU).
+
+    python benchmarks/gpu_check.py [--quick] [--rounds 7] [--steps 300]
+"""
+
+import argparse
+import collections
+import json
+import logging
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+_COMPILE_LINE = re.compile(r"Finished (tracing|jaxpr to MLIR module conversion|XLA compilation of) "
+                           r"(?:\+ transforming )?(\S+)(?: for p?jit)? in ([0-9.eE+-]+) sec")
+
+
+class _Lines(logging.Handler):
+    def __init__(self):
+        super().__init__(logging.DEBUG)
+        self.seconds = collections.defaultdict(list)  # jit(name) -> [tracing + lowering + compile]
+        self._pending = collections.defaultdict(float)
+
+    def emit(self, record):
+        match = _COMPILE_LINE.search(record.getMessage())
+        if not match:
+            return
+        kind, name, seconds = match.group(1), match.group(2), float(match.group(3))
+        key = name if name.startswith("jit(") else f"jit({name})"
+        if kind.startswith("XLA"):
+            self.seconds[key].append(self._pending.pop(key, 0.0) + seconds)
+        else:
+            self._pending[key] += seconds
+
+
+def _model(accelerator, width):
+    import keras
+    model = keras.Sequential([keras.Input((width,)), keras.layers.Dense(4 * width if accelerator else 64,
+                                                                         activation="relu"),
+                              keras.layers.Dense(4 * width if accelerator else 64, activation="relu"),
+                              keras.layers.Dense(1)])
+    model.compile("adam", "mse")
+    return model
+
+
+def child(args):
+    import jax
+    import keras
+
+    import xla_keras
+    jax.config.update("jax_log_compiles", True)
+    lines = _Lines()
+    logging.getLogger("jax").addHandler(lines)
+    logging.getLogger("jax").propagate = False
+    devices = jax.devices()
+    accelerator = jax.default_backend() != "cpu"
+    print(f"devices: {len(devices)} x {devices[0].platform} ({devices[0].device_kind}); keras {keras.__version__}, "
+          f"jax {jax.__version__}")
+    width = 256 if accelerator else 32
+    rng = np.random.default_rng(0)
+
+    # 1. The ledger against the dump: batch sizes 16..23 (8 compiles), a partial last batch in validation.
+    dump = os.environ["XLA_KERAS_GPU_CHECK_DUMP"]
+    before = set(os.listdir(dump)) if os.path.isdir(dump) else set()
+
+    def batches():
+        while True:
+            for size in range(16, 24):
+                yield (rng.random((size, width), dtype=np.float32), rng.random((size, 1), dtype=np.float32))
+
+    val = (rng.random((100, width), dtype=np.float32), rng.random((100, 1), dtype=np.float32))
+    monitor = xla_keras.XlaMonitor(log_dir=None, verbose=0, storm_threshold=100)
+    _model(accelerator, width).fit(batches(), steps_per_epoch=8, epochs=2, validation_data=val,
+                                   validation_batch_size=32, verbose=0, callbacks=[monitor])
+    report = monitor.report
+    new = [f for f in set(os.listdir(dump)) - before if f.endswith(".before_optimizations.txt")]
+    dumped = collections.Counter(f.split(".")[1] for f in new)
+    ok = True
+    print("ledger vs XLA's dump (step executables):")
+    for phase in ("train", "test"):
+        ours, theirs = report.compilation_count[phase], dumped.get(f"jit_{phase}_step", 0)
+        ok &= ours == theirs
+        print(f"  {phase:5s}: monitor {ours}, dump {theirs}  {'ok' if ours == theirs else 'COUNT MISMATCH'}")
+        logged = lines.seconds.get(f"jit({phase}_step)", [])
+        mine = [c.seconds for c in report.compilations if c.phase == phase]
+        worst = max((abs(a - b) for a, b in zip(mine, logged)), default=0.0)
+        same = len(mine) == len(logged) and worst < 2e-3 + 0.01 * max(logged or [0])
+        ok &= same
+        print(f"         seconds {sum(mine):.3f} s vs JAX's log lines {sum(logged):.3f} s (worst gap "
+              f"{worst * 1e3:.2f} ms)  {'ok' if same else 'SECONDS MISMATCH'}")
+    other = sum(n for n in dumped.values()) - sum(dumped.get(f"jit_{p}_step", 0) for p in ("train", "test"))
+    print(f"  other modules dumped (not step programs): {other}; report.other_compilations: "
+          f"{json.dumps(report.other_compilations)}")
+
+    # 2. Overhead, interleaved rounds.
+    batch = 256 if accelerator else 64
+    x = rng.random((batch * args.steps, width), dtype=np.float32)
+    y = rng.random((batch * args.steps, 1), dtype=np.float32)
+    model = _model(accelerator, width)
+    model.fit(x, y, batch_size=batch, epochs=1, verbose=0)  # warm: no configuration pays the compile
+    model.fit(x, y, batch_size=batch, epochs=1, verbose=0, callbacks=[xla_keras.XlaMonitor(log_dir=None, verbose=0)])
+    times = {"bare": [], "XlaMonitor()": []}
+    for _ in range(args.rounds):
+        for name in times:
+            callbacks = [xla_keras.XlaMonitor(log_dir=None, verbose=0)] if name != "bare" else []
+            start = time.perf_counter()
+            model.fit(x, y, batch_size=batch, epochs=1, verbose=0, callbacks=callbacks)
+            times[name].append((time.perf_counter() - start) / args.steps)
+    bare = statistics.median(times["bare"])
+    monitored = statistics.median(times["XlaMonitor()"])
+    print(f"overhead ({args.steps} steps x {args.rounds} rounds, interleaved, median): bare {bare * 1e3:.3f} ms/step, "
+          f"XlaMonitor() {monitored * 1e3:.3f} ms/step = {monitored / bare:.3f}x vs bare")
+    print("RESULT " + ("ok" if ok else "MISMATCH"))
+    return 0 if ok else 1
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--quick", action="store_true", help="a tiny run that proves the script works")
+    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--steps", type=int, default=300)
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.rounds, args.steps = 2, 20
+    if args.child:
+        return child(args)
+    # XLA_FLAGS and KERAS_BACKEND must be set before JAX and Keras are imported: a child process.
+    dump = tempfile.mkdtemp(prefix="xla_keras_gpu_check_")
+    env = dict(os.environ, KERAS_BACKEND="jax", XLA_KERAS_GPU_CHECK_DUMP=dump,
+               XLA_FLAGS=(os.environ.get("XLA_FLAGS", "") + f" --xla_dump_to={dump}").strip())
+    command = [sys.executable, os.path.abspath(__file__), "--child", "--rounds", str(args.rounds),
+               "--steps", str(args.steps)]
+    return subprocess.call(command, env=env)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

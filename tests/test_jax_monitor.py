@@ -1,0 +1,139 @@
+"""The public API under Keras's JAX backend: JIT modes, TensorBoard output, traces, the XLA tab,
+compare(), the doctor, and a quiet fit. Fits run in subprocesses (tests/jax_checks.py) because
+Keras's backend is fixed when keras is first imported; what they wrote is read back here."""
+
+import collections
+import json
+import os
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+pytest.importorskip("jax")
+
+from test_quiet import _normalise, _ours  # noqa: E402
+from test_tab_plugin import get_json, tab_client  # noqa: E402
+
+from xla_keras.metadata import REPORT_FILE, TAG_COMPILATIONS, TAG_STEP_TIME, parse_report  # noqa: E402
+
+pytestmark = pytest.mark.scenario
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+SCRIPT = os.path.join(HERE, "jax_checks.py")
+
+
+def _env(**extra):
+    env = dict(os.environ, KERAS_BACKEND="jax", CUDA_VISIBLE_DEVICES="", JAX_PLATFORMS="cpu",
+               PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env.update(extra)
+    return env
+
+
+@pytest.fixture(scope="module")
+def checks(tmp_path_factory):
+    root = tmp_path_factory.mktemp("jax_checks")
+    out = root / "checks.json"
+
+    def run(args):
+        proc = subprocess.run([sys.executable, SCRIPT, *args], env=_env(), capture_output=True, text=True,
+                              timeout=900)
+        assert proc.returncode == 0, proc.stderr[-5000:]
+        return proc.stderr
+
+    with ThreadPoolExecutor(2) as pool:
+        main = pool.submit(run, [str(out), str(root / "logs")])
+        bare = pool.submit(run, ["--quiet", "bare", str(root / "quiet_bare")])
+        bare_stderr = bare.result()
+        monitored_stderr = pool.submit(run, ["--quiet", "monitored", str(root / "quiet_monitored")]).result()
+        main.result()
+    with open(out) as f:
+        results = json.load(f)
+    results["quiet"] = {"bare": bare_stderr, "monitored": monitored_stderr}
+    results["root"] = str(root)
+    return results
+
+
+def test_jit_modes_are_read_back_from_the_step_that_runs(checks):
+    modes = checks["modes"]
+    assert modes["keep"]["jit_active"] is True and "jax.jit" in modes["keep"]["reason"]
+    assert modes["on"]["jit_active"] is True and modes["on"]["compiles"] == 1 and modes["on"]["model_jit_after"]
+    assert modes["off"]["jit_active"] is False and modes["off"]["compiles"] == 0
+    assert "op by op" in modes["off"]["reason"] and not modes["off"]["model_jit_after"]
+    assert modes["run_eagerly"]["jit_active"] is False and "eagerly" in modes["run_eagerly"]["reason"]
+
+
+def test_autoclustering_is_refused_as_a_tensorflow_feature(checks):
+    for text in (checks["modes"]["autoclustering"], checks["modes"]["configure_autoclustering"]):
+        assert text.startswith("ValueError") and "TensorFlow" in text and "JAX" in text
+    assert "'keep', 'on' or 'off'" in checks["modes"]["autoclustering"]
+
+
+def test_scalars_text_and_report_file_are_written_as_on_tensorflow(checks):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    log_dir = checks["tensorboard"]["log_dir"]
+    train = EventAccumulator(os.path.join(log_dir, "train"), size_guidance={"tensors": 0})
+    train.Reload()
+    tags = set(train.Tags()["tensors"]) | set(train.Tags()["scalars"])
+    assert {TAG_COMPILATIONS, TAG_STEP_TIME, "xla/report", "xla/report_data"} <= tags, tags
+    assert len(train.Scalars(TAG_STEP_TIME)) >= 20  # update_freq="batch": steady steps, compiles excluded
+    validation = EventAccumulator(os.path.join(log_dir, "validation"), size_guidance={"tensors": 0})
+    validation.Reload()
+    assert TAG_COMPILATIONS in validation.Tags()["scalars"]
+    with open(os.path.join(log_dir, REPORT_FILE)) as f:
+        parsed = parse_report(json.load(f))
+    assert parsed.report.backend == "jax" and parsed.report.probe == "jax.monitoring"
+    assert parsed.report.steps == {"train": 30, "test": 10, "predict": 0}
+
+
+def test_jax_profiler_traces_land_where_the_profile_tab_finds_them(checks):
+    traces = checks["tensorboard"]["traces"]
+    assert len(traces) == 1 and traces[0].startswith("range: ")
+    session = traces[0].split(": ", 1)[1]
+    assert os.path.dirname(session).endswith(os.path.join("train", "plugins", "profile"))
+    assert any(name.endswith(".xplane.pb") for name in os.listdir(session))
+
+
+def test_the_xla_tab_shows_jax_runs(checks):
+    client, _ = tab_client(os.path.join(checks["root"], "logs"))
+    runs = {r["run"]: r for r in get_json(client, "/runs")["runs"]}
+    assert {"fit", "compare/off", "compare/on"} <= set(runs)
+    view = get_json(client, "/report?run=fit")
+    assert view["status"]["backend"] == "jax" and view["status"]["jit_active"] is True
+    assert view["ledger"] and all(row["source"] == "jax" for row in view["ledger"])
+
+
+def test_compare_runs_off_and_on_under_jax(checks):
+    table = checks["compare"]["table"]
+    rows = {r["mode"]: r for r in table["results"]}
+    assert list(rows) == ["off", "on"]
+    assert rows["off"]["xla_ran"] is False and rows["off"]["compiles"] == 0
+    assert rows["on"]["xla_ran"] is True and rows["on"]["compiles"] == 1
+    assert "TensorFlow feature" in checks["compare"]["bad_mode"]
+
+
+def test_a_monitored_jax_fit_prints_no_framework_line_a_bare_fit_does_not(checks):
+    quiet = checks["quiet"]
+    ours, framework = _ours(quiet["monitored"])
+    bare = collections.Counter(_normalise(line) for line in quiet["bare"].splitlines())
+    extra = collections.Counter(_normalise(line) for line in framework) - bare
+    assert not extra, f"lines the monitored fit added: {list(extra.elements())[:10]}"
+    storms = [line for line in ours if "Recompilation storm (train)" in line]
+    assert len(storms) == 1
+
+
+def test_doctor_reports_the_backend_devices_cache_and_flags(tmp_path):
+    env = _env(XLA_FLAGS="--xla_force_host_platform_device_count=2")
+    proc = subprocess.run([sys.executable, "-m", "xla_keras", "doctor"], env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = proc.stdout
+    assert "Keras runs the JAX backend" in out and "jax 0." in out
+    assert "2 JAX device(s): cpu:0, cpu:1" in out
+    assert "XLA_FLAGS: --xla_force_host_platform_device_count=2" in out and "JAX started and compiled" in out
+    assert "persistent compilation cache" in out
+    bad = subprocess.run([sys.executable, "-m", "xla_keras", "doctor"], env=_env(XLA_FLAGS="--xla_no_such_flag=1"),
+                         capture_output=True, text=True, timeout=300)
+    assert bad.returncode == 1 and "[error] flags" in bad.stdout

@@ -1,0 +1,221 @@
+"""The JAX backend's parts: JAX's compile events read in this process (JAX runs beside TensorFlow
+here), the numpy storm fixes executed, report schema 4, and the private APIs in
+backends/jax/_internals.py checked under KERAS_BACKEND=jax (they must fail loudly when moved)."""
+
+import json
+import os
+import subprocess
+import sys
+import threading
+
+import numpy as np
+import pytest
+
+jax = pytest.importorskip("jax")
+
+from xla_keras.backends.jax import _internals  # noqa: E402
+from xla_keras.backends.jax.jit import MODES, validate_jax_mode  # noqa: E402
+from xla_keras.backends.jax.probe import RECORDER, JaxProbe, split  # noqa: E402
+from xla_keras.jitmodes import JitState  # noqa: E402
+from xla_keras.metadata import SCHEMA_VERSION, parse_report  # noqa: E402
+from xla_keras.report import fallback_cost  # noqa: E402
+from xla_keras.session import CallPlan, Notes  # noqa: E402
+from xla_keras.signatures import Leaf  # noqa: E402
+from xla_keras.storms import ShapeHistory, analyse  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+T, L, C = _internals.TRACE_EVENT, _internals.LOWER_EVENT, _internals.COMPILE_EVENT
+
+
+# ------------------------------------------------------------------ reading the events
+
+def test_split_sums_each_step_modules_tracing_lowering_and_compile_and_keeps_others_apart():
+    events = [(T, 0.10, "train_step", False), (T, 0.01, "wrapped_fn", False), (L, 0.02, "jit(train_step)", False),
+              (C, 0.30, "jit(train_step)", False), (L, 0.001, "jit(concatenate)", False),
+              (C, 0.004, "jit(concatenate)", False), (T, 0.05, "train_step", False),
+              (L, 0.01, "jit(train_step)", False), (C, 0.02, "jit(train_step)", True)]
+    modules, loads, other = split(events, "jit(train_step)", "train_step")
+    assert modules == pytest.approx([0.42, 0.08]) and loads == [False, True]
+    assert [e[2] for e in other] == ["jit(concatenate)", "jit(concatenate)"]
+    # Not jitted (jit_compile=False): every compile is op level.
+    modules, _, other = split(events, None, None)
+    assert modules == [] and len([e for e in other if e[0] == C]) == 3
+
+
+def train_step(x):
+    return (x * 2.0).sum()
+
+
+@pytest.fixture
+def probe():
+    jitted = jax.jit(train_step)
+    watching = {"on": True}
+    made = JaxProbe(Notes(), lambda phase: jitted, lambda: watching["on"])
+    return made, jitted, watching
+
+
+def _plan(new=True):
+    return CallPlan("train", 1, 1, ((0, 1, ()),) if new else (), True)
+
+
+def test_a_real_jax_compile_is_one_module_timed_and_a_known_shape_is_a_steady_step(probe):
+    made, jitted, _ = probe
+    handle = made.start(_plan(), JitState("keep", True))
+    jitted(np.ones((3, 4), np.float32)).block_until_ready()
+    seen = made.stop(handle, _plan(), JitState("keep", True))
+    assert len(seen.modules) == 1 and 0 < seen.modules[0] < 30 and seen.source == "jax" and seen.cached is False
+    handle = made.start(_plan(False), JitState("keep", True))
+    jitted(np.ones((3, 4), np.float32)).block_until_ready()
+    assert made.stop(handle, _plan(False), JitState("keep", True)) is None  # nothing compiled: steady
+
+
+def test_compiles_outside_step_calls_are_totals_only_while_watching(probe):
+    made, _, watching = probe
+    jax.jit(lambda a: a + 1.0)(np.ones((5,), np.float32)).block_until_ready()
+    assert made.other_compiles()["outside_steps"]["count"] == 1
+    watching["on"] = False
+    jax.jit(lambda a: a + 2.0)(np.ones((6,), np.float32)).block_until_ready()
+    assert made.other_compiles()["outside_steps"]["count"] == 1
+
+
+def test_a_compile_on_another_thread_is_not_the_step_calls(probe):
+    made, _, _ = probe
+    handle = made.start(_plan(False), JitState("keep", True))
+    thread = threading.Thread(target=lambda: jax.jit(lambda a: a * 3.0)(np.ones((7,), np.float32)))
+    thread.start()
+    thread.join()
+    assert made.stop(handle, _plan(False), JitState("keep", True)) is None
+    assert made.other_compiles()["outside_steps"]["count"] == 1
+
+
+def test_nested_calls_of_chained_monitors_both_see_the_compile():
+    outer, inner = RECORDER.begin(), RECORDER.begin()
+    jax.jit(lambda a: a - 1.0)(np.ones((9,), np.float32)).block_until_ready()
+    RECORDER.end(inner)
+    RECORDER.end(outer)
+    assert [e[0] for e in outer if e[0] == C] == [C] and outer == inner
+
+
+# ------------------------------------------------------------------ modes, reports
+
+def test_jit_modes_refuse_autoclustering_naming_the_choices():
+    assert MODES == ("keep", "on", "off")
+    with pytest.raises(ValueError, match="TensorFlow feature.*'keep', 'on' or 'off'"):
+        validate_jax_mode("autoclustering")
+    with pytest.raises(ValueError, match="'keep', 'on', 'off'"):
+        validate_jax_mode("fast")
+
+
+def test_schema_4_adds_backend_and_other_compilations_and_reads_older_reports():
+    assert SCHEMA_VERSION == 4
+    old = parse_report({"schema_version": 3, "jit_mode": "on", "compilations": []})
+    assert old.report.backend == "tensorflow" and old.report.other_compilations == {}
+    new = parse_report({"schema_version": 4, "jit_mode": "on", "backend": "jax", "compilations": [],
+                        "other_compilations": {"in_steps": {"count": 3, "seconds": 0.5}}})
+    assert new.report.backend == "jax"
+    assert "3 executable(s), 500 ms, inside the step calls" in str(new.report)
+
+
+@pytest.mark.parametrize("before, after, words", [
+    ({"train": 0.001}, {"train": 0.02}, "train steady step 20 ms vs 1 ms with XLA before the switch (20.0x)"),
+    ({"train": None}, {"train": 0.02}, "no steady XLA step was measured before the switch"),
+    ({"train": 0.001}, {"train": None}, None),
+])
+def test_the_fallback_states_what_running_without_xla_cost(before, after, words):
+    text = fallback_cost({"xla_steady_step_seconds": before, "steady_step_seconds_after": after})
+    assert (text is None) if words is None else (words in text)
+
+
+# ------------------------------------------------------------------ fixes that need no TensorFlow
+
+def _history(shapes):
+    history = ShapeHistory()
+    for shape in shapes:
+        history.observe((Leaf("x", "int32", shape), Leaf("y", "float32", (shape[0],))))
+    history.end_of_run()
+    return history
+
+
+def test_the_padding_fix_for_arrays_is_numpy_and_pads_to_the_advised_lengths():
+    lengths = [5, 9, 13, 17, 33, 41, 50, 62, 70]
+    _, _, fix = analyse("train", _history([(8, n) for n in lengths]), 4, data="arrays")
+    code = fix["code"]
+    assert "tf." not in code and "tensorflow" not in code
+    namespace = {}
+    exec(compile(code, "<fix>", "exec"), namespace)  # noqa: S102 - the fix's code is meant to be run
+    out_lengths = set()
+    for n in lengths + [200]:  # and one longer than any seen: doubled, never an error
+        x, y = namespace["pad_to_lengths"](np.ones((8, n), np.int32), np.zeros((8,), np.float32))
+        assert x.shape[0] == 8 and x.shape[1] >= n and (x[:, n:] == 0).all() and y.shape == (8,)
+        out_lengths.add(x.shape[1])
+    assert set(fix["lengths"]) <= out_lengths and len(out_lengths) <= len(fix["lengths"]) + 1
+
+
+def test_the_batch_size_fix_for_arrays_rebatches_a_generator_without_tensorflow():
+    _, _, fix = analyse("train", _history([(n, 10) for n in range(16, 24)]), 4, data="arrays")
+    assert fix["kind"] == "fixed_batch_size" and "tf." not in fix["code"]
+    namespace = {}
+    exec(compile(fix["code"].split("\nbatches = rebatch")[0], "<fix>", "exec"), namespace)  # noqa: S102
+    batches = [(np.full((n, 10), n), np.arange(n)) for n in range(16, 24)]
+    out = list(namespace["rebatch"](iter(batches), fix["size"]))
+    assert out and all(x.shape == (fix["size"], 10) and y.shape == (fix["size"],) for x, y in out)
+    assert sum(len(y) for _, y in out) == (sum(range(16, 24)) // fix["size"]) * fix["size"]
+
+
+def test_tf_data_keeps_the_tf_data_fix():
+    _, _, fix = analyse("train", _history([(8, n) for n in (5, 9, 13, 17, 33)]), 4)
+    assert "ds.map(pad_to_lengths)" in fix["code"]
+
+
+# ------------------------------------------------------------------ private APIs, under KERAS_BACKEND=jax
+
+_INTERNALS_CHECK = r'''
+import json, numpy as np, keras
+from jax._src import dispatch
+from xla_keras.backends.jax import _internals
+from xla_keras.backends.jax.jit import persistent_cache
+out = {}
+for jit in (True, False):
+    for spe in (1, 3):
+        m = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
+        m.compile("sgd", "mse", jit_compile=jit, steps_per_execution=spe)
+        m.make_train_function(); m.make_test_function(); m.make_predict_function()
+        for phase in ("train", "test", "predict"):
+            fn = _internals.find_step_function(getattr(m, phase + "_function"))
+            out[f"{jit}-{spe}-{phase}"] = [_internals.is_jitted(fn), _internals.compiled_name(fn),
+                                           getattr(fn, "__name__", None)]
+out["events"] = [dispatch.JAXPR_TRACE_EVENT == _internals.TRACE_EVENT,
+                 dispatch.JAXPR_TO_MLIR_MODULE_EVENT == _internals.LOWER_EVENT,
+                 dispatch.BACKEND_COMPILE_EVENT == _internals.COMPILE_EVENT]
+out["cache"] = sorted(_internals.cache_config())
+from jax._src import compilation_cache
+out["reset_cache"] = callable(getattr(compilation_cache, "reset_cache", None))
+out["raw_jit"] = _internals.raw_model_jit(m)
+class Spy(keras.callbacks.Callback):
+    def on_train_begin(self, logs=None):
+        out["callback_list"] = type(_internals.running_callback_list(self.model)).__name__
+        out["user_data"] = type(_internals.user_data(self.model)).__name__
+        out["distribution"] = _internals.distribution_facts()
+m.fit(np.ones((6, 4), "float32"), np.ones((6, 1), "float32"), verbose=0, callbacks=[Spy()])
+print("CHECK " + json.dumps(out))
+'''
+
+
+def test_the_private_apis_the_jax_backend_uses_are_where_it_expects():
+    env = dict(os.environ, KERAS_BACKEND="jax", JAX_PLATFORMS="cpu", CUDA_VISIBLE_DEVICES="",
+               PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    proc = subprocess.run([sys.executable, "-c", _INTERNALS_CHECK], env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(next(line for line in proc.stdout.splitlines() if line.startswith("CHECK "))[6:])
+    for spe in (1, 3):
+        for phase in ("train", "test", "predict"):
+            assert out[f"True-{spe}-{phase}"] == [True, f"jit({phase}_step)", f"{phase}_step"], (spe, phase)
+            jitted, name, fn_name = out[f"False-{spe}-{phase}"]
+            assert not jitted and name is None and fn_name == f"{phase}_step", (spe, phase)
+    assert out["events"] == [True, True, True]
+    assert out["cache"] == ["dir", "enabled", "min_compile_secs", "min_entry_bytes"] and out["reset_cache"]
+    assert out["raw_jit"] is False
+    assert out["callback_list"] == "CallbackList" and out["user_data"] == "ndarray"
+    assert out["distribution"]["default"] is True

@@ -1,0 +1,200 @@
+"""The ONE place the JAX backend touches private Keras / JAX APIs.
+
+Keras's JAX trainer (``keras/src/backend/jax/trainer.py``) builds
+``model.train_function`` as a plain Python ``iterator_step(state, iterator)``
+that closes over ``step_function``: ``jax.jit(self.train_step)`` when
+``jit_compile`` is true, the bare method otherwise. That closure is the truth
+about what runs, whatever ``model.jit_compile`` says. ``tests/test_jax_internals.py``
+exercises every function here against the installed versions.
+
+Keras-level helpers that do not depend on the backend (the running fit's
+frame, the callback list, Keras's own profile windows, the wrapper markers)
+are shared with the TensorFlow backend's ``_internals``: they read Keras, not
+TensorFlow, and import no TensorFlow.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional, Tuple
+
+from ..chain import unwrap
+from ..tensorflow._internals import (  # noqa: F401 - re-exported: Keras-level, backend-neutral
+    _version,
+    is_keras3_model,
+    keras_profile_windows,
+    keras_version,
+    layers_without_jit,
+    raw_model_jit,
+    running_callback_list,
+    running_fit,
+    set_raw_model_jit,
+)
+
+TESTED_VERSIONS = {"jax": "0.4.36-0.10", "keras": "3.7-3.15"}
+
+# jax.monitoring event names (jax/_src/dispatch.py, compiler.py). Public
+# listeners, but the names are JAX's internal constants.
+TRACE_EVENT = "/jax/core/compile/jaxpr_trace_duration"
+LOWER_EVENT = "/jax/core/compile/jaxpr_to_mlir_module_duration"
+COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
+CACHE_HIT_EVENT = "/jax/compilation_cache/cache_hits"
+CACHE_SAVED_EVENT = "/jax/compilation_cache/compile_time_saved_sec"
+
+
+def versions() -> dict:
+    from ... import __version__
+    return {"jax": _version("jax"), "jaxlib": _version("jaxlib"), "keras": _version("keras"),
+            "xla_keras": __version__}
+
+
+def _is_jitted(obj: Any) -> bool:
+    """A ``jax.jit``-wrapped function (PjitFunction): it lowers and wraps a Python function."""
+    return callable(obj) and hasattr(obj, "lower") and hasattr(obj, "__wrapped__")
+
+
+def _closure_values(fn: Any) -> list:
+    cells = getattr(fn, "__closure__", None) or ()
+    values = []
+    for cell in cells:
+        try:
+            values.append(cell.cell_contents)
+        except ValueError:  # an empty cell
+            continue
+    return values
+
+
+def find_step_function(fn: Any, depth: int = 3) -> Optional[Any]:
+    """The function Keras's ``iterator_step`` runs per batch: the jitted ``*_step``
+    (jit_compile=True) or the bare step function (jit_compile=False); None when
+    ``fn`` is not Keras's JAX step function. Breadth-first over closures: predict
+    nests one ``iterator_step`` in another, next to a jitted ``concatenate``."""
+    level, plain = [unwrap(fn)], None
+    for _ in range(depth + 1):
+        deeper = []
+        for current in level:
+            for value in _closure_values(current):
+                name = getattr(value, "__name__", "")
+                if _is_jitted(value) and name != "concatenate":
+                    return value
+                if callable(value) and name.endswith("_step") and name != "iterator_step" and not _is_jitted(value):
+                    plain = plain or value
+                if callable(value) and getattr(value, "__closure__", None):
+                    deeper.append(value)
+        level = deeper
+    return plain
+
+
+def is_jitted(step_fn: Any) -> bool:
+    """The step function that runs is one XLA program (``jax.jit``)."""
+    return _is_jitted(step_fn)
+
+
+def compiled_name(step_fn: Any) -> Optional[str]:
+    """The name JAX gives the jitted step's modules in its events and logs ("jit(train_step)")."""
+    if not _is_jitted(step_fn):
+        return None
+    return f"jit({getattr(step_fn, '__name__', '')})"
+
+
+def traced_name(step_fn: Any) -> Optional[str]:
+    """The name JAX gives the jitted step in its tracing events ("train_step")."""
+    return getattr(step_fn, "__name__", None) if _is_jitted(step_fn) else None
+
+
+def executable_count(step_fn: Any) -> Optional[int]:
+    """Executables the jitted step holds in its in-memory cache (private ``_cache_size``)."""
+    size = getattr(step_fn, "_cache_size", None)
+    try:
+        return int(size()) if callable(size) else None
+    except Exception:  # noqa: BLE001 - a count is a hint
+        return None
+
+
+def user_data(model: Any) -> Any:
+    """The ``x`` the user passed to the running fit / evaluate / predict (its frame's local), or None."""
+    from ..tensorflow._internals import _model_call_frames
+    frame = next(_model_call_frames(model, ("fit", "evaluate", "predict")), None)
+    return frame.get("x") if frame is not None else None
+
+
+def keras_distribution() -> Any:
+    """Keras's global distribution (``keras.distribution.distribution()``), or None."""
+    import keras
+    return keras.distribution.distribution()
+
+
+def distribution_facts() -> dict:
+    import jax
+    dist = keras_distribution()
+    processes = jax.process_count()
+    if dist is None:
+        return {"name": "default", "default": True, "replicas": 1, "multi_worker": processes > 1,
+                "chief": jax.process_index() == 0}
+    mesh = getattr(dist, "device_mesh", None)
+    devices = getattr(mesh, "devices", None)
+    replicas = int(getattr(devices, "size", 0) or len(jax.devices()))
+    return {"name": type(dist).__name__, "default": False, "replicas": replicas, "multi_worker": processes > 1,
+            "chief": jax.process_index() == 0}
+
+
+def shard_shape(value: Any) -> Optional[Tuple[int, ...]]:
+    """The per-device shape of a sharded jax.Array (attribute reads, no transfer), or None."""
+    sharding = getattr(value, "sharding", None)
+    if sharding is None or not hasattr(sharding, "shard_shape"):
+        return None
+    try:
+        return tuple(int(d) for d in sharding.shard_shape(value.shape))
+    except Exception:  # noqa: BLE001 - a fact for the report, never a failure
+        return None
+
+
+def has_accelerator() -> bool:
+    import jax
+    return jax.default_backend() != "cpu"
+
+
+# --------------------------------------------------------------------------
+# JAX's persistent compilation cache (jax.config options).
+
+def cache_config() -> dict:
+    import jax
+    return {"dir": jax.config.jax_compilation_cache_dir,
+            "min_compile_secs": float(jax.config.jax_persistent_cache_min_compile_time_secs),
+            "min_entry_bytes": int(jax.config.jax_persistent_cache_min_entry_size_bytes),
+            "enabled": bool(getattr(jax.config, "jax_enable_compilation_cache", True))}
+
+
+def set_cache(directory: str, min_compile_secs: float) -> None:
+    """Point JAX's persistent cache at ``directory``. JAX reads the directory when
+    it first needs the cache; ``reset_cache`` makes a later change take effect."""
+    import jax
+    jax.config.update("jax_compilation_cache_dir", directory)
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", float(min_compile_secs))
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+    try:
+        from jax._src import compilation_cache
+        compilation_cache.reset_cache()
+    except Exception:  # noqa: BLE001 - older JAX: the next compile reads the config
+        pass
+
+
+# --------------------------------------------------------------------------
+# Traces for the Profile tab.
+
+class ProfilerBusy(RuntimeError):
+    """Another profiling session is running."""
+
+
+def start_trace(logdir: str) -> None:
+    import jax
+    try:
+        jax.profiler.start_trace(logdir)
+    except RuntimeError as error:
+        if "already" in str(error).lower():
+            raise ProfilerBusy(str(error)) from error
+        raise
+
+
+def stop_trace() -> None:
+    import jax
+    jax.profiler.stop_trace()

@@ -1,0 +1,145 @@
+"""JIT modes on Keras's JAX backend, and JAX's persistent compilation cache.
+
+On JAX there is no global switch and no auto-clustering: ``jit_compile=True``
+makes Keras wrap the step in ``jax.jit`` (one XLA program per step), False runs
+it op by op (JAX still compiles one small executable per primitive and shape).
+The mode is applied to the model like ``model.compile(jit_compile=...)`` and
+kept there; a storm fallback lasts for its fit only.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from typing import Any, Optional
+
+from ...errors import XlaKerasWarning
+from ...jitmodes import JitState, validate_mode
+from . import _internals
+
+MODES = ("keep", "on", "off")
+
+AUTOCLUSTERING_REFUSED = (
+    "jit='autoclustering' is a TensorFlow feature (TensorFlow picks clusters of its graph for XLA); Keras runs "
+    "the JAX backend here, where a jitted step is already one whole XLA program. Choose 'keep', 'on' or 'off'")
+
+OP_BY_OP = ("JAX still compiles one small executable per primitive and input shape when it runs a step op by "
+            "op; those are counted apart (report.other_compilations['in_steps']), not as step compiles")
+
+# What configure(cache_dir=...) asked, for the report.
+_opt_in: dict = {"cache_dir": None}
+
+
+def validate_jax_mode(mode: Any) -> str:
+    if mode == "autoclustering":
+        raise ValueError(AUTOCLUSTERING_REFUSED)
+    return validate_mode(mode, MODES)
+
+
+def configure(cpu_autoclustering: bool = False, cache_dir: Optional[str] = None) -> dict:
+    """``xla_keras.configure`` under Keras's JAX backend: the persistent cache.
+
+    JAX caches only compiles that took at least
+    ``jax_persistent_cache_min_compile_time_secs`` (1 s by default, more than
+    most CPU compiles take): asking for a cache here lowers it to 0, so every
+    step executable is cached and a later process loads it."""
+    if not isinstance(cpu_autoclustering, bool):
+        raise TypeError(f"cpu_autoclustering must be True or False; got {cpu_autoclustering!r}")
+    if cpu_autoclustering:
+        raise ValueError("cpu_autoclustering=True is a TensorFlow setting (auto-clustering); Keras runs the JAX "
+                         "backend here, where jit_compile=True already compiles each step whole. Leave it False")
+    result = {}
+    if cache_dir is not None:
+        if not isinstance(cache_dir, (str, os.PathLike)) or not str(cache_dir):
+            raise ValueError(f"cache_dir must be a directory path (str); got {cache_dir!r}")
+        path = os.path.abspath(os.path.expanduser(os.fspath(cache_dir)))
+        os.makedirs(path, exist_ok=True)
+        _internals.set_cache(path, 0.0)
+        _opt_in["cache_dir"] = path
+        result["cache_dir"] = True
+    return result
+
+
+def persistent_cache() -> Optional[dict]:
+    """``{"dir", "effective", "read_only", "min_compile_secs"}`` of JAX's persistent cache, or None."""
+    config = _internals.cache_config()
+    if not config["dir"] or not config["enabled"]:
+        return None
+    return {"dir": os.path.abspath(config["dir"]), "effective": True, "read_only": False,
+            "min_compile_secs": config["min_compile_secs"]}
+
+
+class JitController:
+    """Applies a jit mode to a model; restores the model's own setting after a fallback."""
+
+    _UNSET = object()
+
+    def __init__(self, mode: str):
+        self.mode = validate_jax_mode(mode)
+        self._saved_model_jit: Any = self._UNSET
+        self.refusal: Optional[str] = None
+        self.fallback_reason: Optional[str] = None
+
+    def apply(self, model: Any) -> bool:
+        """Apply the mode to the model. Never a global switch: returns False."""
+        self.refusal = None
+        self.fallback_reason = None
+        if self.mode == "keep":
+            return False
+        if model.run_eagerly:
+            self.refusal = (f"jit={self.mode!r} was not applied: the model runs eagerly "
+                            "(run_eagerly=True), so nothing is compiled")
+            return False
+        want = self.mode == "on"
+        raw = _internals.raw_model_jit(model)
+        if raw is None or bool(raw) != want:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # we explain the refusal ourselves
+                model.jit_compile = want
+        if want and not _internals.raw_model_jit(model):
+            blockers = _internals.layers_without_jit(model)
+            why = f"layers with supports_jit=False: {', '.join(blockers)}" if blockers else "model_supports_jit said no"
+            self.refusal = f"Keras refused jit_compile=True ({why}); the model runs without XLA"
+        return False
+
+    def fall_back(self, model: Any, reason: str) -> None:
+        if self._saved_model_jit is self._UNSET:
+            self._saved_model_jit = _internals.raw_model_jit(model)
+        model.jit_compile = False
+        self.fallback_reason = reason
+
+    def restore(self, model: Any = None) -> bool:
+        if self._saved_model_jit is not self._UNSET and model is not None:
+            _internals.set_raw_model_jit(model, self._saved_model_jit)
+            self._saved_model_jit = self._UNSET
+            return True
+        return False
+
+    def read_back(self, model: Any, step_fn: Any) -> JitState:
+        """What really runs, from the step function Keras's JAX trainer built."""
+        state = JitState(self.mode)
+        if self.fallback_reason:
+            state.active = False
+            state.reason = f"{self.fallback_reason}; the step now runs op by op ({OP_BY_OP})"
+            return state
+        if model.run_eagerly:
+            state.active = False
+            state.reason = self.refusal or "the model runs eagerly (run_eagerly=True): nothing is compiled"
+            return state
+        if _internals.is_jitted(step_fn):
+            state.active = True
+            state.reason = ("jax.jit on the step function that runs: every step is one XLA program, compiled "
+                            "once per new input signature")
+            return state
+        state.active = False
+        if self.refusal:
+            state.reason = self.refusal
+        elif self.mode == "off":
+            state.reason = f"jit='off': the step runs op by op, no whole-step XLA program ({OP_BY_OP})"
+        else:
+            state.reason = ("XLA is OFF for the step: the model was compiled with jit_compile=False, so the step "
+                            f"runs op by op ({OP_BY_OP}). Pass jit='on' to compile it whole")
+        return state
+
+
+__all__ = ["configure", "persistent_cache", "JitController", "MODES", "XlaKerasWarning"]

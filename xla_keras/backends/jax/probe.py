@@ -1,0 +1,235 @@
+"""Compile accounting on JAX, from JAX's own ``jax.monitoring`` events.
+
+JAX reports every compile it does, synchronously, on the thread that asked for
+it: the tracing of a function (``jaxpr_trace_duration``, named after the Python
+function), its lowering to an MLIR module and the XLA backend compile (both
+named ``jit(<function>)``), and, for the persistent cache, a hit just before
+the compile event it replaced. One process-wide listener (``EventRecorder``)
+files each event under the step call that is running on that thread, or,
+outside every step call, as a compile outside the steps.
+
+Per call the probe (``JaxProbe.stop``) reads the events in order:
+
+* every backend compile named like the step function that ran is one XLA
+  executable: one ``Compilation``, its seconds the step's tracing + lowering +
+  backend compile (the three ``jax_log_compiles`` lines), ``cached`` when the
+  persistent cache served it;
+* any other compile inside the call is op level (``jit_compile=False`` runs the
+  step op by op, and JAX compiles one small executable per primitive and
+  shape) or a helper (predict's jitted ``concatenate``): counted as a total;
+* a call that compiled nothing and had no new signature returns None, so its
+  time counts as a steady step.
+
+The listener costs nothing on a step that compiles nothing: JAX calls it only
+when it compiles. Registering costs nothing per step either: a step call only
+pushes and pops a list.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+from ...jitmodes import JitState, ProbeFacts
+from ...session import CallPlan, CompileObservation, Notes
+from . import _internals
+
+Event = Tuple[str, float, str, bool]  # (event name, seconds, fun_name, served by the persistent cache)
+_KEPT = (_internals.TRACE_EVENT, _internals.LOWER_EVENT, _internals.COMPILE_EVENT)
+
+
+class Totals:
+    """Count and seconds of compiles kept out of the step ledger."""
+
+    __slots__ = ("count", "seconds")
+
+    def __init__(self):
+        self.count = 0
+        self.seconds = 0.0
+
+    def add(self, events: List[Event]) -> None:
+        for event, seconds, _, _ in events:
+            if event == _internals.COMPILE_EVENT:
+                self.count += 1
+            if event != _internals.TRACE_EVENT:  # a trace may nest inside another: lowering + compile only
+                self.seconds += seconds
+
+    def to_dict(self) -> dict:
+        return {"count": self.count, "seconds": self.seconds}
+
+
+class EventRecorder:
+    """The process-wide jax.monitoring listener (registered once, on first use)."""
+
+    def __init__(self):
+        self._calls: List[List[Event]] = []  # open step calls (chained monitors nest them)
+        self._thread: Optional[int] = None
+        self._outside: "weakref.WeakSet" = weakref.WeakSet()  # probes counting compiles outside the steps
+        self._hit = False
+        self._registered = False
+        self._lock = threading.Lock()
+
+    def register(self) -> None:
+        with self._lock:
+            if self._registered:
+                return
+            from jax import monitoring
+            monitoring.register_event_duration_secs_listener(self._on_duration)
+            monitoring.register_event_listener(self._on_event)
+            self._registered = True
+
+    def begin(self) -> List[Event]:
+        events: List[Event] = []
+        self._calls.append(events)
+        self._thread = threading.get_ident()
+        return events
+
+    def end(self, events: List[Event]) -> None:
+        for i in range(len(self._calls) - 1, -1, -1):
+            if self._calls[i] is events:
+                del self._calls[i]
+                break
+        if not self._calls:
+            self._thread = None
+
+    def watch_outside(self, probe: "JaxProbe") -> None:
+        self._outside.add(probe)
+
+    def _on_event(self, event: str, **_: Any) -> None:
+        if event == _internals.CACHE_HIT_EVENT:
+            self._hit = True
+
+    def _on_duration(self, event: str, seconds: float, **kwargs: Any) -> None:
+        if event not in _KEPT:
+            return
+        hit = False
+        if event == _internals.COMPILE_EVENT:
+            hit, self._hit = self._hit, False
+        record = (event, float(seconds), str(kwargs.get("fun_name", "")), hit)
+        if self._calls and threading.get_ident() == self._thread:
+            for events in self._calls:
+                events.append(record)
+            return
+        for probe in list(self._outside):
+            probe.outside_step(record)
+
+
+RECORDER = EventRecorder()
+
+
+UNNAMED_EVENTS = (
+    "JAX {version} names no function in its compile events (JAX 0.6.1 and later do): the step's compiles are "
+    "the growth of its jitted function's executable cache, taken in order from the unnamed compile events of "
+    "the call (the step runs before any helper of its call, e.g. predict's concatenate)")
+
+
+def split(events: List[Event], compiled: Optional[str], traced: Optional[str],
+          unnamed_steps: Optional[int] = None) -> Tuple[list, list, list]:
+    """(seconds of each step executable, whether each was a cache load, the other compiles' events).
+
+    Events without a name (JAX before 0.6.1) inside a jitted step call: the first ``unnamed_steps``
+    compiles are the step's (all of them when that is unknown), the rest are others."""
+    modules: List[float] = []
+    loads: List[bool] = []
+    other: List[Event] = []
+    # The step's tracing and lowering, until its compile event closes them. Unnamed traces nest (the
+    # step's own trace holds its inner functions' traces): the longest of them is the step's.
+    pending, unnamed_trace = 0.0, 0.0
+    budget = unnamed_steps
+    for record in events:
+        event, seconds, name, hit = record
+        unnamed = compiled is not None and not name and (budget is None or budget > 0)
+        if event == _internals.COMPILE_EVENT and compiled is not None and (name == compiled or unnamed):
+            if unnamed and budget is not None:
+                budget -= 1
+            modules.append(pending + unnamed_trace + seconds)
+            loads.append(hit)
+            pending, unnamed_trace = 0.0, 0.0
+        elif event == _internals.TRACE_EVENT and compiled is not None and unnamed:
+            unnamed_trace = max(unnamed_trace, seconds)
+        elif compiled is not None and ((event == _internals.LOWER_EVENT and (name == compiled or unnamed))
+                                       or (event == _internals.TRACE_EVENT and name == traced)):
+            pending += seconds
+        elif event != _internals.TRACE_EVENT:
+            other.append(record)
+    return modules, loads, other
+
+
+class JaxProbe:
+    """One report's compile accounting. It is free, so every step call is observed
+    (``always``); the monitor does not need to choose which calls to probe."""
+
+    always = True
+
+    def __init__(self, notes: Notes, step_function: Callable[[str], Any], watching: Callable[[], bool]):
+        self.notes = notes
+        self._step_function = step_function  # phase -> the function that runs per batch
+        self._watching = watching            # the monitor is inside a fit / evaluate / predict
+        self.cache: Optional[dict] = None
+        self.used = False
+        self.op_level = Totals()             # compiles inside step calls that are not the step's executable
+        self.outside = Totals()              # compiles outside the step calls, while watching
+        self.off = ""
+        self._sizes: Dict[str, Tuple[int, Optional[int]]] = {}  # phase -> (id of the step fn, executables it held)
+        RECORDER.register()
+        RECORDER.watch_outside(self)
+
+    @property
+    def facts(self) -> ProbeFacts:
+        return ProbeFacts(used=self.used, framework=f"JAX {_internals.versions()['jax']}",
+                          source="jax.monitoring")
+
+    def configure(self, cache: Optional[dict], multi_worker: bool) -> None:
+        self.cache = cache if cache and cache.get("effective") else None
+
+    def start(self, plan: CallPlan, jit: JitState) -> List[Event]:
+        if plan.phase not in self._sizes:  # once per phase: what the step function held before we watched
+            self._sizes[plan.phase] = self._executables(plan.phase)
+        return RECORDER.begin()
+
+    def _executables(self, phase: str) -> Tuple[int, Optional[int]]:
+        step_fn = self._step_function(phase)
+        return id(step_fn), _internals.executable_count(step_fn)
+
+    def abandon(self, handle: Optional[List[Event]]) -> None:
+        if handle is not None:
+            RECORDER.end(handle)
+
+    def stop(self, handle: List[Event], plan: CallPlan, jit: JitState) -> Optional[CompileObservation]:
+        RECORDER.end(handle)
+        self.used = True
+        if not handle and not plan.new:
+            return None  # nothing compiled: a steady step
+        step_fn = self._step_function(plan.phase)
+        before, now = self._sizes.get(plan.phase), (id(step_fn), _internals.executable_count(step_fn))
+        self._sizes[plan.phase] = now
+        unnamed_steps = None
+        if any(not e[2] for e in handle):
+            self.notes.add_once("jax-unnamed-events", UNNAMED_EVENTS.format(version=_internals.versions()["jax"]))
+            if now[1] is not None:
+                held = before[1] if before is not None and before[0] == now[0] and before[1] is not None else 0
+                unnamed_steps = max(0, now[1] - held)
+        modules, loads, other = split(handle, _internals.compiled_name(step_fn), _internals.traced_name(step_fn),
+                                      unnamed_steps)
+        if other:
+            self.op_level.add(other)
+        if not modules:
+            # Nothing of the step compiled; op-level or helper compiles still cost this step time.
+            return CompileObservation((), "jax", False, False) if (plan.new or other) else None
+        cached: Optional[bool] = all(loads) if (all(loads) or not any(loads)) else None
+        traced = any(e[0] == _internals.TRACE_EVENT for e in handle)
+        return CompileObservation(tuple(modules), "jax", cached, traced)
+
+    def outside_step(self, record: Event) -> None:
+        if self._watching():
+            self.outside.add([record])
+
+    def other_compiles(self) -> Dict[str, dict]:
+        """Compiles kept out of the step ledger, as totals for the report."""
+        out = {}
+        if self.op_level.count:
+            out["in_steps"] = self.op_level.to_dict()
+        if self.outside.count:
+            out["outside_steps"] = self.outside.to_dict()
+        return out

@@ -1,0 +1,84 @@
+"""The step wrapper on JAX: read each call's batches, keep Keras's asynchronous dispatch.
+
+Keras's JAX trainer calls ``model.train_function(state, iterator)``, a Python
+function that takes ``steps_per_execution`` batches with ``next(iterator)`` and
+runs the (jitted) step on each. The wrapper pulls those batches itself (numpy
+arrays, or jax.Arrays placed on devices: their ``.shape`` / ``.dtype`` are
+attribute reads, never a transfer or a sync), hands them to the observer, and
+gives Keras an iterator over the same batches. Same step, same compiles.
+
+Timing without a sync: JAX returns from a step before the device finishes it,
+so a step's end is not observable without blocking. A call therefore ends when
+the next call of its phase begins (start to start: what the step really cost
+the loop, compile included, once JAX's in-flight queue is full), or untimed at
+a phase boundary (epoch end, validation, the end of evaluate / predict). This
+is why the monitor does nothing in its batch-end hooks on JAX and tells Keras
+it is ``async_safe``: Keras then keeps dispatching batch-end callbacks on its
+executor thread, as in a fit without the monitor.
+"""
+
+from __future__ import annotations
+
+import time
+import weakref
+from typing import Any
+
+from ..chain import FUNCTION_ATTR, MAKE_FUNCTION, WrapperChain  # noqa: F401 - re-exported
+from . import _internals
+
+
+def end_of_data() -> tuple:
+    """What ends an epoch's data, in Keras's eyes."""
+    return (StopIteration,)
+
+
+def pull(iterator: Any, count: int) -> list:
+    """Up to ``count`` batches, as Keras's ``iterator_step`` would take them."""
+    batches = []
+    for _ in range(count):
+        try:
+            batches.append(next(iterator))
+        except StopIteration:
+            break
+    if not batches:
+        raise StopIteration
+    return batches
+
+
+class StepWrappers(WrapperChain):
+    """One monitor's wrappers on Keras's JAX step functions."""
+
+    def __init__(self, owner: Any):
+        super().__init__(owner, _make_wrapper, _internals.find_step_function, _internals.is_jitted,
+                         _internals.is_jitted)
+
+
+def _make_wrapper(model: Any, phase: str, observer: Any):
+    model_ref = weakref.ref(model)
+    attr = FUNCTION_ATTR[phase]
+
+    def wrapped(state, iterator):
+        original = wrapped._xla_keras_original  # relinked when monitors come and go
+        if not observer.active():
+            return original(state, iterator)
+        observer.call_due(phase, time.perf_counter())  # the previous call of this phase ends now
+        start = time.perf_counter()  # this one starts after the monitor's bookkeeping: not the user's step time
+        model = model_ref()
+        current = getattr(model, attr, None) if model is not None else None
+        if current is not None and current is not wrapped and observer.step_wrapper(phase) is not wrapped:
+            return current(state, iterator)  # a storm fallback just rebuilt the function: run the new one
+        probe, began = None, False
+        try:
+            batches = pull(iterator, model.steps_per_execution if model is not None else 1)
+            began = True
+            probe = observer.call_began(phase, batches, start)
+            outputs = original(state, iter(batches))
+        except StopIteration:
+            raise  # the end of an epoch, not an error
+        except BaseException:
+            observer.call_failed(phase, probe, began)
+            raise
+        observer.call_ran(phase, probe)
+        return outputs
+
+    return wrapped
