@@ -220,3 +220,70 @@ def test_a_compile_on_the_last_step_of_a_run_is_marked_last_batch():
     records = s.phases["train"].records
     assert [(r.step, r.last_batch) for r in records] == [(1, False), (4, True), (5, False)]
     assert s.snapshot().phases["train"].records[1].last_batch is True
+
+
+# ------------------------------------------------------------------ repeats (JAX's fast path)
+
+def _jax_calls(s, clock, signatures, seconds, jit=ON):
+    """JAX's step path: a call ends when the next begins; a repeat takes the fast path."""
+    taken = []
+    for signature in signatures:
+        if s.call_pending("train"):
+            s.call_ended("train", jit, clock.now)
+        scalars = s.call_repeats("train", signature, jit, clock.now)
+        if scalars is None:
+            s.drain("train", end=clock.now)
+            s.call_began("train", [signature], jit, clock.now)
+        taken.append(scalars is not None)
+        clock.now += seconds
+    return taken
+
+
+@pytest.mark.parametrize("update_freq, scalar_steps",
+                         [("epoch", []), (2, [2, 4, 6, 8, 10]), ("batch", list(range(2, 11)))])
+def test_repeats_are_counted_at_once_and_timed_like_full_calls(update_freq, scalar_steps):
+    clock = Clock()
+    s = session(clock, update_freq=update_freq)
+    taken = _jax_calls(s, clock, [sig(8)] * 10, 0.01)
+    assert taken == [False] + [True] * 9  # the first is new; the rest repeat it
+    stats = s.phases["train"]
+    assert stats.step == stats.steps_run == 10 and s.ledger._occurrences["train"][hash(sig(8))] == 10
+    assert stats.history.batches[hash(sig(8))] == 10
+    scalars = s.drain("train", end=clock.now, timed=True)
+    # Step 1 compiled (new); steps 2-10 are steady, 10 ms each, in order, at their own steps.
+    assert stats.timing.steady_count == 9 and stats.timing.median_seconds == pytest.approx(0.01)
+    assert [sc.step for sc in scalars if sc.tag == TAG_STEP_TIME] == [st for st in scalar_steps if st > 1]
+
+
+def test_the_last_repeat_before_a_boundary_is_untimed_and_a_changed_shape_takes_the_full_path():
+    clock = Clock()
+    s = session(clock)
+    assert _jax_calls(s, clock, [sig(8)] * 4 + [sig(4)] + [sig(8)], 0.01) == [False, True, True, True, False, False]
+    s.drain("train", end=clock.now, timed=False)
+    s.call_ended("train", ON, clock.now, timed=False)  # the last (full) call, at the boundary
+    stats = s.phases["train"]
+    assert stats.step == 6
+    assert stats.timing.steady_count == 3  # repeats 2-4 ended at the next call's start; 5 and 6 are new / changed
+
+
+def test_a_failed_repeat_is_uncounted_and_a_repeat_that_compiled_is_a_compile_at_its_step():
+    clock = Clock()
+    s = session(clock)
+    _jax_calls(s, clock, [sig(8)] * 3, 0.01)
+    s.call_failed("train")  # the third call (a repeat) raised
+    stats = s.phases["train"]
+    assert stats.step == stats.steps_run == 2 and stats.history.batches[hash(sig(8))] == 2
+    _jax_calls(s, clock, [sig(8)], 0.01)
+    outcome = s.repeat_observed("train", CompileObservation((0.2,), "jax"))
+    assert [(c.step, c.seconds, c.source) for c in outcome.compiles] == [(3, 0.2, "jax")]
+    assert stats.repeats[-1][2] is False  # its time is no steady step
+
+
+def test_no_repeat_while_a_call_is_pending_or_under_auto_clustering():
+    clock = Clock()
+    s = session(clock)
+    s.call_began("train", [sig(8)], ON, clock.now)
+    assert s.call_repeats("train", sig(8), ON, clock.now) is None  # the first call has not ended
+    s.call_ended("train", ON, clock.now + 0.1)
+    assert s.call_repeats("train", sig(8), AUTO, clock.now) is None
+    assert s.call_repeats("train", sig(8), ON, clock.now) == []

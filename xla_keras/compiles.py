@@ -216,6 +216,17 @@ class CompileLedger:
         seen[fp] = count + 1
         return count == 0, count < self.probes_per_signature
 
+    def repeat(self, phase: str, fp: Optional[int], ragged: set) -> bool:
+        """One more batch of the signature last observed in ``phase`` (fingerprint ``fp``), when it is
+        known to the current function and not ragged (ragged ones are probed for new split values):
+        True, and counted like ``observe``; else False (the caller observes it in full)."""
+        seen = self._occurrences.get(phase)
+        if fp is None or fp in ragged or not seen or fp not in seen:
+            return False
+        seen[fp] += 1
+        self.last_fingerprint, self.last_known = fp, True
+        return True
+
     def forget(self, phase: str, signature: InputSignature) -> None:
         """Undo one ``observe`` of a step that did not finish: its signature
         is new to the function again (the distinct count is kept)."""

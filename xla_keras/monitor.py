@@ -36,6 +36,7 @@ from .guards import flush_at_exit, guard_callback_list, guarded
 from .multiworker import cluster_from_env
 from .report import PHASES, XlaReport
 from .reports import ModelReport, ReportBook
+from .session import CallPlan
 from .signatures import describe
 from .storms import RecompilationStormError, storm_text
 
@@ -173,6 +174,8 @@ class XlaMonitor(keras.callbacks.Callback):
         self._call_token: Optional[object] = None  # the fit / evaluate / predict being watched (guards.py)
         self._active_probe: Optional[Any] = None
         self._plans: dict = {}
+        # The plan of a repeat call (session.call_repeats): one per phase, made once.
+        self._repeat_plans = {p: CallPlan(p, 0, 1, (), False) for p in PHASES}
         self._dist = Distribution()
         self._book = ReportBook(lambda log_dir: ModelReport(self.config, log_dir, self.backend, _missing_profile_tab,
                                                                   self.backend.name),
@@ -424,6 +427,7 @@ class XlaMonitor(keras.callbacks.Callback):
             self._finish()
 
     def _end_fit(self, at: Optional[float] = None) -> None:
+        self._settle(PHASES)  # repeats not yet timed (JAX)
         self.traces.stop()
         self.backend.remove_all(self.model)
         self._restore_model()
@@ -493,9 +497,13 @@ class XlaMonitor(keras.callbacks.Callback):
         a device sync: the wait includes what the device still had queued)."""
         if not self._ends_in_wrapper:
             return
+        now = self.session.clock()
         for phase in phases:
+            scalars = self.session.drain(phase, end=now, timed=False)
+            if scalars:
+                self.sink.scalars(scalars)
             if self.session.call_pending(phase):
-                self._end_call(phase, timed=False)
+                self._end_call(phase, now, timed=False)
 
     def call_unobserved(self, phase: str) -> None:
         self.session.call_skipped(phase)  # e.g. train_on_batch's generator: nothing of ours to count
@@ -508,6 +516,23 @@ class XlaMonitor(keras.callbacks.Callback):
         jit, session, sink = current.jit_state, current.session, current.sink
         signature = self.backend.signature
         signatures = [signature(b) for b in batches]
+        if self._ends_in_wrapper:  # JAX: the steady case first (a call ends when the next one begins)
+            stats = session.phases[phase]
+            if (len(signatures) == 1 and current.probe is not None
+                    and current.traces.quiet(phase, stats.step, stats.last_new_step,
+                                             sink.log_dir if sink.writes else None, self._dist.multi_worker)):
+                scalars = session.call_repeats(phase, signatures[0], jit, start)
+                if scalars is not None:
+                    if scalars:
+                        sink.scalars(scalars)
+                    if sink.due():
+                        self._flush()
+                    self._plans[phase] = self._repeat_plans[phase]
+                    self._active_probe = current.probe.start(self._plans[phase], jit)  # a compile there is seen
+                    return self._active_probe
+            scalars = session.drain(phase, end=start)  # the repeats before this call end where it starts
+            if scalars:
+                sink.scalars(scalars)
         plan = session.call_began(phase, signatures, jit, start)
         self._plans[phase] = plan
         stats = session.phases[phase]
@@ -540,6 +565,10 @@ class XlaMonitor(keras.callbacks.Callback):
             observation = self._current.probe.stop(handle, self._plans[phase], self._current.jit_state)
         finally:
             self._active_probe = None
+        if self._plans[phase] is self._repeat_plans[phase]:
+            if observation is not None:  # a repeat compiled after all: record it now
+                self._apply(phase, self.session.repeat_observed(phase, observation))
+            return
         self.session.call_observed(phase, observation)
 
     def call_failed(self, phase: str, handle: Optional[Any], began: bool = True) -> None:
@@ -570,10 +599,13 @@ class XlaMonitor(keras.callbacks.Callback):
             self._active_probe = None
 
     def _end_call(self, phase: str, now: Optional[float] = None, timed: bool = True) -> None:
+        outcome = self._current.session.call_ended(phase, self._current.jit_state, now, timed=timed)
+        if outcome is not None:
+            self._apply(phase, outcome)
+
+    def _apply(self, phase: str, outcome: Any) -> None:
+        """What a call added: scalars, the trace window's end, compiles, a storm, a periodic flush."""
         current = self._current
-        outcome = current.session.call_ended(phase, current.jit_state, now, timed=timed)
-        if outcome is None:
-            return
         sink = current.sink
         if outcome.scalars:
             sink.scalars(outcome.scalars)

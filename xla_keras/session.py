@@ -54,6 +54,8 @@ AUTOCLUSTER_PROBES = 3
 # model that needs ragged row splits as constants compiles per split values.
 # Known ragged batches are probed until this many in a row compiled nothing.
 RAGGED_PROBE_MISSES = 8
+# Repeats (see Session.call_repeats) are timed in bulk once this many are waiting.
+REPEAT_DRAIN = 64
 
 
 class Scalar(NamedTuple):
@@ -139,6 +141,8 @@ class PhaseStats:
         self.epoch_steady_n = 0
         self.rebuilds = 0             # step functions rebuilt outside the monitor
         self.after_switch: Optional[PhaseTiming] = None  # steady steps since a storm fallback (non-XLA)
+        # Repeat calls counted but not yet timed: [start, step, steady] (bounded: drained at REPEAT_DRAIN).
+        self.repeats: List[list] = []
 
     def add_record(self, record: Compilation) -> None:
         self.compile_count += 1
@@ -170,6 +174,8 @@ class CallScratch:
     ragged_probe: bool = False
     in_trace_window: bool = False
     observation: Optional[CompileObservation] = None
+    fingerprint: Optional[int] = None  # the last batch's, for the repeat fast path
+    repeating: bool = False            # the last call took the repeat fast path
 
 
 class Notes:
@@ -293,6 +299,18 @@ class Session:
                    start: Optional[float] = None) -> CallPlan:
         """A call of ``phase``'s step function is about to run these batches."""
         stats, call = self.phases[phase], self.calls[phase]
+        call.repeating = False
+        if (len(signatures) == 1 and call.signature is not None and stats.deferred_new is None
+                and not jit.autoclustering and signatures[0] == call.signature
+                and self.ledger.repeat(phase, call.fingerprint, stats.ragged_fps)):
+            # The steady case: the same signature as the call before, known to the function (no
+            # compile, no storm, nothing to probe). Same bookkeeping as below, without recomputing it.
+            call.start = self.clock() if start is None else start
+            call.batches = 1
+            call.new, call.probe_signature, call.observation = [], None, None
+            call.ragged_probe = call.in_trace_window = False
+            stats.history.observe_repeat(signatures[0])
+            return CallPlan(phase, stats.step + 1, 1, (), False, False, stats.timing.recent_median_seconds)
         call.start = self.clock() if start is None else start
         call.batches = len(signatures)
         call.new, call.probe_signature, call.observation = [], None, None
@@ -333,6 +351,7 @@ class Session:
                 probe = call.ragged_probe = True  # maybe new split values (RAGGED_PROBE_MISSES)
                 call.probe_signature = call.probe_signature or (step, sig)
             call.signature = sig
+            call.fingerprint = fp
         return CallPlan(phase, stats.step + 1, len(signatures), tuple(new), probe, call.ragged_probe,
                         stats.timing.recent_median_seconds)  # no sort per step
 
@@ -353,10 +372,97 @@ class Session:
     def call_observed(self, phase: str, observation: Optional[CompileObservation]) -> None:
         self.calls[phase].observation = observation
 
+    # ------------------------------------------------------------ repeats (the step path's fast path)
+
+    def call_repeats(self, phase: str, signature: InputSignature, jit: JitState,
+                     start: float) -> Optional[List[Scalar]]:
+        """The fast path of a one-batch call (JAX's step wrapper): when its signature is the last
+        call's, known to the function, not ragged, and no call is pending, the call is counted at
+        once (step, batch count, ledger) and only its start is kept: its time is the next call's
+        start minus its own, taken in bulk later (``drain``). None: take the full path
+        (``call_began``). Else the scalars of repeats timed now (usually none)."""
+        stats, call = self.phases[phase], self.calls[phase]
+        if (call.batches or call.signature is None or stats.deferred_new is not None or jit.autoclustering
+                or call.in_trace_window or signature != call.signature
+                or not self.ledger.repeat(phase, call.fingerprint, stats.ragged_fps)):
+            return None
+        call.repeating = True
+        stats.history.observe_repeat(signature)
+        stats.step += 1
+        stats.steps_run += 1
+        self.wall.last_activity = start
+        stats.repeats.append([start, stats.step, True])
+        if len(stats.repeats) > REPEAT_DRAIN:
+            return self.drain(phase)
+        return []
+
+    def repeat_observed(self, phase: str, observation: CompileObservation) -> CallOutcome:
+        """A repeat call compiled after all (JAX saw it): its compiles are recorded at its step,
+        and its time is not a steady step."""
+        stats, call = self.phases[phase], self.calls[phase]
+        outcome = CallOutcome()
+        if stats.repeats:
+            stats.repeats[-1][2] = False
+        for module_seconds in observation.modules:
+            self._record(phase, Compilation(phase, stats.step, call.signature, module_seconds, observation.source,
+                                            cached=observation.cached, traced=observation.traced,
+                                            call_compiles=len(observation.modules)), outcome)
+        return outcome
+
+    def drain(self, phase: str, end: Optional[float] = None, timed: bool = True) -> List[Scalar]:
+        """Time the repeats whose end is known: each ends where the next one starts, the last at
+        ``end`` (``timed`` False: not observed as it happened, so not a steady step); without
+        ``end`` the last one waits for its end."""
+        stats = self.phases[phase]
+        items = stats.repeats
+        if not items:
+            return []
+        ends = [item[0] for item in items[1:]]
+        if end is None:
+            done, stats.repeats = items[:-1], items[-1:]
+        else:
+            done, stats.repeats = items, []
+            ends.append(end)
+        scalars: List[Scalar] = []
+        signature = self.calls[phase].signature
+        for i, ((start, step, steady), stop) in enumerate(zip(done, ends)):
+            if steady and (timed or end is None or i < len(done) - 1):
+                self._steady_step(phase, stats, stop - start, step, 1, signature, scalars)
+        return scalars
+
+    def _steady_step(self, phase: str, stats: PhaseStats, per_step: float, step: int, n: int,
+                     signature: Optional[InputSignature], scalars: List[Scalar]) -> None:
+        """One call's time per batch, for the steady median (or a slow step); ``step``: its last."""
+        if stats.timing.is_slow(per_step):
+            stats.slow_count += 1
+            if len(stats.slow) < stats.max_records:
+                stats.slow.append(SlowStep(phase, step - n + 1, per_step, stats.timing.median_seconds, signature))
+            return
+        stats.timing.add_steady(per_step)
+        if stats.after_switch is not None:
+            stats.after_switch.add_steady(per_step)
+        stats.epoch_steady_sum += per_step
+        stats.epoch_steady_n += 1
+        every = self.config.steps_per_scalar
+        if every is not None and step % every < n:
+            scalars.append(Scalar(phase, TAG_STEP_TIME, 1e3 * per_step, step))
+
     def call_failed(self, phase: str) -> None:
         """The call did not finish: whether XLA compiled is unknown, so its new
-        signatures are new again (a probe of their next step will tell)."""
+        signatures are new again (a probe of their next step will tell). A repeat is uncounted."""
         call = self.calls[phase]
+        if call.repeating:
+            call.repeating = False
+            stats = self.phases[phase]
+            if stats.repeats:
+                stats.repeats.pop()
+            stats.step -= 1
+            stats.steps_run -= 1
+            if stats.history.last is not None:
+                stats.history.batches[stats.history.last] -= 1
+            if call.signature is not None:
+                self.ledger.forget(phase, call.signature)
+            return
         for _, sig in call.new:
             self.ledger.forget(phase, sig)
         call.new = []
@@ -384,7 +490,6 @@ class Session:
         self.wall.last_activity = now
         call.batches = 0
         stats.steps_run += n
-        first_step = stats.step + 1
         stats.step += n
         observation, call.observation = call.observation, None
         if observation is not None and observation.measured:
@@ -397,21 +502,7 @@ class Session:
                 record.seconds = record.estimate_from(stats.timing.median_seconds)
                 self._record(phase, record, outcome)
         elif not call.new and not call.in_trace_window and observation is None and timed:  # probes cost time
-            per_step = seconds / n
-            if stats.timing.is_slow(per_step):
-                stats.slow_count += 1
-                if len(stats.slow) < stats.max_records:
-                    stats.slow.append(SlowStep(phase, first_step, per_step, stats.timing.median_seconds,
-                                               call.signature))
-            else:
-                stats.timing.add_steady(per_step)
-                if stats.after_switch is not None:
-                    stats.after_switch.add_steady(per_step)
-                stats.epoch_steady_sum += per_step
-                stats.epoch_steady_n += 1
-                every = self.config.steps_per_scalar
-                if every is not None and stats.step % every < n:
-                    outcome.scalars.append(Scalar(phase, TAG_STEP_TIME, 1e3 * per_step, stats.step))
+            self._steady_step(phase, stats, seconds / n, stats.step, n, call.signature, outcome.scalars)
         if call.new:
             outcome.scalars.append(Scalar(phase, TAG_DISTINCT_SIGNATURES, self.ledger.distinct_count(phase),
                                           stats.step))

@@ -49,6 +49,8 @@ class AxisChange(NamedTuple):
 # five failed hasattr() calls per leaf were most of a signature's cost).
 _DTYPE_NAMES: dict = {}
 _PLAIN_LEAF_TYPES: dict = {}
+# numpy arrays and jax.Arrays: their .shape is already a tuple of Python ints.
+_INT_SHAPE_MODULES = ("numpy", "jax", "jaxlib")
 
 
 def _dtype_name(dtype: Any) -> str:
@@ -67,8 +69,7 @@ def _dtype_name(dtype: Any) -> str:
 
 
 def _shape_tuple(shape: Any) -> Shape:
-    if type(shape) is tuple and all(type(d) is int for d in shape):  # numpy / JAX: already ints
-        return shape
+
     dims = []
     for d in shape:
         # TensorShape yields ints or None; tf.compat.v1 Dimensions carry .value.
@@ -102,12 +103,15 @@ class Replicas(tuple):
     """
 
 
-def _plain_leaf(value: Any) -> bool:
+def _plain_leaf(value: Any) -> int:
+    """0: not a plain tensor; 1: a plain tensor; 2: one whose .shape is a tuple of ints (numpy, JAX)."""
     kind = type(value)
     plain = _PLAIN_LEAF_TYPES.get(kind)
     if plain is None:
-        plain = (not isinstance(value, (Replicas, dict, list, tuple)) and _components(value) is None
-                 and hasattr(value, "shape") and hasattr(value, "dtype"))
+        plain = int(not isinstance(value, (Replicas, dict, list, tuple)) and _components(value) is None
+                    and hasattr(value, "shape") and hasattr(value, "dtype"))
+        if plain and kind.__module__.split(".")[0] in _INT_SHAPE_MODULES and type(value.shape) is tuple:
+            plain = 2
         if len(_PLAIN_LEAF_TYPES) < 256:
             _PLAIN_LEAF_TYPES[kind] = plain
     return plain
@@ -118,8 +122,9 @@ def _walk(value: Any, path: str, out: list, unwrap: Optional[Callable[[Any], Any
         value = unwrap(value)
     if value is None:
         return
-    if _plain_leaf(value):
-        out.append(Leaf(path, _dtype_name(value.dtype), _shape_tuple(value.shape)))
+    plain = _plain_leaf(value)
+    if plain:
+        out.append(Leaf(path, _dtype_name(value.dtype), value.shape if plain == 2 else _shape_tuple(value.shape)))
         return
     if isinstance(value, Replicas):
         first: list = []

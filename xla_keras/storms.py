@@ -137,6 +137,13 @@ class ShapeHistory:
         self.batches[fp] = count + 1
         self.last = fp
 
+    def observe_repeat(self, signature: InputSignature) -> None:
+        """``observe`` for a batch of the same signature as the last one observed."""
+        if self.last is not None:
+            self.batches[self.last] += 1
+        else:
+            self.observe(signature)
+
     def end_of_run(self) -> None:
         """The last batch observed closed an epoch (or an evaluate/predict run)."""
         self.runs += 1

@@ -12,7 +12,7 @@ from collections import deque
 from statistics import median
 from typing import Optional
 
-_MEDIAN_EVERY = 32
+_MEDIAN_EVERY = 128
 # A known-signature step is "slow" only when it is both many times the median
 # and far above it in absolute terms: a 1 ms step that takes 3 ms is noise, a
 # 1 ms step that takes 300 ms is an event worth a line in the report.

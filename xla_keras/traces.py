@@ -2,7 +2,8 @@
 
 ``profile="auto"`` opens one window of 5 steady train steps after warm-up (at
 least 10 steps into the fit and 5 since the last new input signature), and,
-after a storm opens, one on the next recompiling train step;
+after a storm opens, one on the next recompiling train step: once each per
+report (per model), however many fits it spans;
 ``profile=(start, stop)`` traces those train steps; None traces nothing. A
 window yields to ``keras.callbacks.TensorBoard(profile_batch=...)`` and to any
 other profiler (skipped with one note: only what we started is ever stopped),
@@ -38,7 +39,10 @@ class TraceWindows:
     def begin_fit(self, first_step: int, keras_profiles: bool) -> None:
         """A fit starts at train step ``first_step``; ``keras_profiles``: keras's TensorBoard profiles it."""
         self._fit_first_step = first_step
-        self._plan = {"steady": False, "storm": False, "range": False, "storm_pending": False,
+        # The automatic windows (steady, storm) are once per report, not once per fit: a script that
+        # calls fit(epochs=1) in a loop would otherwise pay a trace (~0.2 s) and a directory per call.
+        self._plan = {"steady": self._plan.get("steady", False), "storm": self._plan.get("storm", False),
+                      "range": False, "storm_pending": False,
                       "keras_profiles": keras_profiles and self.profile == "auto"}
         if self._plan["keras_profiles"]:
             self.notes.add_once("keras-profiles", "keras.callbacks.TensorBoard(profile_batch=...) profiles this fit: "
@@ -59,21 +63,10 @@ class TraceWindows:
             return True
         if phase != "train" or self.profile is None or log_dir is None:
             return False
-        plan, first = self._plan, last_step + 1
-        kind = stop = None
-        if isinstance(self.profile, tuple):
-            start, end = self.profile
-            if not plan.get("range") and first <= end and first + batches - 1 >= start:  # the call overlaps
-                kind, stop = "range", end
-        elif plan.get("keras_profiles") or multi_worker:
-            return False  # keras's TensorBoard profiles this fit / multi-worker: only ranges the user asked for
-        elif plan.get("storm_pending") and has_new:
-            kind, stop = "storm", last_step + batches  # one recompiling step
-        elif (not plan.get("steady") and not has_new and first >= self._fit_first_step + WARM_UP_STEPS
-              and first - last_new_step > STEADY_WINDOW_STEPS):
-            kind, stop = "steady", last_step + STEADY_WINDOW_STEPS
+        kind, stop = self._decide(last_step, batches, has_new, last_new_step, multi_worker)
         if kind is None:
             return False
+        plan = self._plan
         plan[kind] = True
         if kind == "storm":
             plan["storm_pending"] = False
@@ -86,6 +79,33 @@ class TraceWindows:
             return False
         self.open = {"kind": kind, "stop_step": stop, "dir": run_dir, "started": time.time()}
         return True
+
+    def quiet(self, phase: str, last_step: int, last_new_step: int, log_dir: Optional[str],
+              multi_worker: bool) -> bool:
+        """No window is open and none would open for a one-batch call with no new signature (the
+        step path's fast path may skip ``maybe_start``)."""
+        if self.open is not None:
+            return False
+        if phase != "train" or self.profile is None or log_dir is None:
+            return True
+        return self._decide(last_step, 1, False, last_new_step, multi_worker)[0] is None
+
+    def _decide(self, last_step: int, batches: int, has_new: bool, last_new_step: int, multi_worker: bool):
+        """(kind, stop step) of the window this train call should open, or (None, None)."""
+        plan, first = self._plan, last_step + 1
+        kind = stop = None
+        if isinstance(self.profile, tuple):
+            start, end = self.profile
+            if not plan.get("range") and first <= end and first + batches - 1 >= start:  # the call overlaps
+                kind, stop = "range", end
+        elif plan.get("keras_profiles") or multi_worker:
+            return None, None  # keras's TensorBoard profiles this fit / multi-worker: only ranges the user asked
+        elif plan.get("storm_pending") and has_new:
+            kind, stop = "storm", last_step + batches  # one recompiling step
+        elif (not plan.get("steady") and not has_new and first >= self._fit_first_step + WARM_UP_STEPS
+              and first - last_new_step > STEADY_WINDOW_STEPS):
+            kind, stop = "steady", last_step + STEADY_WINDOW_STEPS
+        return kind, stop
 
     def after_step(self, phase: str, step: int) -> None:
         if self.open is not None and phase == "train" and step >= self.open["stop_step"]:
