@@ -36,6 +36,58 @@ class JitState:
         return {True: "ON", False: "OFF", None: "pending (auto-clustering: compiles will tell)"}[self.active]
 
 
+def fallback_or_eager(mode: str, fallback_reason: Optional[str], run_eagerly: bool, refusal: Optional[str],
+                      after_fallback: str = "") -> Optional[JitState]:
+    """The read-back when nothing compiles whatever the step function is: a storm fallback switched
+    XLA off for this fit, or the model runs eagerly. None otherwise (read the function)."""
+    if fallback_reason:
+        return JitState(mode, active=False, reason=fallback_reason + after_fallback)
+    if run_eagerly:
+        return JitState(mode, active=False,
+                        reason=refusal or "the model runs eagerly (run_eagerly=True): nothing is compiled")
+    return None
+
+
+def eager_refusal(mode: str) -> str:
+    return f"jit={mode!r} was not applied: the model runs eagerly (run_eagerly=True), so nothing is compiled"
+
+
+class SavedModelJit:
+    """The model's jit_compile: set like ``compile(jit_compile=...)`` would, and saved when a storm
+    fallback switches it off for one fit, to be put back afterwards. ``get_raw`` / ``set_raw`` read
+    and write the stored value (None = "auto") without Keras's resolution or support check."""
+
+    _UNSET = object()
+
+    def __init__(self, get_raw: Any, set_raw: Any):
+        self._get_raw, self._set_raw = get_raw, set_raw
+        self._saved: Any = self._UNSET
+
+    def apply(self, model: Any, want: bool) -> bool:
+        """Set jit_compile to ``want`` (when it differs); True when Keras kept it (it refuses True
+        for a model that does not support XLA, with a warning we replace by our own reason)."""
+        import warnings
+        raw = self._get_raw(model)
+        if raw is None or bool(raw) != want:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                model.jit_compile = want
+        return bool(self._get_raw(model)) == want
+
+    def switch_off(self, model: Any) -> None:
+        if self._saved is self._UNSET:
+            self._saved = self._get_raw(model)
+        model.jit_compile = False
+
+    def restore(self, model: Any) -> bool:
+        """True when the model's own setting came back (its step functions must be rebuilt)."""
+        if self._saved is self._UNSET or model is None:
+            return False
+        self._set_raw(model, self._saved)
+        self._saved = self._UNSET
+        return True
+
+
 @dataclass(frozen=True)
 class ProbeFacts:
     """What the compile probes could see, for the verdict and the report."""

@@ -10,11 +10,10 @@ kept there; a storm fallback lasts for its fit only.
 from __future__ import annotations
 
 import os
-import warnings
 from typing import Any, Optional
 
 from ...errors import XlaKerasWarning
-from ...jitmodes import JitState, validate_mode
+from ...jitmodes import JitState, SavedModelJit, eager_refusal, fallback_or_eager, validate_mode
 from . import _internals
 
 MODES = ("keep", "on", "off")
@@ -72,11 +71,9 @@ def persistent_cache() -> Optional[dict]:
 class JitController:
     """Applies a jit mode to a model; restores the model's own setting after a fallback."""
 
-    _UNSET = object()
-
     def __init__(self, mode: str):
         self.mode = validate_jax_mode(mode)
-        self._saved_model_jit: Any = self._UNSET
+        self._model_jit = SavedModelJit(_internals.raw_model_jit, _internals.set_raw_model_jit)
         self.refusal: Optional[str] = None
         self.fallback_reason: Optional[str] = None
 
@@ -87,45 +84,28 @@ class JitController:
         if self.mode == "keep":
             return False
         if model.run_eagerly:
-            self.refusal = (f"jit={self.mode!r} was not applied: the model runs eagerly "
-                            "(run_eagerly=True), so nothing is compiled")
+            self.refusal = eager_refusal(self.mode)
             return False
-        want = self.mode == "on"
-        raw = _internals.raw_model_jit(model)
-        if raw is None or bool(raw) != want:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")  # we explain the refusal ourselves
-                model.jit_compile = want
-        if want and not _internals.raw_model_jit(model):
+        if not self._model_jit.apply(model, self.mode == "on"):
             blockers = _internals.layers_without_jit(model)
             why = f"layers with supports_jit=False: {', '.join(blockers)}" if blockers else "model_supports_jit said no"
             self.refusal = f"Keras refused jit_compile=True ({why}); the model runs without XLA"
         return False
 
     def fall_back(self, model: Any, reason: str) -> None:
-        if self._saved_model_jit is self._UNSET:
-            self._saved_model_jit = _internals.raw_model_jit(model)
-        model.jit_compile = False
+        self._model_jit.switch_off(model)
         self.fallback_reason = reason
 
     def restore(self, model: Any = None) -> bool:
-        if self._saved_model_jit is not self._UNSET and model is not None:
-            _internals.set_raw_model_jit(model, self._saved_model_jit)
-            self._saved_model_jit = self._UNSET
-            return True
-        return False
+        return self._model_jit.restore(model)
 
     def read_back(self, model: Any, step_fn: Any) -> JitState:
         """What really runs, from the step function Keras's JAX trainer built."""
+        done = fallback_or_eager(self.mode, self.fallback_reason, model.run_eagerly, self.refusal,
+                                 after_fallback=f"; the step now runs op by op ({OP_BY_OP})")
+        if done is not None:
+            return done
         state = JitState(self.mode)
-        if self.fallback_reason:
-            state.active = False
-            state.reason = f"{self.fallback_reason}; the step now runs op by op ({OP_BY_OP})"
-            return state
-        if model.run_eagerly:
-            state.active = False
-            state.reason = self.refusal or "the model runs eagerly (run_eagerly=True): nothing is compiled"
-            return state
         if _internals.is_jitted(step_fn):
             state.active = True
             state.reason = ("jax.jit on the step function that runs: every step is one XLA program, compiled "

@@ -11,16 +11,17 @@ stays light.
 from __future__ import annotations
 
 import weakref
-from typing import Any, List, Optional, Sequence, Tuple
+from typing import Any, Optional, Tuple
 
-from ...jitmodes import MODES, JitState
+from ...jitmodes import MODES
 from ...session import Notes
 from ...signatures import InputSignature, signature_of
-from ..base import Distribution, Installed
+from ..base import Distribution
+from ..keras_backend import KerasBackend
 from . import _internals
 from .jit import JitController, persistent_cache
 from .probe import TensorFlowProbe
-from .steps import FUNCTION_ATTR, MAKE_FUNCTION, StepWrappers, end_of_data
+from .steps import FUNCTION_ATTR, StepWrappers, end_of_data
 
 __all__ = ["TensorFlowBackend"]
 
@@ -35,21 +36,22 @@ MULTI_WORKER_PROFILER = (
     "one by one, and automatic traces are off (profile=(start, stop) still traces, at that risk)")
 
 
-class TensorFlowBackend:
+class TensorFlowBackend(KerasBackend):
     """One per monitor: it holds the monitor's JIT controller and step wrappers."""
 
     name = "tensorflow"
     jit_modes: Tuple[str, ...] = MODES
     multi_worker_note = MULTI_WORKER_PROFILER
     ends_calls_in_wrapper = False  # Keras runs batch-end hooks in line (TensorFlow is not thread-safe for it)
+    _internals = _internals
+    _wrapper_chain = StepWrappers
 
     def __init__(self, jit_mode: str = "keep"):
-        self.jit = JitController(jit_mode)
-        self._wrappers: Optional[StepWrappers] = None
+        super().__init__(JitController(jit_mode))
 
     def prepare(self, owner: Any) -> None:
         """At monitor construction: the owner of the wrappers; the CPU global-jit flag while it can still be set."""
-        self._wrappers = StepWrappers(owner)
+        super().prepare(owner)
         self.jit.prepare_early()
 
     # ------------------------------------------------------------ support
@@ -71,34 +73,10 @@ class TensorFlowBackend:
     def signature(self, batch: Any) -> InputSignature:
         return signature_of(batch, _internals.unwrap_distributed)
 
-    def install(self, model: Any, phase: str, observer: Any, rebuild: bool = False) -> Installed:
-        before, token, rebuilt, xla_now = self._wrappers.install(
-            model, phase, observer, rebuild=rebuild, enforce_model_jit=self.jit.mode != "keep")
-        return Installed(before, token, rebuilt, xla_now)
-
-    def wrapper(self, phase: str) -> Any:
-        return self._wrappers.current.get(phase) if self._wrappers else None
-
-    def wrapped_phases(self) -> List[str]:
-        return list(self._wrappers.current) if self._wrappers else []
-
-    def remove(self, model: Any, phase: str) -> None:
-        self._wrappers.remove(model, phase)
-
-    def remove_all(self, model: Any) -> None:
-        if self._wrappers is not None and model is not None:
-            self._wrappers.remove_all(model)
-
-    def rebuild_functions(self, model: Any, phases: Sequence[str]) -> None:
-        for phase in phases:
-            if getattr(model, FUNCTION_ATTR[phase], None) is not None:
-                getattr(model, MAKE_FUNCTION[phase])(force=True)
-
-    def drop_function(self, model: Any, phase: str) -> None:
-        setattr(model, FUNCTION_ATTR[phase], None)
-
     def step_function(self, model: Any, phase: str) -> Any:
         """The tf.function that runs ``phase`` (under every wrapper), or None."""
+        if model is None:
+            return None
         return _internals.find_step_function(_internals.unwrap(getattr(model, FUNCTION_ATTR[phase], None)))
 
     # ------------------------------------------------------------ compile probe
@@ -114,41 +92,10 @@ class TensorFlowBackend:
         """The persistent compilation cache: {"dir", "effective"}, or None."""
         return persistent_cache()
 
-    # ------------------------------------------------------------ jit
-
-    def apply_jit(self, model: Any) -> bool:
-        return self.jit.apply(model)
-
-    def read_back(self, model: Any, phase: str) -> JitState:
-        return self.jit.read_back(model, self.step_function(model, phase))
-
-    def fall_back(self, model: Any, reason: str) -> None:
-        self.jit.fall_back(model, reason)
-
-    def restore_jit(self, model: Any = None) -> bool:
-        return self.jit.restore(model)
-
-    @property
-    def jit_refusal(self) -> Optional[str]:
-        return self.jit.refusal
-
-    # ------------------------------------------------------------ traces, distribution, data
-
-    def start_trace(self, directory: str) -> None:
-        _internals.start_trace(directory)
-
-    def stop_trace(self) -> None:
-        _internals.stop_trace()
-
-    def keras_profile_windows(self, model: Any) -> List[Tuple[int, int]]:
-        return _internals.keras_profile_windows(model)
+    # ------------------------------------------------------------ distribution, data
 
     def distribution(self, model: Any) -> Distribution:
         return Distribution(**_internals.strategy_facts(model))
-
-    def train_step(self, model: Any) -> int:
-        optimizer = getattr(model, "optimizer", None)
-        return int(optimizer.iterations.numpy()) if optimizer is not None else 0
 
     def data_kind(self, model: Any) -> str:
         """What a storm fix is written for: Keras's TensorFlow backend feeds every input through tf.data."""
@@ -156,15 +103,6 @@ class TensorFlowBackend:
 
     def end_of_data(self) -> tuple:
         return end_of_data()
-
-    def running_callback_list(self, model: Any) -> Any:
-        return _internals.running_callback_list(model)
-
-    def running_fit(self, model: Any) -> Any:
-        return _internals.running_fit(model)
-
-    def versions(self) -> dict:
-        return _internals.versions()
 
     def multi_worker_fit_problem(self) -> Optional[str]:
         from ...multiworker import keras_fit_problem

@@ -14,7 +14,7 @@ import warnings
 from typing import Any, Optional
 
 from ...errors import XlaKerasWarning
-from ...jitmodes import MODES, JitState, validate_mode
+from ...jitmodes import MODES, JitState, SavedModelJit, eager_refusal, fallback_or_eager, validate_mode
 from . import _internals
 from .flags import CPU_GLOBAL_JIT, PERSISTENT_CACHE, PERSISTENT_CACHE_READ_ONLY, XlaFlags
 
@@ -122,7 +122,7 @@ class JitController:
     def __init__(self, mode: str):
         self.mode = validate_mode(mode)
         self._saved_autoclustering: Any = self._UNSET
-        self._saved_model_jit: Any = self._UNSET
+        self._model_jit = SavedModelJit(_internals.raw_model_jit, _internals.set_raw_model_jit)
         self.refusal: Optional[str] = None
         self.fallback_reason: Optional[str] = None
         self._overrode_env_auto_jit = False
@@ -163,8 +163,7 @@ class JitController:
         if self.mode == "keep":
             return False
         if model.run_eagerly:
-            self.refusal = (f"jit={self.mode!r} was not applied: the model runs eagerly "
-                            "(run_eagerly=True), so nothing is compiled")
+            self.refusal = eager_refusal(self.mode)
             return False
         facts = _internals.strategy_facts(model)
         if self.mode == "on" and (facts["replicas"] > 1 or facts["multi_worker"]):
@@ -174,13 +173,7 @@ class JitController:
                 "replica's device; CPU collectives are not implemented under XLA) while the flag "
                 "still reads True. Use jit='autoclustering' instead")
             return False
-        want_model_jit = self.mode == "on"
-        raw = _internals.raw_model_jit(model)
-        if raw is None or bool(raw) != want_model_jit:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")  # we explain the refusal ourselves
-                model.jit_compile = want_model_jit
-        if self.mode == "on" and not _internals.raw_model_jit(model):
+        if not self._model_jit.apply(model, self.mode == "on"):
             blockers = _internals.layers_without_jit(model)
             why = (f"layers with supports_jit=False: {', '.join(blockers)}" if blockers else
                    "op determinism is enabled (tf.config.experimental.enable_op_determinism)"
@@ -192,9 +185,7 @@ class JitController:
     def fall_back(self, model: Any, reason: str) -> None:
         """Switch this fit to non-XLA (on a storm). The model's own setting
         comes back at restore()."""
-        if self._saved_model_jit is self._UNSET:
-            self._saved_model_jit = _internals.raw_model_jit(model)
-        model.jit_compile = False
+        self._model_jit.switch_off(model)
         self._set_autoclustering(False)
         self.fallback_reason = reason
 
@@ -208,23 +199,14 @@ class JitController:
         if self._overrode_env_auto_jit:
             _internals.set_auto_jit_off(False)
             self._overrode_env_auto_jit = False
-        if self._saved_model_jit is not self._UNSET and model is not None:
-            _internals.set_raw_model_jit(model, self._saved_model_jit)
-            self._saved_model_jit = self._UNSET
-            return True
-        return False
+        return self._model_jit.restore(model)
 
     def read_back(self, model: Any, step_fn: Any) -> JitState:
         """What really runs, from the step function Keras built."""
+        done = fallback_or_eager(self.mode, self.fallback_reason, model.run_eagerly, self.refusal)
+        if done is not None:
+            return done
         state = JitState(self.mode)
-        if self.fallback_reason:
-            state.active = False
-            state.reason = self.fallback_reason
-            return state
-        if model.run_eagerly:
-            state.active = False
-            state.reason = self.refusal or "the model runs eagerly (run_eagerly=True): nothing is compiled"
-            return state
         if _internals.function_jit_flag(step_fn):
             state.active = True
             state.reason = ("jit_compile=True on the step function that runs: every step is one "

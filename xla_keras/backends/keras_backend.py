@@ -1,0 +1,116 @@
+"""What both Keras backends do the same way: the step wrappers on ``model.<phase>_function``, the JIT
+controller's delegation, traces and Keras-level facts. No framework import.
+
+A backend subclasses ``KerasBackend`` and supplies its ``_internals`` module (``start_trace``,
+``stop_trace``, ``keras_profile_windows``, ``running_callback_list``, ``running_fit``, ``versions``,
+``find_step_function``), its JIT controller (``apply``, ``read_back``, ``fall_back``, ``restore``,
+``refusal``, ``mode``), its wrapper chain, its compile probe, and the facts that differ
+(distribution, what ends an epoch's data, the persistent cache).
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import Any, List, Optional, Sequence, Tuple
+
+from ..jitmodes import JitState
+from .base import Installed
+from .chain import FUNCTION_ATTR, MAKE_FUNCTION
+
+
+class KerasBackend:
+    """The shared half of a backend: one per monitor, holding its JIT controller and wrappers."""
+
+    name = ""
+    jit_modes: Tuple[str, ...] = ()
+    ends_calls_in_wrapper = False
+    multi_worker_note: Optional[str] = None
+    _internals: Any = None  # the backend's _internals module
+    _wrapper_chain: Any = None  # the backend's WrapperChain subclass
+
+    def __init__(self, jit: Any):
+        self.jit = jit
+        self._wrappers: Any = None
+        self._owner: Any = None
+
+    def prepare(self, owner: Any) -> None:
+        """At monitor construction: the owner of the wrappers (the monitor)."""
+        self._owner = weakref.ref(owner)
+        self._wrappers = self._wrapper_chain(owner)
+
+    def versions(self) -> dict:
+        return self._internals.versions()
+
+    # ------------------------------------------------------------ step functions
+
+    def install(self, model: Any, phase: str, observer: Any, rebuild: bool = False) -> Installed:
+        before, token, rebuilt, xla_now = self._wrappers.install(
+            model, phase, observer, rebuild=rebuild, enforce_model_jit=self.jit.mode != "keep")
+        return Installed(before, token, rebuilt, xla_now)
+
+    def wrapper(self, phase: str) -> Any:
+        return self._wrappers.current.get(phase) if self._wrappers else None
+
+    def wrapped_phases(self) -> List[str]:
+        return list(self._wrappers.current) if self._wrappers else []
+
+    def remove(self, model: Any, phase: str) -> None:
+        self._wrappers.remove(model, phase)
+
+    def remove_all(self, model: Any) -> None:
+        if self._wrappers is not None and model is not None:
+            self._wrappers.remove_all(model)
+
+    def rebuild_functions(self, model: Any, phases: Sequence[str]) -> None:
+        for phase in phases:
+            if getattr(model, FUNCTION_ATTR[phase], None) is not None:
+                getattr(model, MAKE_FUNCTION[phase])(force=True)
+
+    def drop_function(self, model: Any, phase: str) -> None:
+        setattr(model, FUNCTION_ATTR[phase], None)
+
+    def step_function(self, model: Any, phase: str) -> Any:
+        """The function that runs ``phase``'s steps (under every wrapper), or None."""
+        if model is None:
+            return None
+        return self._internals.find_step_function(getattr(model, FUNCTION_ATTR[phase], None))
+
+    # ------------------------------------------------------------ jit
+
+    def apply_jit(self, model: Any) -> bool:
+        return self.jit.apply(model)
+
+    def read_back(self, model: Any, phase: str) -> JitState:
+        return self.jit.read_back(model, self.step_function(model, phase))
+
+    def fall_back(self, model: Any, reason: str) -> None:
+        self.jit.fall_back(model, reason)
+
+    def restore_jit(self, model: Any = None) -> bool:
+        return self.jit.restore(model)
+
+    @property
+    def jit_refusal(self) -> Optional[str]:
+        return self.jit.refusal
+
+    # ------------------------------------------------------------ traces, Keras facts
+
+    def start_trace(self, directory: str) -> None:
+        self._internals.start_trace(directory)
+
+    def stop_trace(self) -> None:
+        self._internals.stop_trace()
+
+    def keras_profile_windows(self, model: Any) -> List[Tuple[int, int]]:
+        return self._internals.keras_profile_windows(model)
+
+    def train_step(self, model: Any) -> int:
+        """The optimizer's step count, read once per fit (before the first step: nothing in flight)."""
+        optimizer = getattr(model, "optimizer", None)
+        return int(optimizer.iterations.numpy()) if optimizer is not None else 0
+
+    def running_callback_list(self, model: Any) -> Any:
+        return self._internals.running_callback_list(model)
+
+    def running_fit(self, model: Any) -> Any:
+        return self._internals.running_fit(model)
