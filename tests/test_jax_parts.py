@@ -219,3 +219,21 @@ def test_the_private_apis_the_jax_backend_uses_are_where_it_expects():
     assert out["raw_jit"] is False
     assert out["callback_list"] == "CallbackList" and out["user_data"] == "ndarray"
     assert out["distribution"]["default"] is True
+
+
+def test_compiles_outside_the_steps_go_to_the_current_models_report_only():
+    """One monitor, two models: each report's probe counts outside compiles only while its model
+    is the one watched (the reviewer's repro: model B's metric compiles landed in A's report)."""
+    import types
+
+    from xla_keras.backends.jax import JaxBackend
+    backend = JaxBackend("keep")
+    monitor = types.SimpleNamespace(in_call=True, _current=types.SimpleNamespace(probe=None))
+    backend._owner = lambda: monitor
+    class Model:  # weakly referenced by the probe
+        pass
+    models = [Model(), Model()]
+    first, second = (backend.probe(Notes(), model, False) for model in models)
+    monitor._current.probe = second
+    jax.jit(lambda a: a * 5.0)(np.ones((11,), np.float32)).block_until_ready()
+    assert first.other_compiles() == {} and second.other_compiles()["outside_steps"]["count"] == 1

@@ -287,3 +287,13 @@ def test_no_repeat_while_a_call_is_pending_or_under_auto_clustering():
     s.call_ended("train", ON, clock.now + 0.1)
     assert s.call_repeats("train", sig(8), AUTO, clock.now) is None
     assert s.call_repeats("train", sig(8), ON, clock.now) == []
+
+
+def test_a_failed_full_call_is_not_a_step_and_is_not_pending():
+    clock = Clock()
+    s = session(clock)
+    s.call_began("train", [sig(8)], ON, clock.now)
+    s.call_failed("train")
+    assert not s.call_pending("train")
+    assert s.call_ended("train", ON, clock.now + 1) is None  # a later boundary does not count it
+    assert s.phases["train"].steps_run == 0 and s.phases["train"].step == 0

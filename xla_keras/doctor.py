@@ -247,18 +247,10 @@ def _jax_doctor(check_flags: bool) -> List[Finding]:
                                 "remove or correct the flag") if problem else
                         Finding("ok", "flags", "JAX started and compiled with these flags"))
     if not problem:
-        import logging
-
         import jax
-        # JAX logs its failed probes of absent platforms ("Unable to initialize backend 'tpu'") at INFO:
-        # not a finding, and a bare jax.devices() in the user's own code does not show it either.
-        bridge = logging.getLogger("jax._src.xla_bridge")
-        level = bridge.level
-        bridge.setLevel(logging.WARNING)
-        try:
-            devices = jax.devices()
-        finally:
-            bridge.setLevel(level)
+
+        from .backends.jax import _internals as jax_internals
+        devices = jax_internals.devices()
         kinds = sorted({d.platform for d in devices})
         findings.append(Finding("info", "devices", f"{len(devices)} JAX device(s): "
                                 + ", ".join(f"{d.platform}:{d.id}" for d in devices)

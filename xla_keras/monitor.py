@@ -167,6 +167,7 @@ class XlaMonitor(keras.callbacks.Callback):
                                     verbose, max_records)
         self.backend = backend(self.config.jit)
         self._ends_in_wrapper = bool(getattr(self.backend, "ends_calls_in_wrapper", False))
+        self._in_cleanup = False
         self._enabled = True
         self._observing = True              # False after an internal error under multi-worker (see _disable)
         self._refused: Optional[str] = None  # why this monitor cannot observe here (Keras version, model kind)
@@ -427,7 +428,7 @@ class XlaMonitor(keras.callbacks.Callback):
             self._finish()
 
     def _end_fit(self, at: Optional[float] = None) -> None:
-        self._settle(PHASES)  # repeats not yet timed (JAX)
+        self._cleaning(lambda: self._settle(PHASES))  # repeats not yet timed, a call still pending (JAX)
         self.traces.stop()
         self.backend.remove_all(self.model)
         self._restore_model()
@@ -511,6 +512,7 @@ class XlaMonitor(keras.callbacks.Callback):
     @_hook
     def call_began(self, phase: str, batches: list, start: float) -> Optional[Any]:
         if not self._observing:
+            self.session.calls[phase].repeating = False
             return None
         current = self._current
         jit, session, sink = current.jit_state, current.session, current.sink
@@ -623,8 +625,17 @@ class XlaMonitor(keras.callbacks.Callback):
     # ---------------------------------------------------------------- storms
 
     def _storm_action(self) -> str:
-        # Each worker reads its own shard: a one-worker stop or switch would hang the others.
-        return "warn" if self._dist.multi_worker else self.config.on_storm
+        # Each worker reads its own shard: a one-worker stop or switch would hang the others. A storm
+        # found while cleaning up after an ended or failed call is reported, never acted on (it would
+        # raise into the next fit, or switch XLA off for it).
+        return "warn" if self._dist.multi_worker or self._in_cleanup else self.config.on_storm
+
+    def _cleaning(self, work) -> None:
+        self._in_cleanup = True
+        try:
+            work()
+        finally:
+            self._in_cleanup = False
 
     def _storm(self, phase: str, step: int, count: int, window_start: int) -> None:
         storm = self.session.open_storm(phase, step, count, window_start, self._storm_action())
@@ -676,8 +687,8 @@ class XlaMonitor(keras.callbacks.Callback):
             return
         try:
             for phase in self.backend.wrapped_phases():
-                if self.session.call_pending(phase):
-                    self._end_call(phase)  # our batch end was not reached
+                if self.session.call_pending(phase):  # our batch end was not reached (JAX: its end is unknown)
+                    self._cleaning(lambda phase=phase: self._end_call(phase, timed=not self._ends_in_wrapper))
             if self._in_fit:
                 self._abort_fit()
                 return

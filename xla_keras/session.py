@@ -463,6 +463,8 @@ class Session:
             if call.signature is not None:
                 self.ledger.forget(phase, call.signature)
             return
+        call.batches = 0  # not a step run: nothing of it is counted (the next call must not end it)
+        call.observation = None
         for _, sig in call.new:
             self.ledger.forget(phase, sig)
         call.new = []

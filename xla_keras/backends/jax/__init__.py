@@ -72,12 +72,15 @@ class JaxBackend(KerasBackend):
     def probe(self, notes: Notes, model: Any, multi_worker: bool) -> JaxProbe:
         model_ref = weakref.ref(model)
         owner = self._owner
+        made: list = []
 
         def watching() -> bool:
+            """The monitor is in a call, for this probe's model (its current report's probe)."""
             monitor = owner() if owner is not None else None
-            return bool(monitor is not None and monitor.in_call)
+            return bool(monitor is not None and monitor.in_call and made and monitor._current.probe is made[0])
 
         probe = JaxProbe(notes, lambda phase: self.step_function(model_ref(), phase), watching)
+        made.append(probe)
         probe.configure(persistent_cache(), multi_worker)
         return probe
 

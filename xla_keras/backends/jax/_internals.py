@@ -148,6 +148,21 @@ def shard_shape(value: Any) -> Optional[Tuple[int, ...]]:
         return None
 
 
+def devices() -> list:
+    """``jax.devices()``, without JAX's INFO line about platforms it could not start ("Unable to
+    initialize backend 'tpu'"): no finding, and a bare jax.devices() in user code does not show it."""
+    import logging
+
+    import jax
+    bridge = logging.getLogger("jax._src.xla_bridge")  # JAX's module logger
+    level = bridge.level
+    bridge.setLevel(logging.WARNING)
+    try:
+        return jax.devices()
+    finally:
+        bridge.setLevel(level)
+
+
 def has_accelerator() -> bool:
     import jax
     return jax.default_backend() != "cpu"

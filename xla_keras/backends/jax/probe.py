@@ -66,7 +66,7 @@ class EventRecorder:
         self._calls: List[List[Event]] = []  # open step calls (chained monitors nest them)
         self._thread: Optional[int] = None
         self._outside: "weakref.WeakSet" = weakref.WeakSet()  # probes counting compiles outside the steps
-        self._hit = False
+        self._hit: Optional[int] = None  # the thread whose next compile event is a cache load
         self._registered = False
         self._lock = threading.Lock()
 
@@ -98,14 +98,14 @@ class EventRecorder:
 
     def _on_event(self, event: str, **_: Any) -> None:
         if event == _internals.CACHE_HIT_EVENT:
-            self._hit = True
+            self._hit = threading.get_ident()  # the next compile event of this thread was a load
 
     def _on_duration(self, event: str, seconds: float, **kwargs: Any) -> None:
         if event not in _KEPT:
             return
         hit = False
-        if event == _internals.COMPILE_EVENT:
-            hit, self._hit = self._hit, False
+        if event == _internals.COMPILE_EVENT and self._hit == threading.get_ident():
+            hit, self._hit = True, None
         record = (event, float(seconds), str(kwargs.get("fun_name", "")), hit)
         if self._calls and threading.get_ident() == self._thread:
             for events in self._calls:

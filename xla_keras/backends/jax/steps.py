@@ -23,7 +23,7 @@ import time
 import weakref
 from typing import Any
 
-from ..chain import FUNCTION_ATTR, MAKE_FUNCTION, WrapperChain  # noqa: F401 - re-exported
+from ..chain import WrapperChain
 from . import _internals
 
 
@@ -55,18 +55,16 @@ class StepWrappers(WrapperChain):
 
 def _make_wrapper(model: Any, phase: str, observer: Any):
     model_ref = weakref.ref(model)
-    attr = FUNCTION_ATTR[phase]
 
     def wrapped(state, iterator):
         original = wrapped._xla_keras_original  # relinked when monitors come and go
         if not observer.active():
             return original(state, iterator)
-        observer.call_due(phase, time.perf_counter())  # the previous call of this phase ends now
+        # The previous call of this phase ends now. (A storm fallback there rebuilds the function and
+        # wraps the new one: this call still runs on the one it had, once; the next runs the new one.)
+        observer.call_due(phase, time.perf_counter())
         start = time.perf_counter()  # this one starts after the monitor's bookkeeping: not the user's step time
         model = model_ref()
-        current = getattr(model, attr, None) if model is not None else None
-        if current is not None and current is not wrapped and observer.step_wrapper(phase) is not wrapped:
-            return current(state, iterator)  # a storm fallback just rebuilt the function: run the new one
         probe, began = None, False
         try:
             batches = pull(iterator, model.steps_per_execution if model is not None else 1)
