@@ -78,8 +78,8 @@ class LocalEventFile:
         os.makedirs(logdir, exist_ok=True)
         from tensorboard.compat.proto.event_pb2 import Event
         from tensorboard.summary.writer.record_writer import RecordWriter
-        name = "events.out.tfevents.%010d.%s.%s.%s.xla_keras" % (time.time(), socket.gethostname(), os.getpid(),
-                                                                 next(self._ids))
+        # TensorBoard's own naming (tools read the host and pid from it): time, host, pid, a counter.
+        name = "events.out.tfevents.%010d.%s.%s.%s" % (time.time(), socket.gethostname(), os.getpid(), next(self._ids))
         self._file = open(os.path.join(logdir, name), "wb")
         self._records = RecordWriter(self._file)
         self._flush_secs = flush_secs

@@ -23,7 +23,7 @@ import time
 import weakref
 from typing import Any
 
-from ..chain import WrapperChain
+from ..chain import FUNCTION_ATTR, WrapperChain, unwrap
 from . import _internals
 
 
@@ -60,11 +60,15 @@ def _make_wrapper(model: Any, phase: str, observer: Any):
         original = wrapped._xla_keras_original  # relinked when monitors come and go
         if not observer.active():
             return original(state, iterator)
-        # The previous call of this phase ends now. (A storm fallback there rebuilds the function and
-        # wraps the new one: this call still runs on the one it had, once; the next runs the new one.)
-        observer.call_due(phase, time.perf_counter())
+        observer.call_due(phase, time.perf_counter())  # the previous call of this phase ends now
         start = time.perf_counter()  # this one starts after the monitor's bookkeeping: not the user's step time
         model = model_ref()
+        if observer.step_wrapper(phase) is not wrapped and model is not None:
+            # A storm fallback in call_due rebuilt the function (op by op) and wrapped the new one. This
+            # call must run the new Keras function too: the old jitted step donates its state, which
+            # the rebuild just synced into the model's variables. Called directly, not through the new
+            # chain, so that monitors around this call do not see the batch twice.
+            original = unwrap(getattr(model, FUNCTION_ATTR[phase]))
         probe, began = None, False
         try:
             batches = pull(iterator, model.steps_per_execution if model is not None else 1)
