@@ -15,10 +15,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Callable, List, Optional, Sequence, Union
 
 from .arguments import integer
-from .jitmodes import MODES
 from .timing import break_even_steps
-
-COMPARABLE_MODES = tuple(m for m in MODES if m != "keep")
 
 
 @dataclass

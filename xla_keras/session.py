@@ -300,9 +300,7 @@ class Session:
         """A call of ``phase``'s step function is about to run these batches."""
         stats, call = self.phases[phase], self.calls[phase]
         call.repeating = False
-        if (len(signatures) == 1 and call.signature is not None and stats.deferred_new is None
-                and not jit.autoclustering and signatures[0] == call.signature
-                and self.ledger.repeat(phase, call.fingerprint, stats.ragged_fps)):
+        if len(signatures) == 1 and self._repeats_last(phase, signatures[0], jit):
             # The steady case: the same signature as the call before, known to the function (no
             # compile, no storm, nothing to probe). Same bookkeeping as below, without recomputing it.
             call.start = self.clock() if start is None else start
@@ -382,9 +380,7 @@ class Session:
         start minus its own, taken in bulk later (``drain``). None: take the full path
         (``call_began``). Else the scalars of repeats timed now (usually none)."""
         stats, call = self.phases[phase], self.calls[phase]
-        if (call.batches or call.signature is None or stats.deferred_new is not None or jit.autoclustering
-                or call.in_trace_window or signature != call.signature
-                or not self.ledger.repeat(phase, call.fingerprint, stats.ragged_fps)):
+        if call.batches or call.in_trace_window or not self._repeats_last(phase, signature, jit):
             return None
         call.repeating = True
         stats.history.observe_repeat(signature)
@@ -395,6 +391,14 @@ class Session:
         if len(stats.repeats) > REPEAT_DRAIN:
             return self.drain(phase)
         return []
+
+    def _repeats_last(self, phase: str, signature: InputSignature, jit: JitState) -> bool:
+        """The batch has the last batch's signature, known to the current function, not ragged, with
+        no partial batch pending and no auto-clustering probes: counted as such in the ledger (True),
+        or nothing is counted (False: the caller observes it in full)."""
+        stats, call = self.phases[phase], self.calls[phase]
+        return (call.signature is not None and stats.deferred_new is None and not jit.autoclustering
+                and signature == call.signature and self.ledger.repeat(phase, call.fingerprint, stats.ragged_fps))
 
     def repeat_observed(self, phase: str, observation: CompileObservation) -> CallOutcome:
         """A repeat call compiled after all (JAX saw it): its compiles are recorded at its step,

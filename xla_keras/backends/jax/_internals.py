@@ -163,11 +163,6 @@ def devices() -> list:
         bridge.setLevel(level)
 
 
-def has_accelerator() -> bool:
-    import jax
-    return jax.default_backend() != "cpu"
-
-
 # --------------------------------------------------------------------------
 # JAX's persistent compilation cache (jax.config options).
 
