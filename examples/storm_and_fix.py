@@ -3,10 +3,12 @@
 A small text model on synthetic variable-length token sequences:
 1. `padded_batch(32)`: every batch is padded to its own longest sequence, so
    almost every batch has a new shape and XLA compiles again (a storm);
-2. the same data, `padded_batch(32, drop_remainder=True)` followed by the fix
-   the monitor printed (its `fix["code"]`, run as given), which pads every
-   batch up to a few computed lengths.
-Prints both reports and the per-epoch wall times.
+2. the same data with the fix applied by `xla_keras.data.apply_fix(ds, storm.fix)`:
+   every batch padded up to a few computed lengths;
+3. the alternative the advice measured on the real lengths:
+   `xla_keras.data.bucket_by_length(examples, storm.fix)`, the examples grouped
+   by real length (less padding, a few more compiles).
+Prints the reports and the per-epoch wall times.
 
     python examples/storm_and_fix.py [--sequences 2000] [--epochs 2]
 """
@@ -66,15 +68,19 @@ def main():
     if not storm_report.storms:
         print("no storm this time: nothing to fix")
         return
-    fix = storm_report.storms[0].fix
-    print("\nThe monitor's fix, applied as printed:\n" + fix["code"])
-    scope = {"tf": tf, "ds": examples().padded_batch(args.batch_size, drop_remainder=True)}
-    exec(fix["code"], scope)
-    fixed_report, fixed_times = run(scope["ds"], "with the advised buckets")
-    print(f"\nepoch 1: {storm_times[0]:.2f} s with the storm, {fixed_times[0]:.2f} s with the fix "
-          f"({storm_times[0] / fixed_times[0]:.1f}x); compiles {storm_report.total_compilations} -> "
-          f"{fixed_report.total_compilations}")
-
+    storm = storm_report.storms[0]
+    print("\nThe advice:\n" + storm.advice)
+    fixed_report, fixed_times = run(xla_keras.data.apply_fix(examples().padded_batch(args.batch_size), storm.fix),
+                                    "xla_keras.data.apply_fix(ds, storm.fix)")
+    summary = [("apply_fix", fixed_report, fixed_times)]
+    if "bucket_by_length" in storm.fix:
+        bucket_report, bucket_times = run(xla_keras.data.bucket_by_length(examples(), storm.fix),
+                                          "xla_keras.data.bucket_by_length(examples, storm.fix)")
+        summary.append(("bucket_by_length", bucket_report, bucket_times))
+    for name, report, times in summary:
+        print(f"\n{name}: epoch 1 {storm_times[0]:.2f} s with the storm, {times[0]:.2f} s with the fix "
+              f"({storm_times[0] / times[0]:.1f}x); compiles {storm_report.total_compilations} -> "
+              f"{report.total_compilations}")
 
 if __name__ == "__main__":
     main()

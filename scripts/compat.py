@@ -44,7 +44,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TIER_TESTS = ["tests/test_ground_truth.py", "tests/test_internals.py", "tests/test_compat.py", "tests/test_quiet.py",
               "tests/test_tab_plugin.py"]
 # Keras's JAX backend, in a venv without TensorFlow (tf.data scenarios skip themselves there).
-JAX_TIER_TESTS = ["tests/test_jax_parts.py", "tests/test_jax_ground_truth.py"]
+JAX_TIER_TESTS = ["tests/test_jax_parts.py", "tests/test_jax_ground_truth.py", "tests/test_data.py",
+                  "tests/test_lengths.py"]
 class Turns:
     """Tiers install side by side (downloads, unpacking), but their tests run alone: one tier at a
     time, and while no tier is installing. The ground truth compares compile seconds with
@@ -251,7 +252,7 @@ def run_jax_tier(tier: Tier, python: str, vpy: str, work: str, start: float) -> 
         tier.results["environment"] = (f"Python {tier.python}, jax {paired['jax']}, keras {paired['keras']}, "
                                        "no tensorflow")
         jax_install_check(tier, vpy, work)
-        run([vpy, "-m", "pip", "install", "--quiet", "pytest>=8", "pytest-timeout>=2.3"])
+        run([vpy, "-m", "pip", "install", "--quiet", "pytest>=8", "pytest-timeout>=2.3", "hypothesis>=6"])
     env = {"KERAS_BACKEND": "jax"}
     with TURNS.testing():
         tests = run([vpy, "-m", "pytest", "-q", "-p", "no:cacheprovider", *JAX_TIER_TESTS], cwd=ROOT, check=False,

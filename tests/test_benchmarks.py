@@ -13,7 +13,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 EXPECT = {
     "overhead.py": ["XlaMonitor()", "keras TensorBoard(update_freq='batch')", "vs bare"],
-    "storm_payoff.py": ["storm", "fallback", "jit off", "vs storm"],
+    "storm_payoff.py": ["storm", "fallback", "jit off", "vs storm", "bucket ", "tokens/epoch",
+                        "stated padding vs real"],
     "accuracy.py": ["batch sizes 16..23, jit on", "timing fallback (profiler busy)", "dumped"],
     "import_time.py": ["import xla_keras", "loads TensorFlow/Keras: no"],
     "memory.py": ["100 distinct signatures (reported: 100)", "bound:"],

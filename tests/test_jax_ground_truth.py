@@ -158,7 +158,7 @@ def test_batch_sizes_each_compile_once_at_their_first_step(runs):
     assert report["storms"] and report["storms"][0]["step"] == 8
     # Generators are not tf.data: the fix needs no TensorFlow.
     code = report["storms"][0]["fix"]["code"]
-    assert "tf." not in code and "def rebatch" in code
+    assert "tf." not in code and "batches = xla_keras.data.apply_fix(batches, {'kind': 'fixed_batch_size'" in code
 
 
 def test_partial_last_batch_plus_validation(runs):

@@ -13,15 +13,17 @@ import pytest
 
 jax = pytest.importorskip("jax")
 
+from xla_keras.advice import analyse  # noqa: E402
 from xla_keras.backends.jax import _internals  # noqa: E402
 from xla_keras.backends.jax.jit import MODES, validate_jax_mode  # noqa: E402
 from xla_keras.backends.jax.probe import RECORDER, JaxProbe, split  # noqa: E402
+from xla_keras.data import apply_fix  # noqa: E402
 from xla_keras.jitmodes import JitState  # noqa: E402
 from xla_keras.metadata import SCHEMA_VERSION, parse_report  # noqa: E402
 from xla_keras.report import fallback_cost  # noqa: E402
 from xla_keras.session import CallPlan, Notes  # noqa: E402
 from xla_keras.signatures import Leaf  # noqa: E402
-from xla_keras.storms import ShapeHistory, analyse  # noqa: E402
+from xla_keras.storms import ShapeHistory  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -108,7 +110,7 @@ def test_jit_modes_refuse_autoclustering_naming_the_choices():
 
 
 def test_schema_4_adds_backend_and_other_compilations_and_reads_older_reports():
-    assert SCHEMA_VERSION == 4
+    assert SCHEMA_VERSION >= 4
     old = parse_report({"schema_version": 3, "jit_mode": "on", "compilations": []})
     assert old.report.backend == "tensorflow" and old.report.other_compilations == {}
     new = parse_report({"schema_version": 4, "jit_mode": "on", "backend": "jax", "compilations": [],
@@ -137,16 +139,17 @@ def _history(shapes):
     return history
 
 
-def test_the_padding_fix_for_arrays_is_numpy_and_pads_to_the_advised_lengths():
+def test_the_padding_fix_for_arrays_applies_without_tensorflow_and_pads_to_the_advised_lengths():
     lengths = [5, 9, 13, 17, 33, 41, 50, 62, 70]
     _, _, fix = analyse("train", _history([(8, n) for n in lengths]), 4, data="arrays")
-    code = fix["code"]
-    assert "tf." not in code and "tensorflow" not in code
-    namespace = {}
-    exec(compile(code, "<fix>", "exec"), namespace)  # noqa: S102 - the fix's code is meant to be run
+    assert "tf." not in fix["code"] and "batches = xla_keras.data.apply_fix(batches, {" in fix["code"]
+    # and one longer than any seen: doubled, never an error
+    batches = [(np.ones((8, n), np.int32), np.zeros((8,), np.float32)) for n in lengths + [200]]
+    fixed = apply_fix(batches, fix)
+    import keras
+    assert isinstance(fixed, keras.utils.PyDataset) and len(fixed) == len(batches)
     out_lengths = set()
-    for n in lengths + [200]:  # and one longer than any seen: doubled, never an error
-        x, y = namespace["pad_to_lengths"](np.ones((8, n), np.int32), np.zeros((8,), np.float32))
+    for (x, y), n in zip((fixed[i] for i in range(len(fixed))), lengths + [200]):
         assert x.shape[0] == 8 and x.shape[1] >= n and (x[:, n:] == 0).all() and y.shape == (8,)
         out_lengths.add(x.shape[1])
     assert set(fix["lengths"]) <= out_lengths and len(out_lengths) <= len(fix["lengths"]) + 1
@@ -155,17 +158,16 @@ def test_the_padding_fix_for_arrays_is_numpy_and_pads_to_the_advised_lengths():
 def test_the_batch_size_fix_for_arrays_rebatches_a_generator_without_tensorflow():
     _, _, fix = analyse("train", _history([(n, 10) for n in range(16, 24)]), 4, data="arrays")
     assert fix["kind"] == "fixed_batch_size" and "tf." not in fix["code"]
-    namespace = {}
-    exec(compile(fix["code"].split("\nbatches = rebatch")[0], "<fix>", "exec"), namespace)  # noqa: S102
     batches = [(np.full((n, 10), n), np.arange(n)) for n in range(16, 24)]
-    out = list(namespace["rebatch"](iter(batches), fix["size"]))
+    fixed = apply_fix(iter(batches), fix)
+    out = [fixed[i] for i in range(len(fixed))]
     assert out and all(x.shape == (fix["size"], 10) and y.shape == (fix["size"],) for x, y in out)
     assert sum(len(y) for _, y in out) == (sum(range(16, 24)) // fix["size"]) * fix["size"]
 
 
 def test_tf_data_keeps_the_tf_data_fix():
     _, _, fix = analyse("train", _history([(8, n) for n in (5, 9, 13, 17, 33)]), 4)
-    assert "ds.map(pad_to_lengths)" in fix["code"]
+    assert "ds = xla_keras.data.apply_fix(ds, {" in fix["code"]
 
 
 # ------------------------------------------------------------------ private APIs, under KERAS_BACKEND=jax

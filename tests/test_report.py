@@ -21,6 +21,7 @@ REPORT_KEYS = [
     "schema_version",  # 0.2 (schema 2) added it: keys are only ever added
     "run_state",  # schema 3
     "backend", "other_compilations",  # schema 4 (Keras's JAX backend)
+    "advice",  # schema 5 (compile budget)
 ]
 SIGNATURE_ITEM_KEYS = ["path", "dtype", "shape"]
 
@@ -293,9 +294,9 @@ def test_reports_carry_their_schema_version_and_parse_back():
     from xla_keras.metadata import SCHEMA_VERSION, parse_report
     report = full_report()
     data = report.to_dict()
-    assert data["schema_version"] == SCHEMA_VERSION == 4
+    assert data["schema_version"] == SCHEMA_VERSION == 5
     parsed = parse_report(json.loads(json.dumps(data)))
-    assert parsed.schema_version == 4 and not parsed.newer and parsed.message is None
+    assert parsed.schema_version == 5 and not parsed.newer and parsed.message is None
     assert parsed.report.to_dict() == data
 
 

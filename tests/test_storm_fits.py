@@ -59,8 +59,8 @@ def test_following_the_printed_advice_removes_the_storm():
     fix = storming.report.storms[0].fix
     assert fix["kind"] == "pad_to_lengths"
 
-    # Apply the code we printed, as a user would paste it, to the same data batched with drop_remainder.
-    scope = {"tf": tf, "ds": _sequences().padded_batch(8, drop_remainder=True)}
+    # fix["code"] is the one-line equivalent of apply_fix: paste it as a user would, on the same data.
+    scope = {"ds": _sequences().padded_batch(8)}
     exec(fix["code"], scope)  # noqa: S102 - the advice is code, run it as given
     fixed = xla_keras.XlaMonitor(log_dir=None, jit="on", storm_threshold=4, verbose=0)
     _text_model().fit(scope["ds"], epochs=2, callbacks=[fixed], verbose=0)
@@ -72,15 +72,13 @@ def test_following_the_printed_advice_removes_the_storm():
 
 
 def _fit_storm_then_fix(make_data, model, threshold=4):
-    """Fit with a storm, apply the printed fix to the same data, fit again."""
+    """Fit with a storm, apply the fix to the same data with xla_keras.data.apply_fix, fit again."""
     storming = xla_keras.XlaMonitor(log_dir=None, jit="on", storm_threshold=threshold, verbose=0)
     with pytest.warns(xla_keras.XlaKerasWarning, match="Recompilation storm"):
         model().fit(make_data(False), epochs=1, callbacks=[storming], verbose=0)
     fix = storming.report.storms[0].fix
-    scope = {"tf": tf, "ds": make_data(True)}
-    exec(fix["code"], scope)  # noqa: S102 - the advice is code, run it as given
     fixed = xla_keras.XlaMonitor(log_dir=None, jit="on", storm_threshold=threshold, verbose=0)
-    model().fit(scope["ds"], epochs=2, callbacks=[fixed], verbose=0)
+    model().fit(xla_keras.data.apply_fix(make_data(False), fix), epochs=2, callbacks=[fixed], verbose=0)
     return storming.report, fix, fixed.report
 
 
@@ -109,7 +107,10 @@ def test_printed_fix_pads_dict_inputs_and_their_masks_together():
 
     storm, fix, fixed = _fit_storm_then_fix(make_data, model)
     assert storm.storms[0].varying[0]["also"] in (["x/tokens:1"], ["x/mask:1"])
+    assert {t["path"] for t in fix["targets"]} == {"x/tokens", "x/mask"}
     assert fixed.storms == [] and fixed.total_compilations <= fix["compiles"]
+    # The mask is a float leaf here: real lengths come from the integer tokens it varies with.
+    assert fix["real_lengths"]["measured"] and fix["real_lengths"]["path"] == "x/tokens"
 
 
 def test_printed_fix_pads_two_independent_inputs():
@@ -149,7 +150,16 @@ def test_a_partial_last_batch_is_no_storm_even_at_threshold_2():
     model.fit(x, y, batch_size=32, epochs=3, callbacks=[monitor], verbose=0)  # 32, 32, 32, 4 per epoch
     report = monitor.report
     assert report.storms == [] and report.compilation_count["train"] == 2
-    assert any("4 rows instead of 32" in note for note in report.notes)
+    # 12 steps: the second compile is well over 10% of the phase's time, so the compile budget
+    # advises (advice only: on_storm="raise" did not stop the fit), with the partial batch's fix.
+    (advice,) = report.advice
+    assert advice.phase == "train" and advice.fix["kind"] == "drop_remainder"
+    assert "4 rows instead of 32" in advice.advice and not any("4 rows instead of 32" in n for n in report.notes)
+    quiet = xla_keras.XlaMonitor(log_dir=None, jit="on", compile_budget=None, verbose=0)
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])  # fresh: its compiles are new
+    model.compile("sgd", "mse")
+    model.fit(x, y, batch_size=32, epochs=3, callbacks=[quiet], verbose=0)
+    assert quiet.report.advice == [] and any("4 rows instead of 32" in note for note in quiet.report.notes)
 
 
 def test_a_smaller_batch_mid_epoch_still_counts_toward_a_storm():

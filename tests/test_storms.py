@@ -5,18 +5,14 @@ import random
 
 import pytest
 
+from xla_keras.advice import analyse, apply_code
+from xla_keras.buckets import EXACT_UP_TO, best_buckets, best_cost_overhead, pad_target
 from xla_keras.signatures import Leaf, fingerprint
 from xla_keras.storms import (
-    EXACT_UP_TO,
     RecompilationStormError,
     ShapeHistory,
     Storm,
     StormDetector,
-    analyse,
-    best_buckets,
-    best_cost_overhead,
-    bucket_code,
-    pad_code,
     partial_batch_note,
     partial_batch_signatures,
     storm_text,
@@ -126,27 +122,39 @@ def test_sequence_length_storm_gets_bucket_lengths_and_code():
         best_cost_overhead({n: lengths.count(n) for n in set(lengths)}, fix["lengths"]), abs=1e-4)
     assert fix["padding_overhead"] <= 0.20
     assert "Input 'x/tokens' axis 1 varies" in advice and str(fix["lengths"]) in advice
-    assert "bucket_by_sequence_length" in advice and "drop_remainder=True" in advice
-    assert f"x['tokens'] = _pad_up(x['tokens'], 1, {fix['lengths']})" in fix["code"]
-    assert fix["drop_remainder"] is True
+    assert "xla_keras.data.apply_fix(data, fix)" in advice
+    assert fix["targets"] == [{"path": "x/tokens", "axis": 1, "lengths": fix["lengths"]}]
+    assert fix["drop_remainder"] is True and fix["remainder"] == "drop" and fix["batch_size"] == 32
+    assert "xla_keras.data.apply_fix(ds, {'kind': 'pad_to_lengths', 'targets': [{'path': 'x/tokens'" in fix["code"]
     compile(fix["code"], "<fix>", "exec")  # the code we hand out is valid Python
+    assert "real_lengths" not in fix  # no sample given: no real-length claim
 
 
 def test_variable_batch_size_gets_a_fixed_batch_size():
     sizes = [16, 17, 18, 19, 20, 21, 22, 23, 20, 20]
     h = history_of([tokens(n, 10) for n in sizes])
     varying, advice, fix = analyse("train", h, threshold=8)
-    assert fix["kind"] == "fixed_batch_size" and fix["size"] == 20
+    assert fix["kind"] == "fixed_batch_size" and fix["size"] == 20 and fix["remainder"] == "drop"
     assert varying[0]["axis"] == 0 and varying[0]["min"] == 16 and varying[0]["max"] == 23
-    assert "batch size varies" in advice and "rebatch(20, drop_remainder=True)" in advice
+    assert "batch size varies" in advice and "fixed size of 20" in advice and "drops the last partial" in advice
+    _, advice, fix = analyse("test", h, threshold=8)
+    assert fix["remainder"] == "pad" and "pads the last batch's rows" in advice
 
 
-def test_partial_batch_alone_advises_drop_remainder():
+def test_partial_batch_alone_drops_it_in_training_and_pads_it_in_validation():
     epoch = [tokens(64, 10)] * 3 + [tokens(8, 10)]
     h = history_of(epoch * 2, ends_after={3, 7})
     _, advice, fix = analyse("train", h, threshold=8)
-    assert fix == {"kind": "drop_remainder", "rows": 8, "batch_size": 64}
-    assert "drop_remainder=True" in advice
+    assert {k: fix[k] for k in ("kind", "rows", "batch_size", "remainder")} == {
+        "kind": "drop_remainder", "rows": 8, "batch_size": 64, "remainder": "drop"}
+    assert "the fix drops it, so 8 examples per epoch are not trained on" in advice
+    _, advice, fix = analyse("test", h, threshold=8)
+    assert fix["kind"] == "pad_remainder" and fix["remainder"] == "pad"
+    # 200 rows a run, 56 padded rows: unweighted metrics and Keras's loss tracker count them
+    assert "pads it to 64 rows (copies of its last row) that weigh nothing" in advice
+    assert "weighted_metrics=...) stay exact" in advice and "count the 56 padded rows (21.9% of a run's rows)" in advice
+    _, advice, _ = analyse("predict", h, threshold=8)
+    assert "predict returns 56 extra rows at the end: keep the first 200" in advice
 
 
 def test_lengths_and_partial_batch_together():
@@ -219,27 +227,23 @@ def test_more_buckets_never_pad_more():
     assert overheads[-1] < overheads[0]
 
 
-def test_bucket_code_names_the_input():
-    code = bucket_code("x/tokens", 1, [16, 32], 64)
-    assert "lambda x, y: tf.shape(x['tokens'])[0]" in code
-    assert "bucket_boundaries=[17, 33]" in code and "bucket_batch_sizes=[64] * 3" in code
-    assert "tf.shape(x[0])" in bucket_code("x/0", 1, [8], 4)
-
-
-@pytest.mark.parametrize("targets, tops, expect", [
-    ([("x", 1, [16])], ["x", "y"], ["def pad_to_lengths(x, y):", "    x = _pad_up(x, 1, [16])", "return x, y"]),
-    ([("x", 2, [8, 16])], ["x"], ["def pad_to_lengths(x):", "    return x\n"]),
-    ([("x/tokens", 1, [16]), ("x/mask", 1, [16])], ["x", "y", "sample_weight"],
-     ["def pad_to_lengths(x, y, sample_weight):", "    x = dict(x)\n", "x['mask'] = _pad_up(x['mask'], 1, [16])"]),
-    ([("x/1", 1, [16])], ["x", "y"], ["    x = list(x)", "x[1] = _pad_up(x[1], 1, [16])", "    x = tuple(x)"]),
-    ([("x@1", 1, [16]), ("x", 1, [16])], ["x"], ["    x = _pad_up(x, 1, [16])"]),
+@pytest.mark.parametrize("fix, data, expect", [
+    ({"kind": "pad_to_lengths", "targets": [{"path": "x", "axis": 1, "lengths": [16]}], "lengths": [16],
+      "batch_size": 8, "remainder": "drop", "compiles": 1, "padding_overhead": 0.1},
+     "tf.data", "ds = xla_keras.data.apply_fix(ds, {'kind': 'pad_to_lengths', 'targets': [{'path': 'x', 'axis': 1, "
+                "'lengths': [16]}], 'batch_size': 8, 'remainder': 'drop'})"),
+    ({"kind": "fixed_batch_size", "size": 20, "batch_size": 20, "remainder": "pad", "path": "x"}, "arrays",
+     "batches = xla_keras.data.apply_fix(batches, {'kind': 'fixed_batch_size', 'size': 20, 'batch_size': 20, "
+     "'remainder': 'pad'})"),
 ])
-def test_pad_code_for_each_structure(targets, tops, expect):
-    code = pad_code(targets, tops, 3)
+def test_the_fix_code_is_one_call_with_the_fix_written_out(fix, data, expect):
+    code = apply_code(fix, data)
     compile(code, "<fix>", "exec")
-    assert "3 compiles for the shapes seen" in code and "x@1" not in code
-    for line in expect:
-        assert line in code
+    assert code.startswith("import xla_keras\n") and expect in code
+
+
+def test_pad_target_doubles_the_last_length_beyond_the_advised_ones():
+    assert [pad_target(v, [16, 48]) for v in (1, 16, 17, 48, 49, 96, 97, 200)] == [16, 16, 48, 48, 96, 96, 192, 384]
 
 
 # ------------------------------------------------------------------ text
@@ -275,3 +279,23 @@ def test_short_lengths_stay_exact_and_dense_long_tails_terminate():
     boundaries, _ = best_buckets({v: 1 for v in range(1, 5001)}, 4)
     assert time.perf_counter() - start < 5
     assert len(boundaries) <= 4 and boundaries[-1] >= 5000
+
+
+# ------------------------------------------------------------------ compile budget
+
+
+@pytest.mark.parametrize("compiles, seconds, steps, steady, budget, expect", [
+    (8, 3.2, 14, 0.005, 0.1, (2.8, 3.27, 2.8 / 3.27)),     # validation: 8 compiles, 14 steps: far over
+    (2, 0.6, 12_000, 0.002, 0.1, None),                     # one extra compile in a long fit: 1%
+    (1, 0.9, 10, 0.001, 0.1, None),                         # the first compile is XLA's price, never advised
+    (3, 0.3, 100, 0.002, 0.5, None),                        # 0.2 s of 0.5 s = 40%: under a 50% budget
+    (3, 0.3, 100, 0.002, None, None),                       # no budget
+    (4, 0.4, 0, None, 0.1, (0.3, 0.4, 0.75)),               # no steady step measured: compiles are the time
+])
+def test_over_budget_counts_the_compiles_beyond_the_first(compiles, seconds, steps, steady, budget, expect):
+    from xla_keras.advice import over_budget
+    got = over_budget(compiles, seconds, steps, steady, budget)
+    if expect is None:
+        assert got is None
+    else:
+        assert got == pytest.approx(expect, rel=1e-3)

@@ -120,6 +120,8 @@ def test_the_fits_wrote_what_the_checks_below_expect(tab_logdir):
     assert [c["signature"][0]["shape"] for c in shapes] == [[8, 84], [8, 90], [8, 96], [4, 96]]
     assert [c["last_batch"] for c in shapes] == [False, False, False, True]
     assert reports["storm"]["storms"] and reports["storm"]["storms"][0]["fix"].get("code")
+    assert reports["storm"]["storms"][0]["fix"]["real_lengths"]["measured"]
+    assert [a["phase"] for a in reports["shapes"]["advice"]] == ["train"]
     assert reports["interrupted"]["steps"]["train"] == 5
     assert reports["interrupted"]["run_state"] == "interrupted"
     assert any("stopped early" in n and "train step 5" in n for n in reports["interrupted"]["notes"])
@@ -215,17 +217,29 @@ def test_the_xla_tab_in_headless_chromium(tab_server):
             slowest = max(range(len(report["compilations"])), key=lambda i: report["compilations"][i]["seconds"])
             assert int(first) == slowest + 1
             page.screenshot(path=os.path.join(ARTIFACTS, "xla_tab_shapes.png"), full_page=True)
+            # a phase over the compile budget (4 train compiles in a short fit): its advice card
+            assert frame.locator("#budget .budget").count() == len(report["advice"]) >= 1
+            assert report["advice"][0]["advice"][:60] in frame.locator("#budget .budget .advice").first.inner_text()
 
             # the storm: its card shows the advice and the fix code, with a copy button
             _select(frame, "storm")
             storm = reports["storm"]["storms"][0]
             card = frame.locator("#storms .storm").first
             assert frame.locator("#storms .storm").count() == len(reports["storm"]["storms"])
-            assert card.locator(".fix-code").inner_text().strip() == storm["fix"]["code"].strip()
+            assert card.locator(".fix-code").first.inner_text().strip() == storm["fix"]["code"].strip()
             assert storm["advice"][:60] in card.locator(".advice").inner_text()
-            card.locator("button.copy").click()
-            expect(card.locator("button.copy")).not_to_have_text("Copy the fix", timeout=5000)
-            assert card.locator("button.copy").inner_text() in ("Copied", "Selected: press Ctrl-C")
+            card.locator("button.copy").first.click()
+            expect(card.locator("button.copy").first).not_to_have_text("Copy the fix", timeout=5000)
+            assert card.locator("button.copy").first.inner_text() in ("Copied", "Selected: press Ctrl-C")
+            # real padding: as fed, padded to the advised lengths, bucketed; and the bucketing code
+            fix = storm["fix"]
+            real = card.locator(".real-padding")
+            assert real.locator("tr").count() == 4  # header + 3 fixes
+            text = real.inner_text()
+            for key in ("batches_real_padding_overhead", "real_padding_overhead"):
+                assert f"{round(100 * fix[key])}%" in text, key
+            assert f"{round(100 * fix['bucket_by_length']['real_padding_overhead'])}%" in text
+            assert card.locator(".fix-code").nth(1).inner_text().strip() == fix["bucket_by_length"]["code"].strip()
             assert frame.locator("#traces li").count() == len(reports["storm"]["traces"])
             if reports["storm"]["traces"]:
                 assert frame.locator("#traces a.profile-link").count() == len(reports["storm"]["traces"])

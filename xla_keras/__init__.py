@@ -10,7 +10,9 @@ __version__ = "0.2.0.dev0"
 
 __all__ = ["XlaMonitor", "XlaReport", "Compilation", "SlowStep", "Storm", "RecompilationStormError",
            "configure", "doctor", "compare", "CompareTable", "XlaKerasWarning",
-           "LogDirError", "MonitorConfig", "parse_report", "__version__"]
+           "LogDirError", "MonitorConfig", "parse_report", "PhaseAdvice", "data", "__version__"]
+
+_SUBMODULES = ("data",)  # public modules, imported on first use (xla_keras.data.apply_fix)
 
 _LAZY = {
     "XlaMonitor": "monitor",
@@ -27,10 +29,14 @@ _LAZY = {
     "RecompilationStormError": "storms",
     "MonitorConfig": "config",
     "parse_report": "metadata",
+    "PhaseAdvice": "advice",
 }
 
 
 def __getattr__(name):
+    if name in _SUBMODULES:
+        import importlib
+        return importlib.import_module(f".{name}", __name__)
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'xla_keras' has no attribute {name!r}")

@@ -35,6 +35,7 @@ class MonitorConfig:
     update_freq: Union[str, int] = "epoch"
     verbose: int = 1
     max_records: int = 1000
+    compile_budget: Optional[float] = 0.10
 
     def __post_init__(self):
         fix = lambda name, value: object.__setattr__(self, name, value)  # noqa: E731 - frozen
@@ -57,11 +58,26 @@ class MonitorConfig:
         if integer(self.max_records) is None or self.max_records < 1:
             raise ValueError(f"max_records must be an int >= 1; got {self.max_records!r}")
         fix("max_records", integer(self.max_records))
+        fix("compile_budget", _compile_budget(self.compile_budget))
 
     @property
     def steps_per_scalar(self) -> Optional[int]:
         """Write ``xla/step_time_ms`` every this many steady steps; None: once per epoch."""
         return None if self.update_freq == "epoch" else self.update_freq
+
+
+def _compile_budget(budget: Any) -> Optional[float]:
+    if budget is None:
+        return None
+    if not isinstance(budget, bool):
+        try:
+            value = float(budget)
+        except (TypeError, ValueError):
+            value = None
+        if value is not None and 0.0 < value < 1.0:
+            return value
+    raise ValueError(f"compile_budget must be a share of a phase's time in (0, 1), e.g. 0.1, or None (no budget "
+                     f"advice); got {budget!r}")
 
 
 def _profile(profile: Any) -> Union[str, None, Tuple[int, int]]:

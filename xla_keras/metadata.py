@@ -16,6 +16,12 @@ Report schema versions (``xla_report.json``, ``XlaReport.to_dict()``):
 * 4 - ``backend`` ("tensorflow" or "jax"; older reports are TensorFlow's),
   ``other_compilations`` (JAX: executables kept out of the step ledger, as
   totals), ``source`` may be "jax" and ``probe`` "jax.monitoring".
+* 5 - ``advice`` (phases over the compile budget, below the storm threshold:
+  ``advice.PhaseAdvice``); a storm's ``fix`` gains ``targets``, ``batch_size``,
+  ``remainder`` and, for padded inputs, real-length figures
+  (``real_lengths``, ``batches_real_padding_overhead``,
+  ``real_padding_overhead``, ``bucket_by_length``, ``compute_ratio``,
+  ``better_fix``); fix kind "pad_remainder" (validation / predict).
 
 The XLA tab reads the report from the event files, not from the loose JSON
 file (TensorBoard's data provider serves summaries only): the same dict,
@@ -61,7 +67,7 @@ LAYOUT_CHARTS = (
     ("recompilation storms", (TAG_STORM,)),
 )
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 
 def encode_report_data(report_dict: Dict[str, Any]) -> bytes:

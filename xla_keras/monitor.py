@@ -103,6 +103,14 @@ class XlaMonitor(keras.callbacks.Callback):
             levels are accepted; the monitor says nothing per batch).
         max_records: cap on detailed compile and slow-step records kept per
             phase; counts and totals stay exact beyond it.
+        compile_budget: a phase whose compiles beyond its first take more
+            than this share of its time (compiles + steps at the steady step
+            time) gets the storm's advice and fix in ``report.advice`` even
+            below ``storm_threshold`` (a float in (0, 1); None: no such
+            advice). Advice only: it never raises or falls back. 0.1 by
+            default: XLA's steady-step gains are commonly 10-30%, so
+            recompiles above 10% of a phase's time can cancel what XLA brings,
+            while one extra compile in a fit of normal length stays under it.
 
     Raises:
         ValueError / TypeError: at construction, for an argument outside its
@@ -129,7 +137,7 @@ class XlaMonitor(keras.callbacks.Callback):
     model.fit(padded_ds, epochs=5, callbacks=[monitor])
     storm = monitor.report.storms[0]
     print(storm.advice)                        # which input and axis vary, and the fix
-    print(storm.fix["code"])                   # tf.data code that pads to the advised lengths
+    padded_ds = xla_keras.data.apply_fix(padded_ds, storm.fix)  # the fix, applied to the data as batched
     ```
 
     Profiler traces and step-time scalars every 10 steps:
@@ -160,11 +168,11 @@ class XlaMonitor(keras.callbacks.Callback):
 
     def __init__(self, log_dir: Optional[str] = "logs/xla", jit: str = "keep", storm_threshold: int = 8,
                  storm_window: int = 200, on_storm: str = "warn", profile: Any = "auto", update_freq: Any = "epoch",
-                 verbose: int = 1, max_records: int = 1000):
+                 verbose: int = 1, max_records: int = 1000, compile_budget: Optional[float] = 0.10):
         backend = backend_for(keras.backend.backend())  # a class; raises, naming the backend that runs
         super().__init__()
         self.config = MonitorConfig(log_dir, jit, storm_threshold, storm_window, on_storm, profile, update_freq,
-                                    verbose, max_records)
+                                    verbose, max_records, compile_budget)
         self.backend = backend(self.config.jit)
         self._ends_in_wrapper = bool(getattr(self.backend, "ends_calls_in_wrapper", False))
         self._in_cleanup = False
@@ -198,6 +206,7 @@ class XlaMonitor(keras.callbacks.Callback):
     profile = property(lambda self: self.config.profile)
     update_freq = property(lambda self: self.config.update_freq)
     verbose = property(lambda self: self.config.verbose)
+    compile_budget = property(lambda self: self.config.compile_budget)
     max_records = property(lambda self: self.config.max_records)
 
     @property
@@ -422,6 +431,7 @@ class XlaMonitor(keras.callbacks.Callback):
         self.sink.scalars(self.session.end_of_run(phase))
         self.backend.remove(self.model, phase)
         if not self._in_fit:
+            self.session.take_views((phase,))
             self._restore_model()
             self.session.wall.end()
             self._current.ended(interrupted)
@@ -433,6 +443,7 @@ class XlaMonitor(keras.callbacks.Callback):
         self.backend.remove_all(self.model)
         self._restore_model()
         self._in_fit = False
+        self.session.take_views()  # real lengths for the advice: measured at fit end, not at every flush
         self.session.wall.end(at)
 
     def _abort_fit(self) -> None:
@@ -518,6 +529,7 @@ class XlaMonitor(keras.callbacks.Callback):
         jit, session, sink = current.jit_state, current.session, current.sink
         signature = self.backend.signature
         signatures = [signature(b) for b in batches]
+        session.sample_batches(phase, batches)  # a compare per batch; the values are read only for advice
         if self._ends_in_wrapper:  # JAX: the steady case first (a call ends when the next one begins)
             stats = session.phases[phase]
             if (len(signatures) == 1 and current.probe is not None

@@ -12,6 +12,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
+from .advice import PhaseAdvice
 from .metadata import SCHEMA_VERSION
 from .signatures import InputSignature, describe, from_jsonable, to_jsonable
 from .storms import Storm
@@ -127,6 +128,8 @@ class XlaReport:
     compilations_dropped: int = 0
     distinct_signatures: Dict[str, int] = field(default_factory=lambda: dict.fromkeys(PHASES, 0))
     storms: List[Storm] = field(default_factory=list)
+    # Phases whose recompiles cost more than the compile budget, below the storm threshold.
+    advice: List[PhaseAdvice] = field(default_factory=list)
     fallback: Optional[Dict[str, Any]] = None
     steps: Dict[str, int] = field(default_factory=lambda: dict.fromkeys(PHASES, 0))
     steady_step_seconds: Optional[float] = None
@@ -169,6 +172,7 @@ class XlaReport:
             "compilations_dropped": self.compilations_dropped,
             "distinct_signatures": dict(self.distinct_signatures),
             "storms": [s.to_dict() for s in self.storms],
+            "advice": [a.to_dict() for a in self.advice],
             "fallback": self.fallback,
             "steps": dict(self.steps),
             "steady_step_seconds": self.steady_step_seconds,
@@ -196,6 +200,7 @@ class XlaReport:
         known["compilations"] = [Compilation.from_dict(c) for c in d.get("compilations", [])]
         known["slow_steps"] = [SlowStep.from_dict(s) for s in d.get("slow_steps", [])]
         known["storms"] = [Storm.from_dict(s) for s in d.get("storms", [])]
+        known["advice"] = [PhaseAdvice.from_dict(a) for a in d.get("advice", [])]
         return cls(**known)
 
     def to_json(self) -> str:
@@ -265,6 +270,8 @@ def render(report: XlaReport) -> str:
                                          if worst else ""))
     for storm in report.storms:
         lines.append(f"  STORM ({storm.phase}, step {storm.step}, {storm.action}): {storm.advice}")
+    for item in report.advice:
+        lines.append(f"  ADVICE ({item.phase}): {item.advice}")
     if report.fallback:
         lines.append(f"  fallback        : {report.fallback['reason']}")
         cost = fallback_cost(report.fallback)
@@ -352,6 +359,9 @@ def render_markdown(report: XlaReport) -> str:
         for storm in report.storms:
             out.append(f"- **{storm.phase}, step {storm.step}** ({storm.count} new shapes, action "
                        f"`{storm.action}`): {storm.advice}")
+    if report.advice:
+        out += ["", "### Compile budget"]
+        out += [f"- **{item.phase}**: {item.advice}" for item in report.advice]
     if report.fallback:
         out += ["", f"**fallback:** {report.fallback['reason']}"]
         cost = fallback_cost(report.fallback)

@@ -21,9 +21,11 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
+from .advice import PhaseAdvice, SampleView, analyse, budget_text, over_budget
 from .compiles import CompileLedger
 from .config import MonitorConfig
 from .jitmodes import JitState, ProbeFacts, verdict
+from .lengths import BatchSample
 from .metadata import (
     TAG_COMPILATIONS,
     TAG_COMPILE_TIME,
@@ -38,7 +40,6 @@ from .storms import (
     ShapeHistory,
     Storm,
     StormDetector,
-    analyse,
     batch_rows,
     partial_batch_note,
     train_vs_validation_note,
@@ -119,6 +120,8 @@ class PhaseStats:
     def __init__(self, max_records: int):
         self.timing = PhaseTiming()
         self.history = ShapeHistory()
+        self.sample = BatchSample()   # a bounded reservoir of host batches, for real lengths
+        self.view: Optional[SampleView] = None  # the sample as last measured (storm open, fit end)
         self.step = 0                 # global 1-based step of the last batch run
         self.steps_run = 0            # batches run under the monitor
         self.last_new_step = 0
@@ -249,6 +252,7 @@ class SessionSnapshot:
     notes: Tuple[str, ...]
     wall_seconds: float
     fallback: Optional[dict]
+    advice: Tuple[PhaseAdvice, ...] = ()
 
 
 class Session:
@@ -268,7 +272,8 @@ class Session:
         self._analysis: Dict[str, tuple] = {}  # phase -> (key, analysis)
         self._function_models: Dict[str, int] = {}  # id of the model each phase's function belongs to
         self._forced: set = set()  # phases whose function the monitor itself dropped or rebuilt
-        self.data_kind = "tf.data"  # what the storm fix's code is written for (storms.DATA_KINDS)
+        self.data_kind = "tf.data"  # what the storm fix's code is written for (advice.DATA_KINDS)
+        self._views_taken = 0
 
     # ------------------------------------------------------------ functions
 
@@ -563,11 +568,28 @@ class Session:
         stats.epoch_steady_sum, stats.epoch_steady_n = 0.0, 0
         return scalars
 
+    # ---------------------------------------------------------------- real lengths
+
+    def sample_batches(self, phase: str, batches: Sequence[object]) -> None:
+        """Every call's batches pass here: a compare per batch, a reference kept now and then."""
+        self.phases[phase].sample.offer(batches)
+
+    def take_views(self, phases: Sequence[str] = PHASES) -> None:
+        """Freeze what the samples hold, for the advice's real lengths: only when a storm opens and
+        when a fit (evaluate, predict) ends, never at a periodic flush."""
+        for phase in phases:
+            sample = self.phases[phase].sample
+            if sample.seen:
+                self._views_taken += 1
+                self.phases[phase].view = SampleView(tuple(sample.kept), sample.seen, self._views_taken,
+                                                     sample.reason_unsampled())
+
     # ---------------------------------------------------------------- storms
 
     def open_storm(self, phase: str, step: int, count: int, window_start: int, action: str) -> Storm:
         stats = self.phases[phase]
-        varying, advice, fix = analyse(phase, stats.history, self.config.storm_threshold, self.data_kind)
+        self.take_views((phase,))
+        varying, advice, fix = self._analyse(phase)
         storm = Storm(phase, step, count, varying, advice, fix, compiles=stats.compile_count,
                       compile_seconds=stats.compile_seconds(), steady_step_seconds=stats.timing.median_seconds,
                       window_start=window_start, action=action)
@@ -598,14 +620,37 @@ class Session:
         phase has seen so far (more data than at the moment it opened).
         Cached until the phase sees a new signature: reports are built at
         every flush."""
-        history = self.phases[storm.phase].history
-        key = (len(history.signatures), history.runs, self.data_kind)  # analyse reads only these
-        cached = self._analysis.get(storm.phase)
-        if cached is None or cached[0] != key:
-            cached = self._analysis[storm.phase] = (key, analyse(storm.phase, history, self.config.storm_threshold,
-                                                                 self.data_kind))
-        varying, advice, fix = cached[1]
+        varying, advice, fix = self._analyse(storm.phase)
         return dataclasses.replace(storm, varying=varying, advice=advice, fix=fix)
+
+    def _analyse(self, phase: str) -> tuple:
+        stats = self.phases[phase]
+        history, view = stats.history, stats.view
+        key = (len(history.signatures), history.runs, self.data_kind, view.version if view else None)
+        cached = self._analysis.get(phase)
+        if cached is None or cached[0] != key:  # analyse reads only these
+            cached = self._analysis[phase] = (key, analyse(phase, history, self.config.storm_threshold,
+                                                           self.data_kind, view))
+        return cached[1]
+
+    def _budget_advice(self, storm_phases: set) -> Tuple[PhaseAdvice, ...]:
+        """Phases below the storm threshold whose recompiles cost more than the compile budget."""
+        out = []
+        for phase, stats in self.phases.items():
+            if phase in storm_phases:
+                continue
+            over = over_budget(stats.compile_count, stats.compile_seconds(), stats.steps_run,
+                               stats.timing.median_seconds, self.config.compile_budget)
+            if over is None:
+                continue
+            varying, advice, fix = self._analyse(phase)
+            if fix.get("kind") == "unknown":
+                continue  # nothing in the shapes explains the compiles: no fix to offer
+            item = PhaseAdvice(phase, stats.compile_count, stats.compile_seconds(), *over,
+                               self.config.compile_budget, varying, advice, fix)
+            item.advice = budget_text(phase, item)
+            out.append(item)
+        return tuple(out)
 
     # ---------------------------------------------------------------- report
 
@@ -621,7 +666,8 @@ class Session:
                                          stats.value_compiles, stats.rebuilds, stats.history)
         storms = tuple(self._refreshed(s) for s in self.storms)
         return SessionSnapshot(phases, self.ledger.distinct_signatures(), storms, tuple(self.notes.texts),
-                               self.wall.seconds(), self._fallback_view())
+                               self.wall.seconds(), self._fallback_view(),
+                               self._budget_advice({s.phase for s in storms}))
 
 
 
@@ -668,6 +714,7 @@ def build_report(snapshot: SessionSnapshot, context: ReportContext) -> XlaReport
     if context.refused:
         report.jit_active, report.jit_reason = None, context.refused
     report.storms = list(snapshot.storms)
+    report.advice = list(snapshot.advice)
     report.fallback = snapshot.fallback
     report.traces = list(context.traces)
     report.cache_saved_seconds = context.cache_saved_seconds
@@ -695,7 +742,7 @@ def _phase_notes(snapshot: SessionSnapshot) -> List[str]:
                          "tf.reduce_mean over the ragged axis), so XLA compiles per distinct row lengths, not per "
                          "shape. Fix: pad to dense batches (padded_batch, RaggedTensor.to_tensor) or compute from the "
                          "row splits with gathers")
-    storm_phases = {s.phase for s in snapshot.storms}
+    storm_phases = {s.phase for s in snapshot.storms} | {a.phase for a in snapshot.advice}  # advice says it all
     for name, phase in snapshot.phases.items():
         note = partial_batch_note(name, phase.history) if name not in storm_phases else None
         if note and phase.compile_count:

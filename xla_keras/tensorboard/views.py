@@ -116,6 +116,7 @@ def status(report: Dict[str, Any]) -> Dict[str, Any]:
         "break_even_steps": report.get("break_even_steps"),
         "cache_saved_seconds": report.get("cache_saved_seconds"),
         "probe": report.get("probe"), "storms": len(report.get("storms") or []),
+        "advice": len(report.get("advice") or []),
         "fallback": report.get("fallback"), "versions": report.get("versions") or {},
         "run_state": report.get("run_state"),
         "backend": report.get("backend") or "tensorflow",
@@ -133,7 +134,43 @@ def storms(report: Dict[str, Any]) -> List[Dict[str, Any]]:
             "count": s.get("count"), "compiles": s.get("compiles"), "compile_seconds": s.get("compile_seconds"),
             "steady_step_seconds": s.get("steady_step_seconds"), "action": s.get("action"),
             "advice": s.get("advice", ""), "varying": s.get("varying") or [],
-            "fix_kind": fix.get("kind"), "fix_code": fix.get("code"), "fix": fix,
+            "fix_kind": fix.get("kind"), "fix_code": fix.get("code"), "fix": fix, "real": real_padding(fix),
+        })
+    return cards
+
+
+def real_padding(fix: Dict[str, Any]) -> Optional[Dict[str, Any]]:
+    """The fix's real-length figures, for a table: padding against real tokens as fed, after the
+    pad fix and after bucketing, which saves more, and why nothing was measured when it was not."""
+    real = fix.get("real_lengths")
+    if not isinstance(real, dict):
+        return None
+    if not real.get("measured"):
+        return {"measured": False, "reason": real.get("reason", "")}
+    bucket = fix.get("bucket_by_length") or {}
+    return {"measured": True, "path": real.get("path"), "sampled_batches": real.get("sampled_batches"),
+            "batches_seen": real.get("batches_seen"), "mean": real.get("mean"),
+            "rows": [{"fix": "as fed", "lengths": None, "compiles": None,
+                      "overhead": fix.get("batches_real_padding_overhead")},
+                     {"fix": "pad_to_lengths", "lengths": fix.get("lengths"), "compiles": fix.get("compiles"),
+                      "overhead": fix.get("real_padding_overhead")}]
+            + ([{"fix": "bucket_by_length", "lengths": bucket.get("lengths"), "compiles": bucket.get("compiles"),
+                 "overhead": bucket.get("real_padding_overhead")}] if bucket else []),
+            "better_fix": fix.get("better_fix"), "compute_ratio": fix.get("compute_ratio"),
+            "bucket_code": bucket.get("code")}
+
+
+def budget_advice(report: Dict[str, Any]) -> List[Dict[str, Any]]:
+    """A card per phase over the compile budget (below the storm threshold): advice and fix."""
+    cards = []
+    for a in report.get("advice") or []:
+        fix = a.get("fix") or {}
+        cards.append({
+            "phase": a.get("phase"), "compiles": a.get("compiles"), "compile_seconds": a.get("compile_seconds"),
+            "recompile_seconds": a.get("recompile_seconds"), "wall_seconds": a.get("wall_seconds"),
+            "share": a.get("share"), "budget": a.get("budget"), "advice": a.get("advice", ""),
+            "varying": a.get("varying") or [], "fix_kind": fix.get("kind"), "fix_code": fix.get("code"), "fix": fix,
+            "real": real_padding(fix),
         })
     return cards
 
@@ -181,6 +218,9 @@ def check(report: Any) -> Any:
     for i, s in enumerate(report.get("storms") or []):
         for key in ("step", "count", "compiles", "compile_seconds", "steady_step_seconds", "window_start"):
             _number(s.get(key), f"storms[{i}].{key}")
+    for i, a in enumerate(report.get("advice") or []):
+        for key in ("compiles", "compile_seconds", "recompile_seconds", "wall_seconds", "share", "budget"):
+            _number(a.get(key), f"advice[{i}].{key}")
     return report
 
 
@@ -220,5 +260,5 @@ def run_view(run: str, report: Dict[str, Any], written: Optional[Dict[str, Any]]
                         "seconds include them, the ledger and the timeline show the first "
                         f"{len(report.get('compilations') or [])}")
     return {"run": run, "status": status(report), "ledger": ledger(report.get("compilations") or []),
-            "storms": storms(report), "traces": traces(report, run), "notes": list(report.get("notes") or []),
-            "messages": messages, "written": written}
+            "storms": storms(report), "advice": budget_advice(report), "traces": traces(report, run),
+            "notes": list(report.get("notes") or []), "messages": messages, "written": written}

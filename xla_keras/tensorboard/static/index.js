@@ -106,6 +106,7 @@ function draw(root) {
   detail.appendChild(timeline(view, state.steps));
   detail.appendChild(ledgerTable(root, view));
   detail.appendChild(stormCards(view.storms));
+  if ((view.advice || []).length) detail.appendChild(budgetCards(view.advice));
   detail.appendChild(traceLinks(view.traces));
   if (view.notes.length) {
     detail.appendChild(el('section', {id: 'notes'}, [el('h3', {}, 'Notes'),
@@ -295,18 +296,64 @@ function stormCards(storms) {
       el('p', {class: 'advice'}, s.advice),
       el('ul', {}, s.varying.map((v) => el('li', {}, `${v.path} axis ${v.axis}: ${v.min}..${v.max} ` +
                                                      `(${v.n_values} values)`)))]);
-    if (s.fix_code) {
-      const code = el('pre', {class: 'fix-code'}, el('code', {}, s.fix_code));
-      const button = el('button', {class: 'copy', type: 'button'}, 'Copy the fix');
-      button.addEventListener('click', () => copy(s.fix_code, button));
-      card.appendChild(el('div', {class: 'fix'}, [el('div', {class: 'card-title'}, `Fix: ${s.fix_kind}`), button,
-                                                   code]));
-    } else if (s.fix_kind) {
-      card.appendChild(el('div', {class: 'fix'}, `Fix: ${s.fix_kind} ${JSON.stringify(s.fix)}`));
-    }
+    appendFix(card, s);
     section.appendChild(card);
   }
   return section;
+}
+
+// Phases over the compile budget, below the storm threshold: advice only.
+function budgetCards(items) {
+  const section = el('section', {id: 'budget'}, [el('h3', {}, `Compile budget (${items.length})`)]);
+  for (const a of items) {
+    const numbers = `${a.compiles} compiles; ${seconds(a.recompile_seconds)} beyond the first = ` +
+      `${pct(a.share)} of ${seconds(a.wall_seconds)} (budget ${pct(a.budget)})`;
+    const card = el('div', {class: 'budget card'}, [
+      el('div', {class: 'card-title'}, `Over budget (${a.phase})`),
+      el('div', {class: 'storm-numbers'}, numbers),
+      el('p', {class: 'advice'}, a.advice)]);
+    appendFix(card, a);
+    section.appendChild(card);
+  }
+  return section;
+}
+
+function pct(x) {
+  return x === null || x === undefined ? 'n/a' : `${Math.round(100 * x)}%`;
+}
+
+function codeBlock(title, text) {
+  const code = el('pre', {class: 'fix-code'}, el('code', {}, text));
+  const button = el('button', {class: 'copy', type: 'button'}, 'Copy the fix');
+  button.addEventListener('click', () => copy(text, button));
+  return el('div', {class: 'fix'}, [el('div', {class: 'card-title'}, title), button, code]);
+}
+
+function appendFix(card, s) {
+  if (s.fix_code) {
+    card.appendChild(codeBlock(`Fix: ${s.fix_kind}`, s.fix_code));
+  } else if (s.fix_kind) {
+    card.appendChild(el('div', {class: 'fix'}, `Fix: ${s.fix_kind} ${JSON.stringify(s.fix)}`));
+  }
+  const real = s.real;
+  if (!real) return;
+  if (!real.measured) {
+    card.appendChild(el('div', {class: 'real-padding muted'}, `Real lengths not measured: ${real.reason}`));
+    return;
+  }
+  const rows = real.rows.map((r) => el('tr', {}, [
+    el('td', {}, r.fix), el('td', {}, r.lengths ? `[${r.lengths.join(', ')}]` : '—'),
+    el('td', {}, r.compiles === null ? '—' : String(r.compiles)), el('td', {}, pct(r.overhead))]));
+  const sampled = `${real.sampled_batches} of ${real.batches_seen} batches sampled, mean real length ${real.mean}`;
+  card.appendChild(el('div', {class: 'real-padding'}, [
+    el('div', {class: 'card-title'}, `Padding against real tokens of ${real.path} (${sampled})`),
+    el('table', {}, [el('tr', {}, ['fix', 'lengths', 'compiles', 'padding vs real'].map((h) => el('th', {}, h))),
+                     ...rows]),
+    el('div', {class: 'better'}, real.better_fix === 'bucket_by_length' ?
+       `Bucketing by real length saves more compute: ${Number(real.compute_ratio).toFixed(2)}x fewer padded ` +
+       'tokens per epoch.' :
+       'Padding the batches is as good as bucketing here.')]));
+  if (real.bucket_code) card.appendChild(codeBlock('Alternative: bucket_by_length', real.bucket_code));
 }
 
 async function copy(text, button) {

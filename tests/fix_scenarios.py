@@ -1,0 +1,150 @@
+"""Storm fixes applied with ``xla_keras.data`` on fresh models, counted in XLA's own dump.
+
+Run by tests/test_fix_ground_truth.py in a subprocess (XLA_FLAGS must be set before the
+backend is imported), under ``KERAS_BACKEND`` tensorflow (tf.data pipelines) or jax (numpy
+batches and PyDatasets, no TensorFlow in the fix):
+
+    python tests/fix_scenarios.py OUT.json DUMP_DIR
+
+Each scenario first fits a model whose data storms (or, for the compile budget, whose
+validation alone recompiles), takes the advised fix from the report, applies it with
+``xla_keras.data`` to the same data and fits a fresh model on the result. ``dump`` lists the
+modules XLA dumped during that second fit only. The generator's exact token counts are
+written next to the stated ones.
+"""
+
+import json
+import os
+import sys
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from jax_scenarios import Batches, module_name  # noqa: E402 - tests/ is on the path now
+
+BACKEND = os.environ.get("KERAS_BACKEND", "tensorflow")
+
+
+def _modules(dump_dir):
+    if not os.path.isdir(dump_dir):
+        return set()
+    return {f for f in os.listdir(dump_dir) if f.endswith(".before_optimizations.txt")}
+
+
+def sequences(rng, n, low, high):
+    """(token ids 1..97, label) examples of ``low``..``high - 1`` tokens, and their lengths."""
+    lengths = rng.integers(low, high, size=n)
+    return [(np.arange(k, dtype=np.int32) % 97 + 1, np.float32(k % 2)) for k in lengths], lengths
+
+
+def unbatched(examples):
+    if BACKEND != "tensorflow":
+        return list(examples)
+    import tensorflow as tf
+    return tf.data.Dataset.from_generator(lambda: iter(examples), output_signature=(
+        tf.TensorSpec((None,), tf.int32), tf.TensorSpec((), tf.float32)))
+
+
+def batched(examples, size):
+    """Batches of ``size`` (the last one partial), each padded (0) to its longest sequence."""
+    if BACKEND == "tensorflow":
+        return unbatched(examples).padded_batch(size)
+    out = []
+    for i in range(0, len(examples), size):
+        part = examples[i:i + size]
+        x = np.zeros((len(part), max(len(s) for s, _ in part)), np.int32)
+        for row, (s, _) in enumerate(part):
+            x[row, :len(s)] = s
+        out.append((x, np.array([y for _, y in part], np.float32)))
+    return Batches(out)
+
+
+def text_model():
+    import keras
+    keras.utils.set_random_seed(0)
+    # mask_zero: padding is invisible to the model, so the fixed pipelines score like the original
+    model = keras.Sequential([keras.Input((None,), dtype="int32"), keras.layers.Embedding(100, 8, mask_zero=True),
+                              keras.layers.GlobalAveragePooling1D(), keras.layers.Dense(1)])
+    # weighted_metrics: the padded rows of a fixed validation pipeline weigh 0 there
+    model.compile("adam", "mse", weighted_metrics=["mae"], jit_compile=True)
+    return model
+
+
+def fit(model, data, monitor, **kwargs):
+    kwargs.setdefault("epochs", 2)
+    model.fit(data, verbose=0, callbacks=[monitor], shuffle=False, **kwargs)
+    return monitor.report.to_dict()
+
+
+def monitored(**kwargs):
+    import xla_keras
+    kwargs.setdefault("log_dir", None)
+    return xla_keras.XlaMonitor(verbose=0, **kwargs)
+
+
+def fixed_fit(dump_dir, data, **kwargs):
+    """A fresh model fitted on ``data``: its report and the modules XLA dumped meanwhile."""
+    before = _modules(dump_dir)
+    report = fit(text_model(), data, monitored(), **kwargs)
+    return {"report": report, "dump": sorted(module_name(f) for f in _modules(dump_dir) - before)}
+
+
+def main(out_path, dump_dir):
+    import warnings
+
+    import xla_keras
+    warnings.simplefilter("ignore")
+    rng = np.random.default_rng(0)
+    results = {}
+
+    # Padded sequences storm: pad to the advised lengths, then bucket by real length.
+    examples, lengths = sequences(rng, 400, 5, 91)
+    storming = fit(text_model(), batched(examples, 16), monitored(storm_threshold=4), epochs=1)
+    fix = storming["storms"][0]["fix"]
+    fed = sum(len(examples[i:i + 16]) * max(lengths[i:i + 16]) for i in range(0, 400, 16))
+    results["storm"] = {"report": storming, "real_tokens": int(lengths.sum()), "fed_tokens": int(fed)}
+    results["pad"] = fixed_fit(dump_dir, xla_keras.data.apply_fix(batched(examples, 16), fix))
+    results["bucket"] = fixed_fit(dump_dir, xla_keras.data.bucket_by_length(unbatched(examples), fix))
+
+    # Batch sizes 16..23: one fixed size.
+    sized = []
+    for size in range(16, 24):
+        x = rng.integers(1, 97, size=(size, 12)).astype(np.int32)
+        sized.append((x, np.ones(size, np.float32)))
+    if BACKEND == "tensorflow":
+        import tensorflow as tf
+        sized_data = tf.data.Dataset.from_generator(lambda: iter(sized), output_signature=(
+            tf.TensorSpec((None, 12), tf.int32), tf.TensorSpec((None,), tf.float32)))
+    else:
+        sized_data = Batches(sized)
+    storming = fit(text_model(), sized_data, monitored(storm_threshold=4), epochs=1)
+    fix = storming["storms"][0]["fix"]
+    results["batch_size"] = fixed_fit(dump_dir, xla_keras.data.apply_fix(sized_data, fix))
+    results["batch_size"]["storm"] = storming
+
+    # Validation alone recompiles (a few lengths and its own partial batch), below the threshold:
+    # the compile budget's advice, applied to the validation data only.
+    train_examples, _ = sequences(rng, 256, 40, 41)  # one length: training compiles once
+    val_examples, val_lengths = sequences(rng, 100, 5, 60)
+    train = batched(train_examples, 32)
+    budget = fit(text_model(), train, monitored(), validation_data=batched(val_examples, 16))
+    advice = budget["advice"]
+    results["budget"] = {"report": budget, "real_tokens": int(val_lengths.sum())}
+    if advice:
+        fixed_val = xla_keras.data.apply_fix(batched(val_examples, 16), advice[0]["fix"])
+        run = fixed_fit(dump_dir, train, validation_data=fixed_val)
+        # The padded rows weigh nothing: the same model scores the same on both pipelines.
+        model = text_model()
+        model.fit(train, epochs=1, verbose=0)
+        run["mae"] = {"original": model.evaluate(batched(val_examples, 16), verbose=0, return_dict=True)["mae"],
+                      "fixed": model.evaluate(fixed_val, verbose=0, return_dict=True)["mae"]}
+        results["budget_fixed"] = run
+
+    results["tensorflow_imported"] = "tensorflow" in sys.modules
+    with open(out_path, "w") as f:
+        json.dump(results, f)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2])

@@ -1,0 +1,116 @@
+"""Storm fixes applied with ``xla_keras.data.apply_fix`` / ``bucket_by_length`` on fresh models:
+the compiles fall to the number the advice states, counted in XLA's own dump, and the stated
+real padding equals the generator's exact token counts. One subprocess per Keras backend
+(tests/fix_scenarios.py), both run side by side."""
+
+import collections
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+pytest.importorskip("keras")
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+BACKENDS = ("tensorflow", "jax")
+
+pytestmark = pytest.mark.scenario
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("fixes")
+    procs = {}
+    for backend in BACKENDS:
+        if backend == "jax":
+            pytest.importorskip("jax")
+        out, dump = root / f"{backend}.json", root / f"dump-{backend}"
+        env = dict(os.environ, KERAS_BACKEND=backend, XLA_FLAGS=f"--xla_dump_to={dump}", CUDA_VISIBLE_DEVICES="",
+                   PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""), TF_CPP_MIN_LOG_LEVEL="2")
+        env.pop("TF_XLA_FLAGS", None)
+        procs[backend] = (subprocess.Popen([sys.executable, os.path.join(HERE, "fix_scenarios.py"), str(out),
+                                            str(dump)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                           text=True), out)
+    results = {}
+    for backend, (proc, out) in procs.items():
+        stdout, stderr = proc.communicate(timeout=900)
+        assert proc.returncode == 0, f"{backend} fix scenarios failed:\n{stdout[-2000:]}\n{stderr[-6000:]}"
+        with open(out) as f:
+            results[backend] = json.load(f)
+    return results
+
+
+def _xla_modules(run, backend):
+    """Modules of the model's step programs XLA dumped during the fit (JAX: its step modules only;
+    helper executables such as metric updates are not steps)."""
+    if backend == "jax":
+        return collections.Counter(name for name in run["dump"] if name.endswith("_step"))
+    return collections.Counter({"all": len(run["dump"])})
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_the_padding_fix_compiles_as_advised(runs, backend):
+    results = runs[backend]
+    fix = results["storm"]["report"]["storms"][0]["fix"]
+    run = results["pad"]
+    assert fix["kind"] == "pad_to_lengths" and fix["remainder"] == "drop"
+    modules = sum(_xla_modules(run, backend).values())
+    assert modules == run["report"]["compilation_count"]["train"] == fix["compiles"]
+    assert run["report"]["storms"] == []
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_bucketing_by_real_length_compiles_once_per_bucket(runs, backend):
+    results = runs[backend]
+    bucket = results["storm"]["report"]["storms"][0]["fix"]["bucket_by_length"]
+    run = results["bucket"]
+    modules = sum(_xla_modules(run, backend).values())
+    assert modules == run["report"]["compilation_count"]["train"] == bucket["compiles"] < 8
+    assert run["report"]["storms"] == []
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_the_batch_size_fix_compiles_once(runs, backend):
+    run = runs[backend]["batch_size"]
+    fix = run["storm"]["storms"][0]["fix"]
+    assert fix["kind"] == "fixed_batch_size" and fix["size"] in range(16, 24)
+    assert sum(_xla_modules(run, backend).values()) == run["report"]["compilation_count"]["train"] == 1
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_stated_real_padding_equals_the_exact_token_count(runs, backend):
+    storm = runs[backend]["storm"]
+    fix = storm["report"]["storms"][0]["fix"]
+    real = fix["real_lengths"]
+    assert real["measured"] and real["real_tokens"] == storm["real_tokens"]  # every batch sampled: exact
+    assert fix["batches_real_padding_overhead"] == pytest.approx(storm["fed_tokens"] / storm["real_tokens"] - 1,
+                                                                 abs=1e-4)
+    assert fix["real_padding_overhead"] > fix["bucket_by_length"]["real_padding_overhead"]
+    assert fix["better_fix"] == "bucket_by_length"
+    assert "Bucketing saves more compute" in storm["report"]["storms"][0]["advice"]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_validation_over_the_compile_budget_gets_the_advice_and_its_fix_works(runs, backend):
+    budget = runs[backend]["budget"]
+    report = budget["report"]
+    assert report["storms"] == [] and report["compilation_count"]["train"] == 1
+    (advice,) = report["advice"]
+    assert advice["phase"] == "test" and advice["share"] > advice["budget"] == 0.1
+    assert advice["compiles"] == report["compilation_count"]["test"] >= 3
+    fix = advice["fix"]
+    assert fix["kind"] == "pad_to_lengths" and fix["remainder"] == "pad" and fix["drop_remainder"] is False
+    assert fix["real_lengths"]["real_tokens"] == 2 * budget["real_tokens"]  # two validation runs, all sampled
+    assert "Compile budget (test)" in advice["advice"] and "weigh nothing" in advice["advice"]
+    fixed = runs[backend]["budget_fixed"]
+    counts = fixed["report"]["compilation_count"]
+    assert counts["test"] == fix["compiles"] and counts["train"] == 1 and fixed["report"]["advice"] == []
+    if backend == "jax":
+        assert _xla_modules(fixed, backend) == {"jit_train_step": 1, "jit_test_step": fix["compiles"]}
+    else:
+        assert sum(_xla_modules(fixed, backend).values()) == 1 + fix["compiles"]
+    # Zero-weight padded rows: the metric over the fixed pipeline is the metric over the original.
+    assert fixed["mae"]["fixed"] == pytest.approx(fixed["mae"]["original"], rel=1e-5)
