@@ -2,7 +2,8 @@
 
 Fixed workload (issue #3): 4,000 synthetic token sequences with lengths uniform
 in 8..256, vocabulary 5,000, `padded_batch(32)`, Embedding(5000, 32) ->
-GlobalAveragePooling1D -> Dense(1), jit on, 3 epochs. Side by side in one run:
+GlobalAveragePooling1D -> Dense(1), jit on, 3 epochs (`--model conv` adds two
+Conv1D(128, 5) layers, so compute grows with the padded tokens). Side by side in one run:
 
   storm     jit="on", padded_batch(32): a new padded length almost every batch
   fix       jit="on", `xla_keras.data.apply_fix(padded_batch(32), storm.fix)`:
@@ -34,6 +35,9 @@ def main(argv=None):
     parser.add_argument("--quick", action="store_true", help="small run that only proves the script works")
     parser.add_argument("--sequences", type=int, default=4000)
     parser.add_argument("--epochs", type=int, default=3)
+    parser.add_argument("--model", choices=("pool", "conv"), default="pool",
+                        help="pool: Embedding -> pooling -> Dense (the issue #3 workload: input-bound, compute "
+                             "per token tiny); conv: two Conv1D(128, 5) layers first (compute grows with tokens)")
     args = parser.parse_args(argv)
     if args.quick:
         args.sequences, args.epochs = 480, 2
@@ -53,7 +57,9 @@ def main(argv=None):
             tf.TensorSpec((None,), tf.int32), tf.TensorSpec((), tf.float32)))
 
     def model():
-        m = keras.Sequential([keras.Input((None,), dtype="int32"), keras.layers.Embedding(5000, 32),
+        convs = ([keras.layers.Conv1D(128, 5, padding="same", activation="relu"),
+                  keras.layers.Conv1D(128, 5, padding="same", activation="relu")] if args.model == "conv" else [])
+        m = keras.Sequential([keras.Input((None,), dtype="int32"), keras.layers.Embedding(5000, 32), *convs,
                               keras.layers.GlobalAveragePooling1D(), keras.layers.Dense(1)])
         m.compile("adam", "binary_crossentropy")
         return m
@@ -108,8 +114,8 @@ def main(argv=None):
     storm_epoch1 = results["storm"][0].epochs[0]
     off_step = statistics.median(results["jit off"][0].steps)
     off_epoch = statistics.median(results["jit off"][0].epochs[1:])
-    print(f"{args.sequences} sequences, lengths 8..256, padded_batch(32), {args.epochs} epochs, "
-          f"{real_tokens} real tokens per epoch")
+    print(f"model {args.model}, {args.sequences} sequences, lengths 8..256, padded_batch(32), {args.epochs} "
+          f"epochs, {real_tokens} real tokens per epoch")
     if fix is not None:
         print(f"advised fix: pad to {fix['lengths']} ({fix['compiles']} compile(s), "
               f"{fix['padding_overhead']:.0%} more padding than the batches seen)")
@@ -129,7 +135,8 @@ def main(argv=None):
         epoch = statistics.median(times.epochs[1:]) if len(times.epochs) > 1 else float("nan")
         print(f"{name:10s} {times.epochs[0]:10.2f} {storm_epoch1 / times.epochs[0]:8.1f}x "
               f"{report.total_compilations:9d} {step * 1e3:16.2f} {step / off_step:10.2f}x "
-              f"{epoch:16.2f} {epoch / off_epoch:10.2f}x {padded_tokens[name]:13d} {padded_tokens[name] / real_tokens:7.2f}x")
+              f"{epoch:16.2f} {epoch / off_epoch:10.2f}x {padded_tokens[name]:13d} "
+              f"{padded_tokens[name] / real_tokens:7.2f}x")
     return results
 
 
