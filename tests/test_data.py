@@ -614,3 +614,19 @@ def test_numpy_path_needs_no_tensorflow():
     result = subprocess.run([sys.executable, "-c", NO_TF_SCRIPT], env=env, cwd=REPO, capture_output=True,
                             text=True, timeout=300)
     assert result.returncode == 0 and result.stdout.strip().endswith("OK"), result.stderr[-3000:]
+
+
+def test_bucket_by_length_refuses_batched_data_when_the_fix_knows_the_rank():
+    fix = {"kind": "bucket_by_length", "length_of": {"path": "x", "axis": 1, "rank": 2}, "lengths": [8, 16],
+           "targets": [{"path": "x", "axis": 1}], "batch_size": 2, "remainder": "drop"}
+    batched = [(np.ones((2, 5), np.int32), np.ones((2,), np.float32))]
+    with pytest.raises(ValueError, match="takes single examples: input 'x' has 2 axes here.*before you batch"):
+        xd.bucket_by_length(batched, fix)
+    examples = [(np.ones((n,), np.int32), np.float32(1)) for n in (3, 5, 9, 12)]
+    assert len(xd.bucket_by_length(examples, fix)) == 2
+    tf = pytest.importorskip("tensorflow")
+    ds = tf.data.Dataset.from_generator(lambda: iter(examples), output_signature=(
+        tf.TensorSpec((None,), tf.int32), tf.TensorSpec((), tf.float32)))
+    with pytest.raises(ValueError, match="takes single examples"):
+        xd.bucket_by_length(ds.padded_batch(2), fix)
+    assert len(list(xd.bucket_by_length(ds, fix))) == 2

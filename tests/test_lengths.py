@@ -6,7 +6,7 @@ import collections
 import numpy as np
 import pytest
 
-from xla_keras.advice import SampleView, analyse
+from xla_keras.advice import SampleView, analyse, bucket_epoch
 from xla_keras.buckets import best_buckets, pad_target
 from xla_keras.lengths import BatchSample, countable_leaves, real_lengths
 from xla_keras.signatures import signature_of
@@ -133,10 +133,14 @@ def test_real_padding_figures_match_exact_token_counts():
     bucketed = sum(pad_target(v, bucket["lengths"]) * c for v, c in histogram.items())
     assert bucket["real_padding_overhead"] == pytest.approx(bucketed / real - 1, abs=1e-4)
     assert bucket["real_padding_overhead"] <= 0.20 < fix["real_padding_overhead"]
-    assert fix["compute_ratio"] == pytest.approx(padded_to / bucketed, abs=1e-4)
+    # Tokens per example computed: the pad fix over bucketing, whose partial batches are dropped.
+    epoch = bucket_epoch(dict(histogram), bucket["lengths"], 480, 16, "drop")
+    assert fix["compute_ratio"] == pytest.approx((padded_to / 480) / (epoch.tokens / epoch.kept), abs=1e-4)
+    assert fix["compute_ratio"] == pytest.approx(padded_to / bucketed, rel=0.02)  # drops barely move it
     assert fix["better_fix"] == "bucket_by_length" and "Bucketing saves more compute" in advice
     assert f"padding adds {fed / real - 1:.0%} to the batches as fed" in advice
-    assert bucket["dropped_per_epoch_max"] == len(bucket["lengths"]) * 15 and bucket["remainder"] == "drop"
+    assert bucket["dropped_per_epoch"] == round(epoch.dropped) and bucket["remainder"] == "drop"
+    assert bucket["length_of"] == {"path": "x", "axis": 1, "rank": 2}
 
 
 def test_a_sample_of_many_batches_estimates_the_real_padding():
@@ -187,6 +191,25 @@ def test_validation_pads_the_remainder_of_each_bucket():
     view = SampleView(tuple(sample.kept), sample.seen, 1, None)
     _, advice, fix = analyse("test", history, 8, view=view)
     assert fix["remainder"] == "pad" and fix["drop_remainder"] is False and fix["batch_size"] == 16
-    assert fix["bucket_by_length"]["remainder"] == "pad" and "dropped_per_epoch_max" not in fix["bucket_by_length"]
+    bucket = fix["bucket_by_length"]
+    assert bucket["remainder"] == "pad" and "dropped_per_epoch" not in bucket and bucket["padded_rows_per_epoch"] > 0
     assert "pads it to 16 rows (copies of its last row) that weigh nothing" in advice
-    assert "each bucket's last batch is padded" in advice
+    assert f"each bucket's last batch is padded: about {bucket['padded_rows_per_epoch']} rows per run" in advice
+    # predict: no bucketing (it would reorder the outputs), and no talk of sample weights
+    _, advice, fix = analyse("predict", history, 8, view=view)
+    assert "bucket_by_length" not in fix and "would reorder the outputs" in advice
+    assert "sample_weight" not in advice and "keep the first" in advice
+
+
+@pytest.mark.parametrize("histogram, bounds, per_epoch, remainder, expect", [
+    # 100 examples: 60 short, 34 middle, 6 long; batches of 16. Dropping: the 6 long ones would never
+    # fill a batch, so the last bucket absorbs the middle one (40 -> 48 + 6 = 40 in one bucket).
+    ({10: 60, 30: 34, 50: 6}, [10, 30, 50], 100, "drop", ([10, 50], 16 * 3 * 10 + 32 * 50, 80, 20, 0)),
+    ({10: 60, 30: 34, 50: 6}, [10, 30, 50], 100, "pad", ([10, 30, 50], 64 * 10 + 48 * 30 + 16 * 50, 100, 0, 28)),
+    ({10: 16, 20: 16}, [10, 20], 32, "drop", ([10, 20], 160 + 320, 32, 0, 0)),
+    ({10: 5, 20: 40}, [10, 20], 45, "drop", ([20], 32 * 20, 32, 13, 0)),  # a sparse first bucket goes up
+])
+def test_a_bucket_that_fills_no_batch_is_merged_when_partial_batches_are_dropped(histogram, bounds, per_epoch,
+                                                                                   remainder, expect):
+    epoch = bucket_epoch(histogram, bounds, per_epoch, 16, remainder)
+    assert (epoch.bounds, epoch.tokens, epoch.kept, epoch.dropped, epoch.padded_rows) == pytest.approx(expect)

@@ -13,7 +13,7 @@ fix, so the advice can say which saves more.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from .buckets import TARGET_PADDING_OVERHEAD, _pad_to, best_buckets, pad_target
 from .lengths import RealLengths, measure
@@ -154,14 +154,15 @@ class Remainder:
                     "(a different one each epoch when the data is shuffled).")
         share = f" ({pad / (self.rows_per_run + pad):.1%} of a run's rows)" if self.rows_per_run else ""
         if phase != "test":
-            where = f"predict returns {pad} extra rows at the end: keep the first {self.rows_per_run or 'n'}"
-        else:
-            where = (f"metrics passed as compile(weighted_metrics=...) stay exact; unweighted metrics and Keras's "
-                     f"loss tracker count the {pad} padded rows{share}")
+            return (f" The last batch of each run also has {self.rows} rows instead of {self.batch_size} (one "
+                    f"extra compile): the fix pads it to {self.batch_size} rows with copies of its last row, so "
+                    f"predict returns {pad} extra rows at the end: keep the first {self.rows_per_run or 'n'} "
+                    "(drop_remainder=True would lose predictions).")
         return (f" The last batch of each run also has {self.rows} rows instead of {self.batch_size} (one extra "
                 f"compile): the fix pads it to {self.batch_size} rows (copies of its last row) that weigh nothing "
-                f"(sample_weight 0), keeping every example ({where}); drop_remainder=True would drop examples "
-                "from the results.")
+                "(sample_weight 0), keeping every example (metrics passed as compile(weighted_metrics=...) stay "
+                f"exact; unweighted metrics and Keras's loss tracker count the {pad} padded rows{share}); "
+                "drop_remainder=True would drop examples from the results.")
 
 
 def _remainder(phase: str, history: ShapeHistory, partial: Dict[int, Tuple[int, int]]) -> Optional[Remainder]:
@@ -187,7 +188,7 @@ def _zeros(overhead: float) -> str:
 def real_length_figures(axis: _Axis, lengths: Sequence[int], view: Optional[SampleView], threshold: int,
                         batch_size: Optional[int], phase: str, data: str,
                         targets: Sequence[Dict[str, Any]], bucketable: bool,
-                        pad_compiles: int) -> Tuple[Dict[str, Any], str]:
+                        pad_compiles: int, costs: Optional["Costs"] = None) -> Tuple[Dict[str, Any], str]:
     """Fix fields and advice text from the real lengths of ``axis`` (or an input that varies with it):
     the padding of the batches as fed and after the pad fix, against real tokens, and the bucketing
     alternative computed on the real length distribution."""
@@ -220,6 +221,8 @@ def real_length_figures(axis: _Axis, lengths: Sequence[int], view: Optional[Samp
             f"padding adds {_pct(fed_overhead)} to the batches as fed ({_zeros(fed_overhead)}) and "
             f"{_pct(pad_overhead)} once padded to {list(lengths)} ({_zeros(pad_overhead)}).")
     if not bucketable:
+        if phase == "predict":
+            text += " (Bucketing by length is not offered for predict: it would reorder the outputs.)"
         return fields, text
     k, bounds, overhead = 1, *best_buckets(histogram, 1)
     while overhead > TARGET_PADDING_OVERHEAD and k + 1 < threshold:
@@ -227,41 +230,124 @@ def real_length_figures(axis: _Axis, lengths: Sequence[int], view: Optional[Samp
         if len(more) == len(bounds):
             break
         k, bounds, overhead = k + 1, more, more_overhead
-    bucket_tokens = measured.bucketed_tokens(lambda v: pad_target(v, bounds))
-    bucket_overhead = bucket_tokens / real - 1
+    per_epoch = (costs.rows_per_run if costs and costs.rows_per_run
+                 else rows * max(1.0, measured.seen / max(1, measured.sampled)))
     remainder = REMAINDER[phase]
-    bucket = {"kind": "bucket_by_length", "length_of": {"path": measured.path, "axis": measured.axis},
+    epoch = bucket_epoch(histogram, bounds, per_epoch, batch_size, remainder)
+    bounds = epoch.bounds
+    real_per_row = real / rows
+    pad_per_row = measured.padded_tokens(lambda fed: pad_target(fed, lengths)) / rows
+    # Per example computed (dropped examples cost nothing, padded rows do): the compute comparison.
+    bucket_per_row = epoch.tokens / epoch.kept if epoch.kept else float("inf")
+    bucket_overhead = measured.bucketed_tokens(lambda v: pad_target(v, bounds)) / real - 1
+    bucket = {"kind": "bucket_by_length",
+              "length_of": {"path": measured.path, "axis": measured.axis, "rank": measured.rank},
               "lengths": bounds, "targets": [{"path": t["path"], "axis": t["axis"]} for t in targets],
               "batch_size": batch_size, "remainder": remainder, "compiles": len(bounds),
-              "real_padding_overhead": round(bucket_overhead, 4)}
-    if remainder == "drop" and batch_size:
-        bucket["dropped_per_epoch_max"] = len(bounds) * (batch_size - 1)
+              "real_padding_overhead": round(bucket_overhead, 4), "examples_per_epoch": round(per_epoch)}
+    if remainder == "drop":
+        bucket["dropped_per_epoch"] = round(epoch.dropped)
+    else:
+        bucket["padded_rows_per_epoch"] = round(epoch.padded_rows)
     bucket["code"] = bucket_code(bucket, data)
-    saving = 1 - bucket_tokens / pad_tokens if pad_tokens else 0.0
+    ratio = pad_per_row / bucket_per_row if bucket_per_row else 0.0
+    saving = 1 - 1 / ratio if ratio else 0.0
     better = "bucket_by_length" if saving >= BETTER_BY else "pad_to_lengths"
-    fields.update({"bucket_by_length": bucket, "compute_ratio": round(pad_tokens / bucket_tokens, 4),
-                   "better_fix": better})
-    dropped = (f"; each bucket's last partial batch is dropped: up to {_examples(bucket['dropped_per_epoch_max'])} "
-               "per epoch" if "dropped_per_epoch_max" in bucket else "; each bucket's last batch is padded")
-    text += (f" Bucketing the examples by real length to {bounds} ({_compiles(len(bounds))}{dropped}) adds "
+    fields.update({"bucket_by_length": bucket, "compute_ratio": round(ratio, 4), "better_fix": better})
+    if remainder == "drop":
+        of = (f"of {round(per_epoch)} per epoch" if not costs or costs.whole_run
+              else f"of the {round(per_epoch)} seen so far")
+        rows_words = f"; the partial batch of each bucket is dropped: about {_examples(round(epoch.dropped))} {of}"
+    else:
+        rows_words = (f"; each bucket's last batch is padded: about {round(epoch.padded_rows)} rows per run that "
+                      "unweighted metrics and the loss tracker count")
+    text += (f" Bucketing the examples by real length to {bounds} ({_compiles(len(bounds))}{rows_words}) adds "
              f"{_pct(bucket_overhead)}.")
     if better == "bucket_by_length":
         extra = len(bounds) - pad_compiles
-        text += (f" Bucketing saves more compute: {pad_tokens / bucket_tokens:.2f}x fewer padded tokens per epoch "
-                 f"than padding the batches ({saving:.0%} less"
-                 + (f", for {_compiles(extra)} more" if extra > 0 else "")
-                 + "): `xla_keras.data.bucket_by_length(examples, "
-                 "fix)` on the examples before batching.")
+        zeros_pad, zeros_bucket = pad_per_row - real_per_row, bucket_per_row - real_per_row
+        text += (f" Bucketing saves more compute: {ratio:.2f}x fewer tokens computed per example than padding the "
+                 f"batches ({saving:.0%} less"
+                 + (f"; the padding zeros fall {zeros_pad / zeros_bucket:.1f}x" if zeros_bucket > 0 else "")
+                 + (f"; for {_compiles(extra)} more" if extra > 0 else "") + ")")
+        payback = _payback(extra, costs, measured, pad_per_row, bucket_per_row, per_epoch)
+        text += (payback + ": `xla_keras.data.bucket_by_length(examples, fix)` on the examples before "
+                 "batching.")
     else:
-        text += f" Padding the batches is as good (bucketing would save {saving:.0%} of the padded tokens)."
+        text += f" Padding the batches is as good (bucketing would save {saving:.0%} of the tokens computed)."
     return fields, text
+
+
+class Costs(NamedTuple):
+    """What a phase's compiles and steps cost, for the advice's trade-offs."""
+
+    rows_per_run: Optional[int]          # examples per epoch (or evaluate / predict run)
+    mean_compile_seconds: Optional[float]
+    steady_step_seconds: Optional[float]
+    whole_run: bool = True               # False: no run has ended yet, rows_per_run is what was seen so far
+
+
+class BucketEpoch(NamedTuple):
+    bounds: List[int]
+    tokens: float       # tokens computed per epoch
+    kept: float         # examples computed per epoch (dropped ones excluded)
+    dropped: float
+    padded_rows: float
+
+
+def bucket_epoch(histogram: Dict[int, int], bounds: Sequence[int], per_epoch: float, batch_size: Optional[int],
+                 remainder: str) -> BucketEpoch:
+    """One epoch of bucketing by length, expected from the sampled length distribution. With
+    ``remainder="drop"`` a bucket that fills no batch would never be trained on: its boundary is
+    removed (its examples go up to the next bucket; a sparse last bucket absorbs the one below)."""
+    total = sum(histogram.values())
+    bounds = list(bounds)
+    b = batch_size or 1
+
+    def counts(bs):
+        n = [0.0] * len(bs)
+        for v, c in histogram.items():
+            n[next((i for i, x in enumerate(bs) if v <= x), len(bs) - 1)] += c * per_epoch / total
+        return n
+
+    n = counts(bounds)
+    while remainder == "drop" and len(bounds) > 1 and min(n) < b:
+        i = min(range(len(n)), key=lambda j: n[j])
+        del bounds[i if i < len(bounds) - 1 else i - 1]
+        n = counts(bounds)
+    tokens = kept = dropped = padded = 0.0
+    for x, m in zip(bounds, n):
+        full = (m // b) * b if remainder == "drop" else -(-m // b) * b
+        tokens += full * x
+        kept += min(full, m)
+        dropped += max(0.0, m - full)
+        padded += max(0.0, full - m)
+    return BucketEpoch(bounds, tokens, kept, dropped, padded)
+
+
+def _payback(extra: int, costs: Optional["Costs"], measured: RealLengths, pad_per_row: float,
+             bucket_per_row: float, per_epoch: float) -> str:
+    """When bucketing's extra compiles are repaid, if step time follows the tokens computed."""
+    if extra <= 0 or not costs or not costs.mean_compile_seconds or not costs.steady_step_seconds:
+        return ""
+    fed_per_row = measured.fed_tokens() / measured.rows()
+    seconds_per_token = costs.steady_step_seconds / (fed_per_row * measured.rows() / measured.sampled)
+    saved_per_epoch = seconds_per_token * (pad_per_row - bucket_per_row) * per_epoch
+    if saved_per_epoch <= 0:
+        return ""
+    cost = extra * costs.mean_compile_seconds
+    epochs = cost / saved_per_epoch
+    when = f"{epochs:.1f}" if epochs < 10 else f"{epochs:.0f}"
+    return (f"; if step time follows the tokens, its {extra} extra compiles (~{cost:.1f} s) are repaid after "
+            f"~{when} epochs")
 
 
 # ------------------------------------------------------------------ analysis
 
 
 def analyse(phase: str, history: ShapeHistory, threshold: int, data: str = "tf.data",
-            view: Optional[SampleView] = None) -> Tuple[List[Dict[str, Any]], str, Dict[str, Any]]:
+            view: Optional[SampleView] = None,
+            costs: Optional[Costs] = None) -> Tuple[List[Dict[str, Any]], str, Dict[str, Any]]:
     """Cause, advice and fix from everything the phase has seen. ``data``: "tf.data", or
     "arrays" (numpy, generators, PyDataset under Keras's JAX backend): the fix's code then
     needs no TensorFlow. ``view``: sampled batches to measure real lengths on.
@@ -281,7 +367,7 @@ def analyse(phase: str, history: ShapeHistory, threshold: int, data: str = "tf.d
     rows_fix = {"batch_size": batch_size, "remainder": REMAINDER[phase] if batch_size else None}
     if length_axes:
         return varying, *_pad_advice(phase, length_axes, batch_axes, sigs, threshold, data, view, rows_fix,
-                                     partial_text)
+                                     partial_text, costs)
     if batch_axes:
         a = batch_axes[0]
         d = a.describe()
@@ -314,7 +400,8 @@ def analyse(phase: str, history: ShapeHistory, threshold: int, data: str = "tf.d
 
 def _pad_advice(phase: str, length_axes: List[_Axis], batch_axes: List[_Axis],
                 sigs: Sequence[Tuple[InputSignature, int]], threshold: int, data: str,
-                view: Optional[SampleView], rows_fix: Dict[str, Any], partial_text: str):
+                view: Optional[SampleView], rows_fix: Dict[str, Any], partial_text: str,
+                costs: Optional[Costs] = None):
     buckets, overhead, compiles = choose_buckets(length_axes, sigs, threshold)
     first = length_axes[0]
     targets = []
@@ -340,10 +427,10 @@ def _pad_advice(phase: str, length_axes: List[_Axis], batch_axes: List[_Axis],
     pad_targets = "; ".join(f"'{a.path}' axis {a.axis} to {b}" for a, b in zip(length_axes, buckets))
     rows = ("batch to a fixed size" if rows_fix["remainder"] == "drop"
             else "keep every example") if rows_fix["batch_size"] else "batch to a fixed size"
-    bucketable = len(length_axes) == 1 and first.axis >= 1
+    bucketable = len(length_axes) == 1 and first.axis >= 1 and phase != "predict"  # predict: order matters
     real_fields, real_text = real_length_figures(first, buckets[0], view, threshold, rows_fix["batch_size"], phase,
                                                  data, [t for t in targets if t["lengths"] == buckets[0]],
-                                                 bucketable, compiles)
+                                                 bucketable, compiles, costs)
     fix.update(real_fields)
     advice = (f"{names[0].upper()}{names[1:]}. Fix: {rows} and pad {pad_targets}: "
               f"`xla_keras.data.apply_fix(data, fix)` on the data as you batched it "
@@ -395,14 +482,17 @@ class PhaseAdvice:
 
 
 def over_budget(compiles: int, compile_seconds: float, steps: int, steady_seconds: Optional[float],
-                budget: Optional[float]) -> Optional[Tuple[float, float, float]]:
+                budget: Optional[float],
+                first_compile_seconds: Optional[float] = None) -> Optional[Tuple[float, float, float]]:
     """(recompile seconds, wall seconds, share) when a phase's compiles beyond its first cost more
-    than ``budget`` of its time, else None. The first compile is the price of XLA itself; the
-    others are what stable shapes would save. Wall time = compiles + steps at the steady step time
+    than ``budget`` of its time, else None (``first_compile_seconds``: measured, when recorded).
+    The first compile is the price of XLA itself; the others are what stable shapes would save.
+    Wall time = compiles + steps at the steady step time
     (the same on both backends, where a JAX step's own end is not observable)."""
     if budget is None or compiles < 2 or compile_seconds <= 0:
         return None
-    recompile = compile_seconds * (compiles - 1) / compiles
+    recompile = (compile_seconds - first_compile_seconds if first_compile_seconds is not None
+                 else compile_seconds * (compiles - 1) / compiles)  # the mean, when the first is not recorded
     wall = compile_seconds + steps * (steady_seconds or 0.0)
     share = recompile / wall
     return (recompile, wall, share) if share > budget else None
@@ -412,4 +502,5 @@ def budget_text(phase: str, item: PhaseAdvice) -> str:
     words = {"train": "training", "test": "validation / evaluate", "predict": "predict"}[phase]
     return (f"Compile budget ({phase}): {words} compiled {item.compiles} times, {item.recompile_seconds:.2f} s "
             f"beyond the first compile = {item.share:.0%} of its {item.wall_seconds:.2f} s (budget "
-            f"{item.budget:.0%}; below the storm threshold, so no storm). {item.advice}")
+            f"{item.budget:.0%}; below the storm threshold, so no storm; judged on this fit's time: compiles are "
+            f"paid once, padding every epoch). {item.advice}")

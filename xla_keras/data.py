@@ -55,6 +55,16 @@ class _Bucketing(NamedTuple):
     targets: Tuple[_Target, ...]
     batch_size: int
     remainder: Optional[str]
+    rank: Optional[int] = None  # the length leaf's rank in a batch, when the fix says (an example: one less)
+
+
+def _check_rank(spec: "_Bucketing", rank: Optional[int]) -> None:
+    """Batched data handed to bucket_by_length would be grouped as if each batch were one example."""
+    if spec.rank is not None and rank is not None and rank != spec.rank - 1:
+        raise ValueError(
+            f"bucket_by_length takes single examples: input {spec.path!r} has {rank} axes here, but an example "
+            f"of the data the fix was made for has {spec.rank - 1} (a batch has {spec.rank}). Pass the data "
+            "before you batch it (e.g. the dataset before .padded_batch(...)).")
 
 
 def _check_fix(fix: Any) -> str:
@@ -173,7 +183,9 @@ def _bucketing(fix: Any, batch_size: Optional[int]) -> _Bucketing:
     remainder = fix.get("remainder", outer.get("remainder"))
     if remainder not in _REMAINDERS:
         raise ValueError(f"The fix's 'remainder' must be 'drop', 'pad' or None; got {remainder!r}.")
-    return _Bucketing(path, axis, table, targets, batch_size, remainder)
+    rank = length_of.get("rank")
+    rank = _count(rank, "the rank of the bucket_by_length fix's 'length_of'", 1) if rank is not None else None
+    return _Bucketing(path, axis, table, targets, batch_size, remainder, rank)
 
 
 # ------------------------------------------------------------------ structures
@@ -448,6 +460,7 @@ def _bucket_tf(ds: Any, spec: _Bucketing) -> Any:
     tf = _tf()
     ops = _TfOps(tf)
     table = tf.constant(spec.table, tf.int32)
+    _check_rank(spec, _leaf_at(ds.element_spec, spec.path).shape.rank)
 
     def key(element: Any) -> Any:
         real = ops.real_length(_leaf_at(element, spec.path), spec.axis - 1)
@@ -660,6 +673,8 @@ def _bucket_numpy(data: Any, spec: _Bucketing) -> Any:
     elements = _read_all(data, "bucket_by_length", _EXAMPLES_HINT)
     open_buckets: Dict[int, list] = {}
     groups = []
+    if elements:
+        _check_rank(spec, np.ndim(_leaf_at(elements[0], spec.path)))
     for element in elements:
         real = _NUMPY.real_length(_leaf_at(element, spec.path), spec.axis - 1)
         bucket = bisect.bisect_left(spec.table, real)

@@ -171,6 +171,7 @@ class RealLengths:
     batches: List[Tuple[int, np.ndarray]]
     sampled: int
     seen: int
+    rank: int = 2  # the leaf's rank in a batch (an example has one axis fewer)
 
     def histogram(self) -> Dict[int, int]:
         counts: Dict[int, int] = {}
@@ -217,11 +218,12 @@ def measure(sample: BatchSample, candidates: Sequence[Tuple[str, int]]) -> Optio
     for path, axis in candidates:
         if "@" in path or axis < 1:
             continue
-        batches = []
+        batches, rank = [], 2
         for leaves in sample.kept:
             array = leaves.get(path)
             if array is not None and axis < len(array.shape):
                 batches.append((int(array.shape[axis]), real_lengths(array, axis)))
+                rank = len(array.shape)
         if batches:
-            return RealLengths(path, axis, batches, len(batches), sample.seen)
+            return RealLengths(path, axis, batches, len(batches), sample.seen, rank)
     return None

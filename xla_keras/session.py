@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
-from .advice import PhaseAdvice, SampleView, analyse, budget_text, over_budget
+from .advice import Costs, PhaseAdvice, SampleView, analyse, budget_text, over_budget
 from .compiles import CompileLedger
 from .config import MonitorConfig
 from .jitmodes import JitState, ProbeFacts, verdict
@@ -628,10 +628,18 @@ class Session:
         history, view = stats.history, stats.view
         key = (len(history.signatures), history.runs, self.data_kind, view.version if view else None)
         cached = self._analysis.get(phase)
-        if cached is None or cached[0] != key:  # analyse reads only these
+        if cached is None or cached[0] != key:  # analyse reads only these (and the costs of that moment)
             cached = self._analysis[phase] = (key, analyse(phase, history, self.config.storm_threshold,
-                                                           self.data_kind, view))
+                                                           self.data_kind, view, self._costs(stats)))
         return cached[1]
+
+    @staticmethod
+    def _costs(stats: PhaseStats) -> Costs:
+        rows = sum((batch_rows(sig) or 0) * stats.history.batches.get(fp, 0)
+                   for fp, sig in stats.history.signatures.items())
+        per_run = rows // stats.history.runs if stats.history.runs else rows  # so far, in the first run
+        mean = stats.compile_seconds() / stats.compile_count if stats.compile_count else None
+        return Costs(per_run or None, mean, stats.timing.median_seconds, bool(stats.history.runs))
 
     def _budget_advice(self, storm_phases: set) -> Tuple[PhaseAdvice, ...]:
         """Phases below the storm threshold whose recompiles cost more than the compile budget."""
@@ -639,8 +647,9 @@ class Session:
         for phase, stats in self.phases.items():
             if phase in storm_phases:
                 continue
+            first = stats.records[0].seconds if stats.records and stats.records[0].source in MEASURED else None
             over = over_budget(stats.compile_count, stats.compile_seconds(), stats.steps_run,
-                               stats.timing.median_seconds, self.config.compile_budget)
+                               stats.timing.median_seconds, self.config.compile_budget, first)
             if over is None:
                 continue
             varying, advice, fix = self._analyse(phase)
