@@ -418,8 +418,9 @@ def _pad_advice(phase: str, length_axes: List[_Axis], batch_axes: List[_Axis],
         fix["per_input"] = [{"path": a.path, "axis": a.axis, "lengths": b} for a, b in zip(length_axes, buckets)]
     fix["code"] = apply_code(fix, data)
 
-    def together(a: _Axis) -> str:
-        return f" (with {', '.join(repr(o) for o in a.also)})" if a.also else ""
+    def together(a: _Axis) -> str:  # co-varying leaves, kept as "path:axis" in the fix's varying list
+        named = (f"'{o.rsplit(':', 1)[0]}' axis {o.rsplit(':', 1)[1]}" for o in a.also)
+        return f" (with {', '.join(named)})" if a.also else ""
 
     names = "; ".join(
         f"input '{a.path}' axis {a.axis}{together(a)} varies ({d['min']}..{d['max']}, {d['n_values']} values)"
