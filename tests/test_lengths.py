@@ -213,3 +213,19 @@ def test_a_bucket_that_fills_no_batch_is_merged_when_partial_batches_are_dropped
                                                                                    remainder, expect):
     epoch = bucket_epoch(histogram, bounds, per_epoch, 16, remainder)
     assert (epoch.bounds, epoch.tokens, epoch.kept, epoch.dropped, epoch.padded_rows) == pytest.approx(expect)
+
+
+def test_a_sample_that_cannot_be_read_is_stated_not_raised():
+    class Broken:
+        shape, dtype, device = (2, 5), np.dtype("int32"), "/device:CPU:0"
+
+        def numpy(self):
+            raise RuntimeError("gone")
+
+    history = ShapeHistory()
+    for n in range(5, 14):
+        history.observe(signature_of(np.zeros((2, n), np.int32)))
+    view = SampleView(({"x": Broken()},), 9, 1, None)
+    _, advice, fix = analyse("train", history, 8, view=view)
+    assert fix["kind"] == "pad_to_lengths" and fix["real_lengths"]["measured"] is False
+    assert "reading the sampled batches failed (RuntimeError: gone)" in advice

@@ -195,10 +195,15 @@ def real_length_figures(axis: _Axis, lengths: Sequence[int], view: Optional[Samp
     if view is None:
         return {}, ""
     candidates = [(axis.path, axis.axis)] + [(o.rsplit(":", 1)[0], int(o.rsplit(":", 1)[1])) for o in axis.also]
-    measured = view.measure(candidates) if not view.unsampled else None
+    try:
+        measured = view.measure(candidates) if not view.unsampled else None
+        failed = None
+    except Exception as error:  # noqa: BLE001 - a figure of the advice, never a reason to fail the report
+        measured, failed = None, f"reading the sampled batches failed ({type(error).__name__}: {error})"
     if measured is None or measured.real_tokens() <= 0:
-        reason = view.unsampled or ("no integer or mask input varies with it (real lengths are counted as the "
-                                    "nonzero positions of token ids or a mask)")
+        reason = failed or view.unsampled or (
+            "no integer or mask input varies with it (real lengths are counted as the nonzero positions of "
+            "token ids or a mask)")
         return ({"real_lengths": {"measured": False, "reason": reason}},
                 f" Real lengths not measured: {reason}.")
     real = measured.real_tokens()
