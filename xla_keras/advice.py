@@ -47,13 +47,7 @@ class SampleView:
     unsampled: Optional[str] = None  # why nothing was sampled
 
     def measure(self, candidates: Sequence[Tuple[str, int]]) -> Optional[RealLengths]:
-        holder = _Kept(self.kept, self.seen)
-        return measure(holder, candidates)
-
-
-class _Kept:
-    def __init__(self, kept, seen):
-        self.kept, self.seen = kept, seen
+        return measure(self, candidates)  # a view has the sample's kept batches and count
 
 
 def choose_buckets(axes: List[_Axis], signatures: Sequence[Tuple[InputSignature, int]],

@@ -100,7 +100,6 @@ class BatchSample:
         self.kept: List[Dict[str, Any]] = []
         self.seen = 0
         self.on_device = 0       # batches examined that lived on a device: not sampled
-        self.version = 0         # changes when the kept batches change
         self._bytes = 0
         self._rng = random.Random(seed)
         self._next: Optional[int] = 0  # 0-based index of the next batch to examine; None: stopped
@@ -129,7 +128,6 @@ class BatchSample:
                 self._schedule()
             return
         size = sum(int(a.nbytes) if hasattr(a, "nbytes") else int(np.prod(a.shape)) * 8 for a in leaves.values())
-        self.version += 1
         if len(self.kept) < self.capacity and (self._bytes + size <= self.max_bytes or not self.kept):
             self.kept.append(leaves)
             self._bytes += size
@@ -212,8 +210,9 @@ def real_lengths(array: Any, axis: int) -> np.ndarray:
     return nonzero.sum(axis=axis).astype(np.int64)
 
 
-def measure(sample: BatchSample, candidates: Sequence[Tuple[str, int]]) -> Optional[RealLengths]:
-    """Real lengths of the first candidate ``(path, axis)`` that the sample holds as a countable
+def measure(sample: Any, candidates: Sequence[Tuple[str, int]]) -> Optional[RealLengths]:
+    """Real lengths of the first candidate ``(path, axis)`` that ``sample`` (anything with ``kept`` and
+    ``seen``: a BatchSample or a frozen view of one) holds as a countable
     leaf (tokens, then a co-varying mask or ids), or None."""
     for path, axis in candidates:
         if "@" in path or axis < 1:

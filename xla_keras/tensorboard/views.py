@@ -126,17 +126,17 @@ def status(report: Dict[str, Any]) -> Dict[str, Any]:
 
 def storms(report: Dict[str, Any]) -> List[Dict[str, Any]]:
     """A card per storm: the advice, the numbers, the fix and its code."""
-    cards = []
-    for s in report.get("storms") or []:
-        fix = s.get("fix") or {}
-        cards.append({
-            "phase": s.get("phase"), "step": s.get("step"), "window_start": s.get("window_start"),
-            "count": s.get("count"), "compiles": s.get("compiles"), "compile_seconds": s.get("compile_seconds"),
-            "steady_step_seconds": s.get("steady_step_seconds"), "action": s.get("action"),
-            "advice": s.get("advice", ""), "varying": s.get("varying") or [],
-            "fix_kind": fix.get("kind"), "fix_code": fix.get("code"), "fix": fix, "real": real_padding(fix),
-        })
-    return cards
+    return [{"step": s.get("step"), "window_start": s.get("window_start"), "count": s.get("count"),
+             "compiles": s.get("compiles"), "compile_seconds": s.get("compile_seconds"),
+             "steady_step_seconds": s.get("steady_step_seconds"), "action": s.get("action"), **_advised(s)}
+            for s in report.get("storms") or []]
+
+
+def _advised(item: Dict[str, Any]) -> Dict[str, Any]:
+    """What storm and budget cards share: the phase, the advice, what varies and the fix."""
+    fix = item.get("fix") or {}
+    return {"phase": item.get("phase"), "advice": item.get("advice", ""), "varying": item.get("varying") or [],
+            "fix_kind": fix.get("kind"), "fix_code": fix.get("code"), "fix": fix, "real": real_padding(fix)}
 
 
 def real_padding(fix: Dict[str, Any]) -> Optional[Dict[str, Any]]:
@@ -162,17 +162,10 @@ def real_padding(fix: Dict[str, Any]) -> Optional[Dict[str, Any]]:
 
 def budget_advice(report: Dict[str, Any]) -> List[Dict[str, Any]]:
     """A card per phase over the compile budget (below the storm threshold): advice and fix."""
-    cards = []
-    for a in report.get("advice") or []:
-        fix = a.get("fix") or {}
-        cards.append({
-            "phase": a.get("phase"), "compiles": a.get("compiles"), "compile_seconds": a.get("compile_seconds"),
-            "recompile_seconds": a.get("recompile_seconds"), "wall_seconds": a.get("wall_seconds"),
-            "share": a.get("share"), "budget": a.get("budget"), "advice": a.get("advice", ""),
-            "varying": a.get("varying") or [], "fix_kind": fix.get("kind"), "fix_code": fix.get("code"), "fix": fix,
-            "real": real_padding(fix),
-        })
-    return cards
+    return [{"compiles": a.get("compiles"), "compile_seconds": a.get("compile_seconds"),
+             "recompile_seconds": a.get("recompile_seconds"), "wall_seconds": a.get("wall_seconds"),
+             "share": a.get("share"), "budget": a.get("budget"), **_advised(a)}
+            for a in report.get("advice") or []]
 
 
 def traces(report: Dict[str, Any], run: str) -> List[Dict[str, Any]]:
