@@ -27,6 +27,7 @@ RUNS = {
     "partial_batch-keep-env-auto-jit": ("partial_batch", "keep",
                                         {"env_flags": "--tf_xla_auto_jit=2 --tf_xla_cpu_global_jit"}),
     "mirrored-auto-env": ("mirrored", "autoclustering", {"env_flags": "--tf_xla_cpu_global_jit"}),
+    "mirrored-fastest": ("mirrored", "fastest", {}),
 }
 
 

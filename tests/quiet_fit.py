@@ -1,6 +1,6 @@
 """One fit, bare or monitored, for tests/test_quiet.py: its stderr is what a user sees.
 
-    python tests/quiet_fit.py bare|monitored LOG_DIR
+    python tests/quiet_fit.py bare|monitored|default|fastest LOG_DIR
 
 A storm workload (padded batches of varying length, jit_compile=True), with validation, so the
 monitor probes many steps and opens a profiler trace window: every source of profiler lines.
@@ -11,7 +11,33 @@ import sys
 import numpy as np
 
 
+def fastest_fit(mode, log_dir):
+    """Keras's default (no XLA on a CPU), bare or under jit='fastest' with a trial that tries XLA
+    (its rules set for a short fit: three rounds, then a tie)."""
+    import math
+
+    import keras
+    rng = np.random.default_rng(0)
+    x, y = rng.random((32 * 120, 16), dtype=np.float32), rng.random((32 * 120, 1), dtype=np.float32)
+    model = keras.Sequential([keras.Input((16,)), keras.layers.Dense(8), keras.layers.Dense(1)])
+    model.compile("adam", "mse")
+    callbacks = []
+    if mode == "fastest":
+        import xla_keras
+        from xla_keras import fastest
+        fastest.MIN_STEPS_LEFT, fastest.TRIAL_BUDGET = 0, math.inf
+        fastest.EARLY_RATIO = fastest.FAR_APART = fastest.MIN_GAIN = math.inf
+        fastest.MIN_ROUNDS = fastest.MAX_ROUNDS = 3
+        callbacks = [xla_keras.XlaMonitor(log_dir=log_dir, jit="fastest", verbose=0)]
+    model.fit(x, y, batch_size=32, epochs=1, verbose=0, callbacks=callbacks)
+    if callbacks:
+        assert callbacks[0].report.jit_decision["switches"] == 6, callbacks[0].report.jit_decision
+    print("FIT_DONE", file=sys.stderr)
+
+
 def main(mode, log_dir):
+    if mode in ("default", "fastest"):
+        return fastest_fit(mode, log_dir)
     import keras
     import tensorflow as tf
     rng = np.random.default_rng(0)

@@ -22,6 +22,7 @@ EXPECT = {
     "strategy_overhead.py": ["Mirrored (2 logical CPUs)", "MultiWorker (2 workers)", "eager pull", "vs bare"],
     "step_path.py": ["XlaMonitor(update_freq='epoch')", "XlaMonitor(update_freq='batch')", "us per step"],
     "tab_backend.py": ["the ledger has 100 rows", "opening the tab", "ms of backend time"],
+    "fastest.py": ["backend=tensorflow", "fastest / better", "mlp", "cnn", "storm", "rounds: off"],
     # Keras's JAX backend: the overhead beside a bare JAX fit, and the accelerator check run on CPU.
     "overhead.py --backend jax --model mlp": ["backend=jax", "XlaMonitor()", "vs bare"],
     "gpu_check.py": ["devices: 1 x cpu", "train: monitor 8, dump 8  ok", "test : monitor 2, dump 2  ok",
@@ -39,7 +40,7 @@ def quick_runs():
                               capture_output=True, text=True, timeout=600, env=env)
 
     # The slowest first, so that the pairs finish together.
-    order = ["cold_start.py", "strategy_overhead.py", "storm_payoff.py", "accuracy.py", "overhead.py",
+    order = ["cold_start.py", "strategy_overhead.py", "storm_payoff.py", "fastest.py", "accuracy.py", "overhead.py",
              "gpu_check.py", "overhead.py --backend jax --model mlp", "import_time.py", "memory.py", "step_path.py",
              "tab_backend.py"]
     with ThreadPoolExecutor(2) as pool:

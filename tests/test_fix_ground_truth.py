@@ -4,43 +4,23 @@ real padding equals the generator's exact token counts. One subprocess per Keras
 (tests/fix_scenarios.py), both run side by side."""
 
 import collections
-import json
 import os
-import subprocess
 import sys
 
 import pytest
 
 pytest.importorskip("keras")
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
-BACKENDS = ("tensorflow", "jax")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from backend_runs import BACKENDS, run_per_backend  # noqa: E402 - tests/ is on the path now
 
 pytestmark = pytest.mark.scenario
 
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-    root = tmp_path_factory.mktemp("fixes")
-    procs = {}
-    for backend in BACKENDS:
-        if backend == "jax":
-            pytest.importorskip("jax")
-        out, dump = root / f"{backend}.json", root / f"dump-{backend}"
-        env = dict(os.environ, KERAS_BACKEND=backend, XLA_FLAGS=f"--xla_dump_to={dump}", CUDA_VISIBLE_DEVICES="",
-                   PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""), TF_CPP_MIN_LOG_LEVEL="2")
-        env.pop("TF_XLA_FLAGS", None)
-        procs[backend] = (subprocess.Popen([sys.executable, os.path.join(HERE, "fix_scenarios.py"), str(out),
-                                            str(dump)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                           text=True), out)
-    results = {}
-    for backend, (proc, out) in procs.items():
-        stdout, stderr = proc.communicate(timeout=900)
-        assert proc.returncode == 0, f"{backend} fix scenarios failed:\n{stdout[-2000:]}\n{stderr[-6000:]}"
-        with open(out) as f:
-            results[backend] = json.load(f)
-    return results
+    return run_per_backend("fix_scenarios.py", tmp_path_factory.mktemp("fixes"), "fix scenarios")
 
 
 def _xla_modules(run, backend):

@@ -145,6 +145,14 @@ def test_mirrored_strategy_refuses_jit_on_up_front_and_reads_per_replica_shapes(
     assert run.report["distinct_signatures"]["train"] == 2  # 64 -> 32 per replica, 40 -> 20
 
 
+def test_mirrored_strategy_makes_fastest_act_as_keep_with_a_note(scenario_runs):
+    run = scenario_runs("mirrored-fastest")
+    note = "jit='fastest' acts as 'keep' under MirroredStrategy with 2 replicas"
+    assert note in run.report["jit_reason"] and any(note in n for n in run.report["notes"])
+    assert run.report["jit_decision"] is None and run.report["jit_active"] is False
+    assert run.dump_modules == 0 and _total(run.report) == 0  # XLA never ran: Keras's own choice there is off
+
+
 def test_mirrored_autoclustering_counts_modules_per_replica(scenario_runs):
     run = scenario_runs("mirrored-auto-env")
     assert run.dump_modules > 0

@@ -359,3 +359,33 @@ def test_keras_profile_windows_reads_keras_tensorboard_in_the_running_fit(tmp_pa
     model.fit(x, y, batch_size=8, epochs=1, verbose=0, callbacks=[board, Probe()])
     assert seen["windows"] == [(2, 3)]
     assert _internals.keras_profile_windows(model) == []  # no fit running
+
+
+def test_fit_validates_reads_the_running_fits_validation_data():
+    seen = []
+
+    class Probe(keras.callbacks.Callback):
+        def on_train_begin(self, logs=None):
+            seen.append(_internals.fit_validates(_internals.callback_model(self)))
+
+    model = _model(False)
+    x, y = np.ones((8, 4), np.float32), np.ones((8, 2), np.float32)
+    model.fit(x, y, epochs=1, verbose=0, callbacks=[Probe()])
+    model.fit(x, y, epochs=1, verbose=0, callbacks=[Probe()], validation_split=0.5)
+    model.fit(x, y, epochs=1, verbose=0, callbacks=[Probe()], validation_data=(x, y))
+    assert seen == [False, True, True] and _internals.fit_validates(model) is False
+
+
+def test_auto_jit_is_keras_own_resolution():
+    model = _model(False)
+    has_gpu = bool(tf.config.list_physical_devices("GPU"))
+    assert _internals.auto_jit(model) is has_gpu  # Keras: XLA off on a CPU-only machine
+
+
+def test_callback_model_reads_the_model_without_the_property():
+    callback = keras.callbacks.Callback()
+    model = _model(False)
+    callback.set_model(model)
+    assert _internals.callback_model(callback) is model
+    with pytest.raises(_internals.InternalsMoved, match="Callback._model"):
+        _internals.callback_model(object())

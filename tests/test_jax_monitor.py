@@ -68,7 +68,7 @@ def test_jit_modes_are_read_back_from_the_step_that_runs(checks):
 def test_autoclustering_is_refused_as_a_tensorflow_feature(checks):
     for text in (checks["modes"]["autoclustering"], checks["modes"]["configure_autoclustering"]):
         assert text.startswith("ValueError") and "TensorFlow" in text and "JAX" in text
-    assert "'keep', 'on' or 'off'" in checks["modes"]["autoclustering"]
+    assert "'keep', 'on', 'off' or 'fastest'" in checks["modes"]["autoclustering"]
 
 
 def test_scalars_text_and_report_file_are_written_as_on_tensorflow(checks):

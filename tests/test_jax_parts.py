@@ -102,11 +102,12 @@ def test_nested_calls_of_chained_monitors_both_see_the_compile():
 # ------------------------------------------------------------------ modes, reports
 
 def test_jit_modes_refuse_autoclustering_naming_the_choices():
-    assert MODES == ("keep", "on", "off")
-    with pytest.raises(ValueError, match="TensorFlow feature.*'keep', 'on' or 'off'"):
+    assert MODES == ("keep", "on", "off", "fastest")
+    with pytest.raises(ValueError, match="TensorFlow feature.*'keep', 'on', 'off' or 'fastest'"):
         validate_jax_mode("autoclustering")
-    with pytest.raises(ValueError, match="'keep', 'on', 'off'"):
+    with pytest.raises(ValueError, match="'keep', 'on', 'off', 'fastest'"):
         validate_jax_mode("fast")
+    assert validate_jax_mode("fastest") == "fastest"
 
 
 def test_schema_4_adds_backend_and_other_compilations_and_reads_older_reports():

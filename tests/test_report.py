@@ -22,6 +22,7 @@ REPORT_KEYS = [
     "run_state",  # schema 3
     "backend", "other_compilations",  # schema 4 (Keras's JAX backend)
     "advice",  # schema 5 (compile budget)
+    "jit_decision",  # schema 6 (jit="fastest")
 ]
 SIGNATURE_ITEM_KEYS = ["path", "dtype", "shape"]
 
@@ -294,9 +295,9 @@ def test_reports_carry_their_schema_version_and_parse_back():
     from xla_keras.metadata import SCHEMA_VERSION, parse_report
     report = full_report()
     data = report.to_dict()
-    assert data["schema_version"] == SCHEMA_VERSION == 5
+    assert data["schema_version"] == SCHEMA_VERSION == 6
     parsed = parse_report(json.loads(json.dumps(data)))
-    assert parsed.schema_version == 5 and not parsed.newer and parsed.message is None
+    assert parsed.schema_version == 6 and not parsed.newer and parsed.message is None
     assert parsed.report.to_dict() == data
 
 

@@ -86,6 +86,7 @@ def tab_logdir(tmp_path_factory):
         monitor = xla_keras.XlaMonitor(log_dir=str(root / "interrupted"), jit="on", verbose=0)
         with pytest.raises(RuntimeError, match="interrupted"):
             mlp().fit(x, y, batch_size=32, epochs=3, callbacks=[monitor, _Interrupt()], verbose=0)
+        _fastest_fit(mlp(), x, y, str(root / "fastest"))
     from xla_keras.session import Scalar
     from xla_keras.sink import OutputSink
     sink = OutputSink(str(root / "old"))  # what xla_keras 0.1 left: scalars, no report for the tab
@@ -97,6 +98,24 @@ def tab_logdir(tmp_path_factory):
             with open(os.path.join(dirpath, REPORT_FILE)) as f:
                 reports[os.path.relpath(dirpath, root)] = json.load(f)
     return root, reports
+
+
+def _fastest_fit(model, x, y, log_dir):
+    """jit='fastest' with its rules set for a short fit: three rounds, then a tie (the default kept)."""
+    import math
+
+    from xla_keras import fastest
+    names = ("MIN_STEPS_LEFT", "TRIAL_BUDGET", "EARLY_RATIO", "FAR_APART", "MIN_GAIN", "MIN_ROUNDS", "MAX_ROUNDS")
+    saved = {n: getattr(fastest, n) for n in names}
+    fastest.MIN_STEPS_LEFT, fastest.TRIAL_BUDGET = 0, math.inf
+    fastest.EARLY_RATIO = fastest.FAR_APART = fastest.MIN_GAIN = math.inf
+    fastest.MIN_ROUNDS = fastest.MAX_ROUNDS = 3
+    try:
+        monitor = xla_keras.XlaMonitor(log_dir=log_dir, jit="fastest", verbose=0)
+        model.fit(np.tile(x, (10, 1)), np.tile(y, (10, 1)), batch_size=32, epochs=1, callbacks=[monitor], verbose=0)
+    finally:
+        for n in names:
+            setattr(fastest, n, saved[n])
 
 
 @pytest.fixture(scope="module")
@@ -114,8 +133,9 @@ def tab_server(tab_logdir, tmp_path_factory):
 
 def test_the_fits_wrote_what_the_checks_below_expect(tab_logdir):
     _, reports = tab_logdir
-    assert sorted(reports) == ["compare/autoclustering", "compare/off", "compare/on", "interrupted", "shapes",
-                               "storm"]
+    assert sorted(reports) == ["compare/autoclustering", "compare/off", "compare/on", "fastest", "interrupted",
+                               "shapes", "storm"]
+    assert reports["fastest"]["jit_decision"]["switches"] == 6
     shapes = [c for c in reports["shapes"]["compilations"] if c["phase"] == "train"]
     assert [c["signature"][0]["shape"] for c in shapes] == [[8, 84], [8, 90], [8, 96], [4, 96]]
     assert [c["last_batch"] for c in shapes] == [False, False, False, True]
@@ -250,6 +270,16 @@ def test_the_xla_tab_in_headless_chromium(tab_server):
             assert frame.locator("#status").count() == 1
             assert "Interrupted: the last fit stopped early" in frame.locator("#run .message").first.inner_text()
             assert frame.locator("#ledger tbody tr").count() == len(reports["interrupted"]["compilations"])
+
+            # jit='fastest': the decision card, both modes measured, the kept one marked
+            _select(frame, "fastest")
+            decision = reports["fastest"]["jit_decision"]
+            card = frame.locator("#fastest .fastest")
+            assert f"kept XLA {decision['mode'].upper()}" in card.locator(".card-title").inner_text()
+            assert card.locator("tbody tr").count() == 2
+            assert card.locator(f"tbody tr[data-mode='{decision['mode']}']").get_attribute("class") == "selected"
+            assert decision["why"][:60] in card.inner_text() and "3 rounds" in card.inner_text()
+            page.screenshot(path=os.path.join(ARTIFACTS, "xla_tab_fastest.png"), full_page=True)
 
             # compare(): off / auto-clustering / on read as one table
             _select(frame, "compare/on")

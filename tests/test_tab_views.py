@@ -161,3 +161,39 @@ def test_how_complete_a_run_is_is_said(state, written, words):
     report = full_report(run_state=state, notes=["the last fit stopped early (Ctrl-C) after train step 3: ..."])
     message = views.state_message(report, written)
     assert (message is None) if words is None else words in message
+
+
+def decision_dict(**overrides):
+    decision = {"mode": "on", "basis": "measured", "why": "jit='fastest': XLA on steps are 1.50x faster",
+                "default": "off", "medians": {"on": 0.002, "off": 0.003}, "spreads": {"on": 0.0001, "off": 0.0002},
+                "steps_measured": {"on": 24, "off": 30}, "blocks": {"on": 3, "off": 3}, "trial_compile_seconds": 0.4,
+                "first_call_seconds": {"on": 1.2, "off": 0.7}, "predicted_saving_seconds": 9.5,
+                "expected_compiles": 1.0, "decided_at_step": 80, "steps_left": 9920, "switches": 5, "trial_steps": 80,
+                "ratio": {"on_over_off": 0.667, "low": 0.6, "high": 0.7, "rounds": 3}, "switch_steps": [14, 28]}
+    decision.update(overrides)
+    return decision
+
+
+def test_the_jit_decision_card_shows_both_modes_and_the_evidence():
+    report = full_report(jit_mode="fastest", jit_decision=decision_dict())
+    view = views.run_view("fit1", report)["jit_decision"]
+    assert (view["mode"], view["basis"], view["default"]) == ("on", "measured", "off")
+    assert [(r["mode"], r["median"], r["spread"], r["steps"], r["kept"]) for r in view["rows"]] == [
+        ("on", 0.002, 0.0001, 24, True), ("off", 0.003, 0.0002, 30, False)]
+    assert view["trial_compile_seconds"] == 0.4 and view["predicted_saving_seconds"] == 9.5
+    assert view["ratio"]["rounds"] == 3 and view["why"].startswith("jit='fastest'")
+    assert views.run_view("fit1", full_report())["jit_decision"] is None  # other modes: no card
+    measuring = views.jit_decision({"jit_decision": decision_dict(mode=None, basis="measuring")})
+    assert measuring["mode"] is None and not any(r["kept"] for r in measuring["rows"])
+
+
+@pytest.mark.parametrize("decision, words", [
+    ("on", "jit_decision is 'on', not an object"),
+    ({"medians": {"on": "fast"}}, "jit_decision.medians['on']"),
+    ({"trial_compile_seconds": [1]}, "jit_decision.trial_compile_seconds"),
+])
+def test_a_malformed_jit_decision_is_said_not_drawn(decision, words):
+    report = full_report()
+    report["jit_decision"] = decision
+    with pytest.raises(ValueError, match=words.replace("[", r"\[").replace("]", r"\]")):
+        views.run_view("fit1", report)

@@ -10,7 +10,8 @@ __version__ = "0.2.0.dev0"
 
 __all__ = ["XlaMonitor", "XlaReport", "Compilation", "SlowStep", "Storm", "RecompilationStormError",
            "configure", "doctor", "compare", "CompareTable", "XlaKerasWarning",
-           "LogDirError", "MonitorConfig", "parse_report", "PhaseAdvice", "data", "__version__"]
+           "LogDirError", "MonitorConfig", "parse_report", "PhaseAdvice", "data", "jit_decision",
+           "forget_jit_decision", "__version__"]
 
 _SUBMODULES = ("data",)  # public modules, imported on first use (xla_keras.data.apply_fix)
 
@@ -30,6 +31,8 @@ _LAZY = {
     "MonitorConfig": "config",
     "parse_report": "metadata",
     "PhaseAdvice": "advice",
+    "jit_decision": "fastest_run",
+    "forget_jit_decision": "fastest_run",
 }
 
 

@@ -207,7 +207,7 @@ def compare(model_or_builder: Union[Any, Callable[[], Any]], data: Any, steps: i
     if unsupported:  # every mode's monitor would step aside: a table would compare nothing
         reason = unsupported.replace(" The fit goes on unmonitored.", "")
         raise RuntimeError(f"xla_keras.compare cannot run here: {reason}")
-    comparable = tuple(m for m in backend.jit_modes if m != "keep")
+    comparable = tuple(m for m in backend.jit_modes if m not in ("keep", "fastest"))  # fastest picks among them
     choices = ', '.join(map(repr, comparable))
     if modes is None:
         modes = ("off", "autoclustering", "on") if backend_name == "tensorflow" else ("off", "on")

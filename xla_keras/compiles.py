@@ -183,6 +183,9 @@ class CompileLedger:
         self.probes_per_signature = probes_per_signature
         self._function_token: Dict[str, object] = {}
         self._occurrences: Dict[str, Dict[int, int]] = {}
+        # jit='fastest' keeps a phase's XLA and non-XLA functions and swaps them: the one swapped out keeps
+        # its occurrences here, so swapping back finds its compiled signatures (at most one per phase).
+        self._parked: Dict[str, Tuple[object, Dict[int, int]]] = {}
         self._lifetime: Dict[str, set] = {}
         self.last_fingerprint = 0    # of the signature last observed
         self.last_known = False      # whether it had been seen before (any function)
@@ -191,13 +194,31 @@ class CompileLedger:
         """The function last declared for ``phase`` (None if none)."""
         return self._function_token.get(phase)
 
-    def set_function(self, phase: str, token: object) -> bool:
-        """Declare the function that runs ``phase``; True if it is a new one."""
+    def set_function(self, phase: str, token: object, keep_previous: bool = False) -> bool:
+        """Declare the function that runs ``phase``; True if it is a new one. ``keep_previous``: the
+        function it replaces is kept alive (jit='fastest') and may come back with its XLA cache."""
         if phase in self._function_token and self._function_token[phase] is token:
             return False
+        previous = self._function_token.get(phase)
+        parked = self._parked.pop(phase, None)
+        if keep_previous and previous is not None:
+            self._parked[phase] = (previous, self._occurrences.get(phase, {}))
         self._function_token[phase] = token
-        self._occurrences[phase] = {}
+        self._occurrences[phase] = parked[1] if parked is not None and parked[0] is token else {}
         return True
+
+    def known(self, phase: str, token: object) -> set:
+        """Fingerprints the function ``token`` has compiled (it runs ``phase`` now, or is parked)."""
+        if token is None:
+            return set()
+        if self._function_token.get(phase) is token:
+            return set(self._occurrences.get(phase, ()))
+        parked = self._parked.get(phase)
+        return set(parked[1]) if parked is not None and parked[0] is token else set()
+
+    def drop_parked(self) -> None:
+        """The fit ended: functions swapped out are released."""
+        self._parked.clear()
 
     def observe(self, phase: str, signature: InputSignature) -> Tuple[bool, bool]:
         """Record one batch. Returns (new to this function, worth probing).

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Optional, Tuple
 
-MODES = ("keep", "on", "off", "autoclustering")
+MODES = ("keep", "on", "off", "autoclustering", "fastest")
 
 
 def validate_mode(mode: Any, modes=MODES) -> str:
@@ -48,6 +48,20 @@ def fallback_or_eager(mode: str, fallback_reason: Optional[str], run_eagerly: bo
     return None
 
 
+def fastest_as_keep(why: str) -> str:
+    """jit='fastest' where only one mode can run (or one decision cannot be agreed): it acts as 'keep'."""
+    return f"jit='fastest' acts as 'keep' {why}: the model's own jit_compile runs, nothing is measured"
+
+
+def fastest_blocked(blockers: list, determinism: bool = False) -> Optional[str]:
+    """Why XLA cannot run for this model at all (so there is nothing to compare), or None."""
+    if blockers:
+        return fastest_as_keep(f"(layers with supports_jit=False: {', '.join(blockers)})")
+    if determinism:
+        return fastest_as_keep("(op determinism is enabled: Keras refuses jit_compile=True)")
+    return None
+
+
 def eager_refusal(mode: str) -> str:
     return f"jit={mode!r} was not applied: the model runs eagerly (run_eagerly=True), so nothing is compiled"
 
@@ -62,6 +76,11 @@ class SavedModelJit:
     def __init__(self, get_raw: Any, set_raw: Any):
         self._get_raw, self._set_raw = get_raw, set_raw
         self._saved: Any = self._UNSET
+
+    def set(self, model: Any, want: bool) -> None:
+        """Store ``want`` as the model's jit_compile without Keras's check (jit='fastest' switching
+        between two functions it already built)."""
+        self._set_raw(model, want)
 
     def apply(self, model: Any, want: bool) -> bool:
         """Set jit_compile to ``want`` (when it differs); True when Keras kept it (it refuses True

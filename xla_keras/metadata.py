@@ -22,6 +22,9 @@ Report schema versions (``xla_report.json``, ``XlaReport.to_dict()``):
   (``real_lengths``, ``batches_real_padding_overhead``,
   ``real_padding_overhead``, ``bucket_by_length``, ``compute_ratio``,
   ``better_fix``); fix kind "pad_remainder" (validation / predict).
+* 6 - ``jit_decision`` (``jit="fastest"``: the mode kept, why, both modes'
+  medians and spreads, steps measured per mode, the trial's compile seconds,
+  the predicted saving; ``fastest.Decision``); ``jit_mode`` may be "fastest".
 
 The XLA tab reads the report from the event files, not from the loose JSON
 file (TensorBoard's data provider serves summaries only): the same dict,
@@ -67,7 +70,7 @@ LAYOUT_CHARTS = (
     ("recompilation storms", (TAG_STORM,)),
 )
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 
 
 def encode_report_data(report_dict: Dict[str, Any]) -> bytes:

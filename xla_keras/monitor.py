@@ -32,6 +32,8 @@ from .backends.base import Distribution
 from .cache import CompileTimes, model_key
 from .config import MonitorConfig
 from .errors import LogDirError, XlaKerasWarning
+from .fastest import Decision, Trial
+from .fastest_run import FastestRun, keep, kept_decision, remembered_first_call
 from .guards import flush_at_exit, guard_callback_list, guarded
 from .multiworker import cluster_from_env
 from .report import PHASES, XlaReport
@@ -81,9 +83,18 @@ class XlaMonitor(keras.callbacks.Callback):
             ``"autoclustering"`` (TensorFlow only: TensorFlow picks clusters;
             on CPU it needs the early opt-in
             ``xla_keras.configure(cpu_autoclustering=True)``; refused under
-            Keras's JAX backend, where a jitted step is one XLA program).
-            Applied to the model like ``compile(jit_compile=...)`` and kept
-            there; global switches are restored when the fit ends.
+            Keras's JAX backend, where a jitted step is one XLA program), or
+            ``"fastest"``: measure steady train steps with XLA on and off
+            inside the fit (interleaved blocks after warm-up) and keep the
+            faster for the rest of the fit, pricing the compiles XLA would
+            still need; within noise, or in a fit too short to decide (fewer
+            than 1,000 train steps left after warm-up, or a trial costing more
+            than 3% of the time left), Keras's own choice is kept and the report
+            says why. The decision stays with the model for its later
+            ``"fastest"`` fits (``xla_keras.jit_decision(model)``); ``"on"`` /
+            ``"off"`` override it. Applied to the model like
+            ``compile(jit_compile=...)`` and kept there; global switches are
+            restored when the fit ends.
         storm_threshold: new input signatures (the first one included) within
             ``storm_window`` steps of one phase that make a recompilation storm
             (an int >= 2).
@@ -140,6 +151,14 @@ class XlaMonitor(keras.callbacks.Callback):
     padded_ds = xla_keras.data.apply_fix(padded_ds, storm.fix)  # the fix, applied to the data as batched
     ```
 
+    Let the fit measure whether XLA pays off, and keep the faster mode:
+
+    ```python
+    monitor = xla_keras.XlaMonitor(jit="fastest")
+    model.fit(ds, epochs=20, callbacks=[monitor])
+    print(monitor.report.jit_decision["why"])  # both medians, their spread, the saving
+    ```
+
     Profiler traces and step-time scalars every 10 steps:
 
     ```python
@@ -191,12 +210,22 @@ class XlaMonitor(keras.callbacks.Callback):
                                 self.config.log_dir)
         self._foreign: "weakref.WeakSet" = weakref.WeakSet()  # models refused (warned once each)
         self._skipping = False  # this call's model is refused: its hooks do nothing
+        self._fastest: Optional[FastestRun] = None  # jit='fastest': the running fit's trial
+        self.quiet_phase: Optional[str] = None  # the step wrapper runs that phase's next call quietly
         self.backend.prepare(self)
         _warn_keras_multi_worker_fault(self.backend)
         atexit.register(flush_at_exit, weakref.ref(self))
         unsupported = self.backend.unsupported()
         if unsupported:
             self._refuse(unsupported)
+
+    @property
+    def model(self) -> Any:
+        """The model of the watched call. Unlike ``keras.callbacks.Callback.model`` it never syncs
+        Keras's JAX training state into the model's variables: the monitor reads the model inside
+        steps (a jit switch, a storm fallback), where such a sync makes the next step restart from
+        the variables one step behind."""
+        return self.backend.callback_model(self)
 
     # The arguments, as given (normalised): read-only.
     jit = property(lambda self: self.config.jit)
@@ -294,6 +323,8 @@ class XlaMonitor(keras.callbacks.Callback):
         self.session.fallback = None
         for stats in self.session.phases.values():
             stats.after_switch = None
+        reused = kept_decision(model) if self.config.jit == "fastest" else None
+        self.backend.jit.start_on = None if reused is None else reused.mode == "on"
         if self.backend.apply_jit(model):
             # The auto-clustering switch changed: every function must be rebuilt.
             self.backend.drop_function(model, "test")
@@ -305,6 +336,8 @@ class XlaMonitor(keras.callbacks.Callback):
         self._set_up_cache()
         step = self.backend.train_step(model)  # one device read per fit, not per step
         self.session.set_step("train", step)
+        if self.config.jit == "fastest":
+            self._begin_fastest(model, step, reused)
         self.traces.begin_fit(step + 1, keras_profiles=bool(self.config.profile == "auto"
                                                             and self.backend.keras_profile_windows(model)))
         self._say_status()
@@ -314,10 +347,20 @@ class XlaMonitor(keras.callbacks.Callback):
     def on_train_batch_end(self, batch, logs=None):
         if not self._ends_in_wrapper:
             self._end_call("train")
+            if self._fastest is not None:
+                self._fastest_due()
+
+    @_hook
+    @_watched
+    def on_epoch_begin(self, epoch, logs=None):
+        if self._fastest is not None:
+            self._fastest.epoch_began(epoch)
 
     @_hook
     @_watched
     def on_epoch_end(self, epoch, logs=None):
+        if self._fastest is not None:
+            self._fastest.epoch_ended(self.session.phases["train"].step)
         self._settle(("train",))
         self.sink.scalars(self.session.end_of_run("train"))
         self._flush(text=True)
@@ -414,10 +457,15 @@ class XlaMonitor(keras.callbacks.Callback):
             self._abort_fit()  # an exception ended the last fit before on_train_end
         if self._in_fit:
             self.traces.validation_begins(self.session.phases["train"].step)
+            if self._fastest is not None and self._fastest.trial.pause(self.session.phases["train"].step) is not None:
+                self._install("train")  # validation runs the default mode while the trial measures
         else:
             if not self._watch(model):
                 return
             self._set_up_call()
+            if self.config.jit == "fastest":  # no trial outside fit: the model's kept decision, else as it is
+                kept = kept_decision(model)
+                self.backend.jit.start_on = kept.mode == "on" if kept is not None else bool(model.jit_compile)
             if self.backend.apply_jit(model):
                 self.backend.drop_function(model, phase)
                 self.session.functions_forced([phase])
@@ -442,6 +490,8 @@ class XlaMonitor(keras.callbacks.Callback):
         self.traces.stop()
         self.backend.remove_all(self.model)
         self._restore_model()
+        if self._fastest is not None:
+            self._end_fastest()
         self._in_fit = False
         self.session.take_views()  # real lengths for the advice: measured at fit end, not at every flush
         self.session.wall.end(at)
@@ -459,12 +509,78 @@ class XlaMonitor(keras.callbacks.Callback):
             print(self.report)
 
     def _install(self, phase: str, rebuild: bool = False) -> None:
-        installed = self.backend.install(self.model, phase, self, rebuild=rebuild)
+        run = self._fastest
+        if run is None or rebuild:
+            installed = self.backend.install(self.model, phase, self, rebuild=rebuild)
+        else:  # the function of the trial's mode: kept from an earlier switch, or built now
+            installed = self.backend.switch_jit(self.model, phase, run.on, self)
+            self.session.functions_forced([phase])
+            if installed.rebuilt and installed.xla_now and run.trial.running and not run.trial.default_on:
+                self.quiet_phase = phase  # the trial's first XLA step: a bare fit would not start XLA
+            run.installed(phase, installed.token, installed.xla_now)
         self.session.function_installed(phase, installed.before, installed.token, id(self.model), rebuild,
-                                        installed.xla_now)
+                                        installed.xla_now, keep_previous=run is not None)
 
     def _read_back(self, phase: str) -> None:
-        self._current.jit_state = self.backend.read_back(self.model, phase)
+        state = self.backend.read_back(self.model, phase)
+        decision = self.session.jit_decision if self.config.jit == "fastest" else None
+        if decision is not None and not self.backend.jit_refusal:
+            state.reason = decision.words() if isinstance(decision, Trial) else decision.why
+        self._current.jit_state = state
+
+    # ------------------------------------------------------------- jit='fastest'
+
+    def _begin_fastest(self, model: Any, step: int, reused: Optional[Decision]) -> None:
+        """After the train function is installed: a trial, or the model's kept decision (no trial)."""
+        self._fastest = None
+        refusal = self.backend.jit_refusal
+        if refusal:
+            self.session.jit_decision = None
+            self.session.notes.add_once("fastest-keep", refusal)
+            return
+        if reused is not None:
+            self.session.jit_decision = reused.reused(step)
+        else:
+            on = self.backend.auto_jit(model)
+            known = remembered_first_call(model)
+            fresh = bool(self.backend.function_fresh(model, "train"))
+            if not fresh and known is None:
+                # Built before this fit (no trace ahead) and never measured: rebuilt, so that its first
+                # call measures what the trial's other mode will cost once.
+                self._install("train", rebuild=True)
+                fresh = True
+            self._fastest = FastestRun(self.session, on, step, self.params, self.backend.trial_first_call[not on],
+                                       self.backend.fit_validates(model), fresh, known)
+            self._fastest.installed("train", self.session.ledger.function("train"), self._current.jit_state.active)
+        self._read_back("train")
+
+    def _fastest_due(self, now: Optional[float] = None) -> None:
+        """The train step reached the trial's next check: switch, or keep the decision."""
+        run, step = self._fastest, self.session.phases["train"].step
+        if run is None or not run.due(step):
+            return
+        if self._ends_in_wrapper:  # JAX: the repeats so far end now, in the mode that ran them
+            scalars = self.session.drain("train", end=now)
+            if scalars:
+                self.sink.scalars(scalars)
+        switch = run.check(step)
+        if not run.trial.running:
+            self.session.trial_ended(run.trial)
+        if switch is not None:
+            self._install("train")
+        self._read_back("train")
+        if not run.trial.running:
+            self._flush()
+
+    def _end_fastest(self) -> None:
+        """The fit ended (wrappers off): the kept mode's functions stay on the model, the decision too."""
+        run, self._fastest = self._fastest, None
+        decision = run.finish(self.session.phases["train"].step)
+        self.backend.settle_kept(self.model, run.final_on())
+        self.session.ledger.drop_parked()
+        keep(self.model, run, decision)
+        self._current.jit_state = self.backend.read_back(self.model, "train")
+        self._current.jit_state.reason = run.trial.decision.why
 
     def _restore_model(self) -> None:
         if self.backend.restore_jit(self.model):
@@ -503,6 +619,8 @@ class XlaMonitor(keras.callbacks.Callback):
         """The next call of ``phase`` begins at ``now``: the previous one ends there (start to start)."""
         if self.session.call_pending(phase):
             self._end_call(phase, now)
+        if self._fastest is not None and phase == "train":
+            self._fastest_due(now)
 
     def _settle(self, phases) -> None:
         """End calls still pending at a phase boundary, untimed (their end is not observable without
@@ -615,6 +733,8 @@ class XlaMonitor(keras.callbacks.Callback):
     def _end_call(self, phase: str, now: Optional[float] = None, timed: bool = True) -> None:
         outcome = self._current.session.call_ended(phase, self._current.jit_state, now, timed=timed)
         if outcome is not None:
+            if self._fastest is not None and phase == "train":
+                self._fastest.trial.called(outcome.seconds)
             self._apply(phase, outcome)
 
     def _apply(self, phase: str, outcome: Any) -> None:
@@ -672,12 +792,15 @@ class XlaMonitor(keras.callbacks.Callback):
 
     def _fall_back(self, phase: str, step: int) -> None:
         reason = f"switched XLA off at {phase} step {step} after a recompilation storm (on_storm='fallback')"
+        run = self._fastest
+        if run is not None:  # the trial ends: XLA off for the rest of the fit (its kept function, if any)
+            run.stop(self.session.phases["train"].step, reason)
         self.backend.fall_back(self.model, reason)
         self.session.fell_back(phase, step, reason)
         wrapped = self.backend.wrapped_phases()
         for name in PHASES:
             if name in wrapped:
-                self._install(name, rebuild=True)  # the non-XLA function, wrapped again
+                self._install(name, rebuild=run is None)  # the non-XLA function, wrapped again
             else:
                 self.backend.drop_function(self.model, name)  # rebuilt lazily, non-XLA
                 self.session.functions_forced([name])
@@ -732,6 +855,12 @@ class XlaMonitor(keras.callbacks.Callback):
                      "".join(traceback.format_exception(type(error), error, error.__traceback__)))
         self._abandon_probe(self._active_probe)
         self.traces.stop_quietly()  # a window left open would hold the profiler for the whole process
+        if self._fastest is not None and not self._dist.multi_worker:
+            run, self._fastest = self._fastest, None
+            try:  # the mode running now stays; the other function is released
+                self.backend.settle_kept(self.model, run.on)
+            except Exception:  # noqa: BLE001 - already failing; never raise from here
+                pass
         try:
             self.sink.write_report(self.report)  # it says it disabled itself
         except Exception:  # noqa: BLE001 - already failing; never raise from here

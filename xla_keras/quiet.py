@@ -1,4 +1,5 @@
-"""Keep the profiler's own log lines out of the user's terminal, and nothing else.
+"""Keep the profiler's own log lines (and XLA's start-up lines in a jit='fastest' trial) out of the
+user's terminal, and nothing else.
 
 TensorFlow's profiler logs four INFO lines for every session it starts and stops
 ("Profiler session initializing / started / collecting data / tear down"), plus
@@ -35,16 +36,22 @@ PROFILER_LINE = re.compile(
     rb"^(?:I\d{4} [\d:.]+\s+\d+ |[\d-]+ [\d:.]+: I )\S*?"
     rb"(/profiler/\S*|\b(profiler_session|save_profile|profiler_server|profiler_factory|profiler_lock|"
     rb"device_tracer\w*|host_tracer\w*|python_tracer\w*|cupti\w*|rocm_tracer\w*|xplane\w*)\.cc):\d+\]")
+# XLA's start-up lines, logged once per process when TensorFlow first compiles with XLA. A
+# jit='fastest' trial's first XLA step would print them where a bare fit in Keras's default mode (no
+# XLA on a CPU) prints none; a fit that keeps XLA prints them anyway. Info level only.
+XLA_STARTUP_LINE = re.compile(
+    rb"^(?:I\d{4} [\d:.]+\s+\d+ |[\d-]+ [\d:.]+: I )\S*?(service\.cc:\d+\] +(XLA service|StreamExecutor)|"
+    rb"dump_mlir_util\.cc:\d+\] disabling MLIR crash reproducer|device_compiler\.h:\d+\] Compiled cluster using XLA)")
 # One window at a time: two overlapping windows (two threads) would leave fd 2 on a closed file.
 _WINDOW = threading.RLock()
 
 
-def filter_profiler_lines(data: bytes) -> bytes:
-    """``data`` without the lines the profiler logged about itself."""
+def filter_profiler_lines(data: bytes, pattern: "re.Pattern[bytes]" = PROFILER_LINE) -> bytes:
+    """``data`` without the lines the profiler logged about itself (or those ``pattern`` finds)."""
     if not data:
         return data
     lines = data.splitlines(keepends=True)
-    return b"".join(line for line in lines if not PROFILER_LINE.search(line))
+    return b"".join(line for line in lines if not pattern.search(line))
 
 
 def without_profiler_lines(call: Callable[[], T]) -> T:
@@ -54,10 +61,17 @@ def without_profiler_lines(call: Callable[[], T]) -> T:
     also when ``call`` raises (Ctrl-C included). A hard crash inside the
     window (the process aborts) loses what it printed there."""
     with _WINDOW:
-        return _filtered(call)
+        return _filtered(call, PROFILER_LINE)
 
 
-def _filtered(call: Callable[[], T]) -> T:
+def without_xla_startup_lines(call: Callable[[], T]) -> T:
+    """Run ``call()`` (a step that may be the process's first XLA compile) without XLA's start-up
+    lines on fd 2; every other line is written back, as in ``without_profiler_lines``."""
+    with _WINDOW:
+        return _filtered(call, XLA_STARTUP_LINE)
+
+
+def _filtered(call: Callable[[], T], pattern: "re.Pattern[bytes]") -> T:
     try:
         sys.stderr.flush()
         saved = os.dup(2)
@@ -77,7 +91,7 @@ def _filtered(call: Callable[[], T]) -> T:
             os.close(saved)
             try:
                 capture.seek(0)
-                kept = filter_profiler_lines(capture.read())
+                kept = filter_profiler_lines(capture.read(), pattern)
                 while kept:
                     kept = kept[os.write(2, kept):]
             except OSError:

@@ -131,6 +131,9 @@ class XlaReport:
     # Phases whose recompiles cost more than the compile budget, below the storm threshold.
     advice: List[PhaseAdvice] = field(default_factory=list)
     fallback: Optional[Dict[str, Any]] = None
+    # jit="fastest": the mode kept and the evidence (fastest.Decision.to_dict()); "mode" is null while the
+    # trial measures. None for the other jit modes.
+    jit_decision: Optional[Dict[str, Any]] = None
     steps: Dict[str, int] = field(default_factory=lambda: dict.fromkeys(PHASES, 0))
     steady_step_seconds: Optional[float] = None
     steady_step_seconds_by_phase: Dict[str, Optional[float]] = field(
@@ -174,6 +177,7 @@ class XlaReport:
             "storms": [s.to_dict() for s in self.storms],
             "advice": [a.to_dict() for a in self.advice],
             "fallback": self.fallback,
+            "jit_decision": self.jit_decision,
             "steps": dict(self.steps),
             "steady_step_seconds": self.steady_step_seconds,
             "steady_step_seconds_by_phase": dict(self.steady_step_seconds_by_phase),
@@ -263,6 +267,8 @@ def render(report: XlaReport) -> str:
         lines.append(f"  other compiles  : {line}")
     if report.break_even_steps is not None:
         lines.append(f"  break-even      : {report.break_even_steps:.0f} steps")
+    elif _measured_both(report):
+        lines.append(f"  break-even      : {_no_break_even(report)}")
     if report.slow_step_count:
         worst = max(report.slow_steps, key=lambda s: s.seconds, default=None)
         lines.append(f"  slow steps      : {report.slow_step_count} known-signature steps far above the "
@@ -272,6 +278,8 @@ def render(report: XlaReport) -> str:
         lines.append(f"  STORM ({storm.phase}, step {storm.step}, {storm.action}): {storm.advice}")
     for item in report.advice:
         lines.append(f"  ADVICE ({item.phase}): {item.advice}")
+    for line in decision_lines(report.jit_decision):
+        lines.append(f"  fastest         : {line}")
     if report.fallback:
         lines.append(f"  fallback        : {report.fallback['reason']}")
         cost = fallback_cost(report.fallback)
@@ -316,6 +324,39 @@ def fallback_cost(fallback: Dict[str, Any]) -> Optional[str]:
     return "; ".join(parts) or None
 
 
+def _measured_both(report: XlaReport) -> bool:
+    medians = (report.jit_decision or {}).get("medians") or {}
+    return medians.get("on") is not None and medians.get("off") is not None
+
+
+def _no_break_even(report: XlaReport) -> str:
+    if _measured_both(report):
+        return "never: XLA's steady steps were not faster than without it (jit='fastest' measured both)"
+    return "unknown (no non-XLA baseline measured)"
+
+
+def decision_lines(decision: Optional[Dict[str, Any]]) -> List[str]:
+    """jit='fastest' in a few lines: the mode kept and why, then the evidence."""
+    if not decision:
+        return []
+    medians, spreads = decision.get("medians") or {}, decision.get("spreads") or {}
+    steps = decision.get("steps_measured") or {}
+    kept = decision.get("mode")
+    lines = [f"XLA {kept.upper()} kept ({decision.get('basis')})" if kept else "measuring (no decision yet)"]
+    measured = [f"XLA {m}: median {_ms(medians.get(m))} (IQR {_ms(spreads.get(m))}) over {steps.get(m, 0)} steps"
+                for m in ("on", "off") if medians.get(m) is not None]
+    if measured:
+        lines.append("; ".join(measured))
+    cost = [f"trial compiles {_ms(decision.get('trial_compile_seconds') or 0.0)}"]
+    saving = decision.get("predicted_saving_seconds")
+    if saving is not None:
+        cost.append(f"predicted saving {_ms(saving)} over the {decision.get('steps_left')} steps left")
+    if decision.get("switches"):
+        cost.append(f"{decision['switches']} switches")
+    lines.append(", ".join(cost))
+    return lines
+
+
 _OTHER_WORDS = {
     "in_steps": "inside the step calls, not the step's own program (op by op: one per primitive and shape; "
                 "or a helper such as predict's concatenate)",
@@ -349,7 +390,7 @@ def render_markdown(report: XlaReport) -> str:
                if report.compile_share is not None else "")]
     out.append("")
     out.append("**break-even:** " + (f"{report.break_even_steps:.0f} steps" if report.break_even_steps is not None
-                                     else "unknown (no non-XLA baseline measured)"))
+                                     else _no_break_even(report)))
     for line in _other_compile_lines(report):
         out += ["", f"**other compiles:** {line}"]
     if report.slow_step_count:
@@ -362,6 +403,8 @@ def render_markdown(report: XlaReport) -> str:
     if report.advice:
         out += ["", "### Compile budget"]
         out += [f"- **{item.phase}**: {item.advice}" for item in report.advice]
+    if report.jit_decision:
+        out += ["", "### jit='fastest'"] + [f"- {line}" for line in decision_lines(report.jit_decision)]
     if report.fallback:
         out += ["", f"**fallback:** {report.fallback['reason']}"]
         cost = fallback_cost(report.fallback)

@@ -19,11 +19,12 @@ import dataclasses
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple, Union
 
 from .advice import Costs, PhaseAdvice, SampleView, analyse, budget_text, over_budget
 from .compiles import CompileLedger
 from .config import MonitorConfig
+from .fastest import Decision, Trial
 from .jitmodes import JitState, ProbeFacts, verdict
 from .lengths import BatchSample
 from .metadata import (
@@ -44,7 +45,7 @@ from .storms import (
     partial_batch_note,
     train_vs_validation_note,
 )
-from .timing import PhaseTiming, share
+from .timing import PhaseTiming, break_even_steps, share
 
 logger = logging.getLogger("xla_keras")
 
@@ -253,6 +254,7 @@ class SessionSnapshot:
     wall_seconds: float
     fallback: Optional[dict]
     advice: Tuple[PhaseAdvice, ...] = ()
+    jit_decision: Optional[dict] = None
 
 
 class Session:
@@ -274,6 +276,8 @@ class Session:
         self._forced: set = set()  # phases whose function the monitor itself dropped or rebuilt
         self.data_kind = "tf.data"  # what the storm fix's code is written for (advice.DATA_KINDS)
         self._views_taken = 0
+        self.trial: Optional[Trial] = None  # jit='fastest' measuring both modes in the running fit
+        self.jit_decision: Optional[Union[Trial, Decision]] = None  # the last fit's, for the report
 
     # ------------------------------------------------------------ functions
 
@@ -282,7 +286,7 @@ class Session:
         self._forced.update(phases)
 
     def function_installed(self, phase: str, before: object, token: object, model_id: int, rebuilt: bool,
-                           xla_now: bool) -> None:
+                           xla_now: bool, keep_previous: bool = False) -> None:
         """The step function ``token`` now runs ``phase`` (``before``: the one found there). A
         function replaced since the phase last ran, and not by the monitor (e.g. model.compile),
         starts an empty XLA cache: known shapes compile again, and the report says why."""
@@ -290,7 +294,7 @@ class Session:
                     and self.ledger.function(phase) is not before)
         self._forced.discard(phase)
         self._function_models[phase] = model_id
-        if self.ledger.set_function(phase, token) and replaced and not rebuilt and xla_now:
+        if self.ledger.set_function(phase, token, keep_previous) and replaced and not rebuilt and xla_now:
             self.phases[phase].rebuilds += 1
 
     def set_step(self, phase: str, step: int) -> None:
@@ -442,14 +446,19 @@ class Session:
     def _steady_step(self, phase: str, stats: PhaseStats, per_step: float, step: int, n: int,
                      signature: Optional[InputSignature], scalars: List[Scalar]) -> None:
         """One call's time per batch, for the steady median (or a slow step); ``step``: its last."""
-        if stats.timing.is_slow(per_step):
+        if self.trial is not None and phase == "train":
+            # jit='fastest' is measuring both modes: the phase's median (and its slow steps) would mix
+            # them; it starts again from the kept mode's steps when the trial ends (trial_ended).
+            self.trial.add(step, per_step)
+        elif stats.timing.is_slow(per_step):
             stats.slow_count += 1
             if len(stats.slow) < stats.max_records:
                 stats.slow.append(SlowStep(phase, step - n + 1, per_step, stats.timing.median_seconds, signature))
             return
-        stats.timing.add_steady(per_step)
-        if stats.after_switch is not None:
-            stats.after_switch.add_steady(per_step)
+        else:
+            stats.timing.add_steady(per_step)
+            if stats.after_switch is not None:
+                stats.after_switch.add_steady(per_step)
         stats.epoch_steady_sum += per_step
         stats.epoch_steady_n += 1
         every = self.config.steps_per_scalar
@@ -545,6 +554,8 @@ class Session:
     def _record(self, phase: str, record: Compilation, outcome: CallOutcome) -> None:
         stats = self.phases[phase]
         stats.add_record(record)
+        if self.trial is not None and phase == "train":
+            self.trial.compiled((record.seconds,))
         outcome.compiles.append(record)
         outcome.scalars.append(Scalar(phase, TAG_COMPILE_TIME, 1e3 * record.seconds, record.step))
         outcome.scalars.append(Scalar(phase, TAG_COMPILATIONS, stats.compile_count, record.step))
@@ -567,6 +578,21 @@ class Session:
             scalars.append(Scalar(phase, TAG_STEADY_STEP_TIME, 1e3 * median, stats.step))
         stats.epoch_steady_sum, stats.epoch_steady_n = 0.0, 0
         return scalars
+
+    # ---------------------------------------------------------------- jit='fastest'
+
+    def trial_began(self, trial: Trial) -> None:
+        self.trial = self.jit_decision = trial
+
+    def trial_ended(self, trial: Trial) -> None:
+        """The trial decided (or the fit ended): the train phase's steady median starts again from
+        the kept mode's measured steps, so the report describes the steps that run now."""
+        if self.trial is not trial:
+            return
+        self.trial = None
+        timing = self.phases["train"].timing = PhaseTiming()
+        for seconds in trial.samples[trial.on]:
+            timing.add_steady(seconds)
 
     # ---------------------------------------------------------------- real lengths
 
@@ -674,9 +700,11 @@ class Session:
                                          records, stats.records_dropped, tuple(stats.slow), stats.slow_count,
                                          stats.value_compiles, stats.rebuilds, stats.history)
         storms = tuple(self._refreshed(s) for s in self.storms)
+        decision = self.jit_decision
+        view = decision.view() if isinstance(decision, Trial) else decision.to_dict() if decision else None
         return SessionSnapshot(phases, self.ledger.distinct_signatures(), storms, tuple(self.notes.texts),
                                self.wall.seconds(), self._fallback_view(),
-                               self._budget_advice({s.phase for s in storms}))
+                               self._budget_advice({s.phase for s in storms}), view)
 
 
 
@@ -719,12 +747,16 @@ def build_report(snapshot: SessionSnapshot, context: ReportContext) -> XlaReport
     measured = sum(1 for c in report.compilations if c.source in MEASURED)
     report.jit_active, report.jit_reason = verdict(
         context.jit_state, context.probe, measured=measured, compiled=report.total_compilations,
-        steps=sum(report.steps.values()), fell_back=snapshot.fallback is not None)
+        steps=sum(report.steps.values()),
+        fell_back=snapshot.fallback is not None or bool(snapshot.jit_decision and snapshot.jit_decision["switches"]))
     if context.refused:
         report.jit_active, report.jit_reason = None, context.refused
     report.storms = list(snapshot.storms)
     report.advice = list(snapshot.advice)
     report.fallback = snapshot.fallback
+    report.jit_decision = snapshot.jit_decision
+    if snapshot.jit_decision:
+        report.break_even_steps = _trial_break_even(snapshot.jit_decision, report)
     report.traces = list(context.traces)
     report.cache_saved_seconds = context.cache_saved_seconds
     report.probe = context.probe.label
@@ -760,3 +792,11 @@ def _phase_notes(snapshot: SessionSnapshot) -> List[str]:
     if note and snapshot.phases["test"].compile_count:
         notes.append(note)
     return notes
+
+
+def _trial_break_even(decision: dict, report: XlaReport) -> Optional[float]:
+    """jit='fastest' measured both modes' steady steps in this fit: the steps after which the train
+    phase's XLA compiles are repaid (inf: XLA's steps were not faster)."""
+    medians = decision.get("medians") or {}
+    return break_even_steps(sum(c.seconds for c in report.compilations if c.phase == "train"),
+                            medians.get("on"), medians.get("off"))

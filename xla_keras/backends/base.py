@@ -50,6 +50,8 @@ class Installed:
 class StepObserver(Protocol):
     """What a step wrapper reports to (the monitor)."""
 
+    quiet_phase: Optional[str]  # run this phase's next call without XLA's start-up lines (then None)
+
     def active(self) -> bool:
         """False: run Keras's function untouched (the monitor disabled itself)."""
 

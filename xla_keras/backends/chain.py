@@ -70,15 +70,18 @@ class WrapperChain:
         setattr(model, FUNCTION_ATTR[phase], wrappers[0] if wrappers else base)
 
     def install(self, model: Any, phase: str, observer: Any, rebuild: bool = False,
-                enforce_model_jit: bool = False):
+                enforce_model_jit: bool = False, base: Any = None):
         """Wrap ``phase``'s function (building it when missing, when ``rebuild``, or when its jit flag
-        differs from the model's and ``enforce_model_jit``). Returns (step function found before,
-        the one that runs, rebuilt, XLA compiles it now)."""
+        differs from the model's and ``enforce_model_jit``), or ``base``: a Keras function built
+        earlier (jit='fastest' swaps its two). Returns (step function found before, the one that
+        runs, rebuilt, XLA compiles it now)."""
         others, original = self._chain(model, phase)  # drops our own leftovers and dead ones
         before = self._step_function(original) if original is not None else None
-        mismatch = (enforce_model_jit and not model.run_eagerly
+        if base is not None:
+            original, rebuild = base, False
+        mismatch = (base is None and enforce_model_jit and not model.run_eagerly
                     and self._jit_flag(before) != bool(model.jit_compile))
-        step_fn = before
+        step_fn = before if base is None else self._step_function(base)
         if original is None or rebuild or mismatch:
             getattr(model, MAKE_FUNCTION[phase])(force=True)
             original = getattr(model, FUNCTION_ATTR[phase])
@@ -87,6 +90,10 @@ class WrapperChain:
         self.current[phase] = wrapper
         self._relink(model, phase, [wrapper] + others, original)
         return before, step_fn, bool(original is None or rebuild or mismatch), bool(self._xla_now(step_fn))
+
+    def jit_flag(self, fn: Any) -> bool:
+        """Whether Keras's function ``fn`` runs its step compiled whole by XLA."""
+        return bool(self._jit_flag(self._step_function(fn)))
 
     def remove(self, model: Any, phase: str) -> None:
         if self.current.pop(phase, None) is not None:

@@ -11,11 +11,11 @@ A backend subclasses ``KerasBackend`` and supplies its ``_internals`` module (``
 from __future__ import annotations
 
 import weakref
-from typing import Any, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from ..jitmodes import JitState
 from .base import Installed
-from .chain import FUNCTION_ATTR, MAKE_FUNCTION
+from .chain import FUNCTION_ATTR, MAKE_FUNCTION, unwrap
 
 
 class KerasBackend:
@@ -27,11 +27,15 @@ class KerasBackend:
     multi_worker_note: Optional[str] = None
     _internals: Any = None  # the backend's _internals module
     _wrapper_chain: Any = None  # the backend's WrapperChain subclass
+    # jit='fastest': the other mode's first call against the fit's first call, by direction (to XLA
+    # on: True), measured on each backend; the trial's one-time cost is estimated with it.
+    trial_first_call: Dict[bool, float] = {True: 1.0, False: 1.0}
 
     def __init__(self, jit: Any):
         self.jit = jit
         self._wrappers: Any = None
         self._owner: Any = None
+        self._kept: Dict[str, Dict[bool, Any]] = {}  # jit='fastest': phase -> {XLA on: Keras's function}
 
     def prepare(self, owner: Any) -> None:
         """At monitor construction: the owner of the wrappers (the monitor)."""
@@ -68,6 +72,53 @@ class KerasBackend:
 
     def drop_function(self, model: Any, phase: str) -> None:
         setattr(model, FUNCTION_ATTR[phase], None)
+
+    # ------------------------------------------------------------ jit='fastest': both functions kept
+
+    def switch_jit(self, model: Any, phase: str, on: bool, observer: Any) -> Installed:
+        """Run ``phase`` with XLA ``on`` or off, keeping both of Keras's functions: a switch back
+        reuses the function built before, with every executable XLA compiled for it (a rebuild would
+        start an empty cache and compile again). The first switch to a mode builds its function
+        the way the storm fallback's mid-fit rebuild does. The model's jit_compile follows."""
+        kept = self._kept.setdefault(phase, {})
+        current = unwrap(getattr(model, FUNCTION_ATTR[phase], None))
+        if current is not None and not model.run_eagerly:
+            kept[self._wrappers.jit_flag(current)] = current
+        self.jit.set_model(model, on)
+        target = kept.get(on)
+        before, token, rebuilt, xla_now = self._wrappers.install(
+            model, phase, observer, rebuild=target is None and current is not None, enforce_model_jit=True,
+            base=target)
+        if target is None and not model.run_eagerly:
+            kept[on] = unwrap(getattr(model, FUNCTION_ATTR[phase]))
+        return Installed(before, token, rebuilt, xla_now)
+
+    def settle_kept(self, model: Any, on: bool) -> None:
+        """The fit ended (wrappers removed): each phase keeps the function of the mode kept, the other
+        is released; a function of the other mode with none kept for this one is dropped (Keras
+        rebuilds it lazily from the model's jit_compile)."""
+        self.jit.set_model(model, on)
+        for phase, kept in self._kept.items():
+            current = unwrap(getattr(model, FUNCTION_ATTR[phase], None))
+            if kept.get(on) is not None:
+                setattr(model, FUNCTION_ATTR[phase], kept[on])
+            elif current is not None and self._wrappers.jit_flag(current) != on:
+                self.drop_function(model, phase)
+        for phase in ("test", "predict"):
+            current = getattr(model, FUNCTION_ATTR[phase], None)
+            if phase not in self._kept and current is not None and self._wrappers.jit_flag(unwrap(current)) != on:
+                self.drop_function(model, phase)
+        self._kept.clear()
+
+    def callback_model(self, callback: Any) -> Any:
+        return self._internals.callback_model(callback)
+
+    def auto_jit(self, model: Any) -> bool:
+        """Keras's own jit_compile='auto' for this model here."""
+        return self._internals.auto_jit(model)
+
+    def fit_validates(self, model: Any) -> bool:
+        return self._internals.fit_validates(model)
 
     def step_function(self, model: Any, phase: str) -> Any:
         """The function that runs ``phase``'s steps (under every wrapper), or None."""

@@ -168,6 +168,25 @@ def budget_advice(report: Dict[str, Any]) -> List[Dict[str, Any]]:
             for a in report.get("advice") or []]
 
 
+def jit_decision(report: Dict[str, Any]) -> Optional[Dict[str, Any]]:
+    """jit='fastest': the mode kept and why, and a row per mode (median, spread, steps measured)."""
+    decision = report.get("jit_decision")
+    if not isinstance(decision, dict):
+        return None
+    medians, spreads = decision.get("medians") or {}, decision.get("spreads") or {}
+    steps, blocks = decision.get("steps_measured") or {}, decision.get("blocks") or {}
+    first = decision.get("first_call_seconds") or {}
+    return {"mode": decision.get("mode"), "basis": decision.get("basis"), "why": decision.get("why", ""),
+            "default": decision.get("default"),
+            "rows": [{"mode": m, "median": medians.get(m), "spread": spreads.get(m), "steps": steps.get(m, 0),
+                      "blocks": blocks.get(m, 0), "first_call": first.get(m), "kept": decision.get("mode") == m}
+                     for m in ("on", "off")],
+            "ratio": decision.get("ratio"), "trial_compile_seconds": decision.get("trial_compile_seconds"),
+            "predicted_saving_seconds": decision.get("predicted_saving_seconds"),
+            "steps_left": decision.get("steps_left"), "decided_at_step": decision.get("decided_at_step"),
+            "switches": decision.get("switches"), "expected_compiles": decision.get("expected_compiles")}
+
+
 def traces(report: Dict[str, Any], run: str) -> List[Dict[str, Any]]:
     """Each trace window and the run name the Profile tab lists it under (``<run>/train/<session>``)."""
     out = []
@@ -214,6 +233,15 @@ def check(report: Any) -> Any:
     for i, a in enumerate(report.get("advice") or []):
         for key in ("compiles", "compile_seconds", "recompile_seconds", "wall_seconds", "share", "budget"):
             _number(a.get(key), f"advice[{i}].{key}")
+    decision = report.get("jit_decision")
+    if decision is not None:
+        if not isinstance(decision, dict):
+            raise ValueError(f"the report is malformed: jit_decision is {decision!r}, not an object")
+        for key in ("trial_compile_seconds", "predicted_saving_seconds", "decided_at_step", "steps_left"):
+            _number(decision.get(key), f"jit_decision.{key}")
+        for key in ("medians", "spreads"):
+            for mode, value in (decision.get(key) or {}).items():
+                _number(value, f"jit_decision.{key}[{mode!r}]")
     return report
 
 
@@ -253,5 +281,6 @@ def run_view(run: str, report: Dict[str, Any], written: Optional[Dict[str, Any]]
                         "seconds include them, the ledger and the timeline show the first "
                         f"{len(report.get('compilations') or [])}")
     return {"run": run, "status": status(report), "ledger": ledger(report.get("compilations") or []),
-            "storms": storms(report), "advice": budget_advice(report), "traces": traces(report, run),
+            "storms": storms(report), "advice": budget_advice(report), "jit_decision": jit_decision(report),
+            "traces": traces(report, run),
             "notes": list(report.get("notes") or []), "messages": messages, "written": written}

@@ -20,6 +20,9 @@ from typing import Any, Optional, Tuple
 from ..chain import unwrap
 from ..tensorflow._internals import (  # noqa: F401 - re-exported: Keras-level, backend-neutral
     _version,
+    auto_jit,
+    callback_model,
+    fit_validates,
     is_keras3_model,
     keras_profile_windows,
     keras_version,

@@ -13,14 +13,23 @@ import os
 from typing import Any, Optional
 
 from ...errors import XlaKerasWarning
-from ...jitmodes import JitState, SavedModelJit, eager_refusal, fallback_or_eager, validate_mode
+from ...jitmodes import (
+    JitState,
+    SavedModelJit,
+    eager_refusal,
+    fallback_or_eager,
+    fastest_as_keep,
+    fastest_blocked,
+    validate_mode,
+)
 from . import _internals
 
-MODES = ("keep", "on", "off")
+MODES = ("keep", "on", "off", "fastest")
 
 AUTOCLUSTERING_REFUSED = (
     "jit='autoclustering' is a TensorFlow feature (TensorFlow picks clusters of its graph for XLA); Keras runs "
-    "the JAX backend here, where a jitted step is already one whole XLA program. Choose 'keep', 'on' or 'off'")
+    "the JAX backend here, where a jitted step is already one whole XLA program. Choose 'keep', 'on', 'off' or "
+    "'fastest'")
 
 OP_BY_OP = ("JAX still compiles one small executable per primitive and input shape when it runs a step op by "
             "op; those are counted apart (report.other_compilations['in_steps']), not as step compiles")
@@ -76,6 +85,7 @@ class JitController:
         self._model_jit = SavedModelJit(_internals.raw_model_jit, _internals.set_raw_model_jit)
         self.refusal: Optional[str] = None
         self.fallback_reason: Optional[str] = None
+        self.start_on: Optional[bool] = None  # jit='fastest': the kept decision's mode; None: Keras's auto
 
     def apply(self, model: Any) -> bool:
         """Apply the mode to the model. Never a global switch: returns False."""
@@ -86,11 +96,30 @@ class JitController:
         if model.run_eagerly:
             self.refusal = eager_refusal(self.mode)
             return False
+        if self.mode == "fastest":
+            facts = _internals.distribution_facts()
+            if facts["replicas"] > 1 or facts["multi_worker"]:
+                # One decision for every process would need the medians agreed by a collective.
+                self.refusal = fastest_as_keep(
+                    f"under {facts['name']} over {facts['replicas']} devices"
+                    + (" in several processes" if facts["multi_worker"] else "")
+                    + ": each process would time its own shard, and one decision for all needs a collective the "
+                    "monitor does not issue")
+                return False
+            self.refusal = fastest_blocked(_internals.layers_without_jit(model))
+            if not self.refusal:
+                self._model_jit.apply(model, self.start_on if self.start_on is not None
+                                      else _internals.auto_jit(model))
+            return False
         if not self._model_jit.apply(model, self.mode == "on"):
             blockers = _internals.layers_without_jit(model)
             why = f"layers with supports_jit=False: {', '.join(blockers)}" if blockers else "model_supports_jit said no"
             self.refusal = f"Keras refused jit_compile=True ({why}); the model runs without XLA"
         return False
+
+    def set_model(self, model: Any, on: bool) -> None:
+        """jit='fastest' switches: the model's jit_compile follows the function that runs."""
+        self._model_jit.set(model, on)
 
     def fall_back(self, model: Any, reason: str) -> None:
         self._model_jit.switch_off(model)
@@ -108,8 +137,8 @@ class JitController:
         state = JitState(self.mode)
         if _internals.is_jitted(step_fn):
             state.active = True
-            state.reason = ("jax.jit on the step function that runs: every step is one XLA program, compiled "
-                            "once per new input signature")
+            state.reason = self.refusal or ("jax.jit on the step function that runs: every step is one XLA "
+                                            "program, compiled once per new input signature")
             return state
         state.active = False
         if self.refusal:

@@ -64,10 +64,11 @@ def _make_wrapper(model: Any, phase: str, observer: Any):
         start = time.perf_counter()  # this one starts after the monitor's bookkeeping: not the user's step time
         model = model_ref()
         if observer.step_wrapper(phase) is not wrapped and model is not None:
-            # A storm fallback in call_due rebuilt the function (op by op) and wrapped the new one. This
-            # call must run the new Keras function too: the old jitted step donates its state, which
-            # the rebuild just synced into the model's variables. Called directly, not through the new
-            # chain, so that monitors around this call do not see the batch twice.
+            # call_due switched the function (a storm fallback rebuilt it op by op; jit='fastest' swapped
+            # in the other mode's) and wrapped the new one: this call runs the new Keras function, with the
+            # state Keras passed (the monitor never syncs it into the variables mid-step: see
+            # XlaMonitor.model). Called directly, not through the new chain, so that monitors around this
+            # call do not see the batch twice.
             original = unwrap(getattr(model, FUNCTION_ATTR[phase]))
         probe, began = None, False
         try:

@@ -455,6 +455,15 @@ def raw_model_jit(model: Any) -> Any:
         raise InternalsMoved("keras Trainer._jit_compile", e) from e
 
 
+def auto_jit(model: Any) -> bool:
+    """What Keras's own ``jit_compile="auto"`` resolves to for this model here (no GPU, a
+    tf.distribute strategy or a layer without XLA support: False). jit='fastest' starts there."""
+    try:
+        return bool(model._resolve_auto_jit_compile())
+    except AttributeError as e:
+        raise InternalsMoved("keras Trainer._resolve_auto_jit_compile", e) from e
+
+
 # --------------------------------------------------------------------------
 # Trace windows for the Profile tab (tf.profiler.experimental).
 
@@ -517,6 +526,24 @@ def running_fit(model: Any) -> Optional[dict]:
     (validation inside a fit), else None (e.g. a fit that an exception ended
     before on_train_end)."""
     return next(_model_call_frames(model, ("fit",)), None)
+
+
+def callback_model(callback: Any) -> Any:
+    """The model Keras handed a callback (``set_model``), read without the ``Callback.model``
+    property: under JAX that property syncs the training state into the model's variables, and a
+    sync inside a step (where the monitor switches functions) makes the next step restart from
+    the variables, one step behind (a donated buffer fails, an undonated one loses the update)."""
+    try:
+        return vars(callback)["_model"]
+    except (KeyError, TypeError) as e:
+        raise InternalsMoved("keras Callback._model", e) from e
+
+
+def fit_validates(model: Any) -> bool:
+    """The running ``model.fit`` validates (its ``validation_data`` local, which validation_split
+    fills too); False outside a fit."""
+    local = running_fit(model)
+    return bool(local is not None and local.get("validation_data") is not None)
 
 
 def running_callback_list(model: Any) -> Any:

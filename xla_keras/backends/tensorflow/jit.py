@@ -14,7 +14,16 @@ import warnings
 from typing import Any, Optional
 
 from ...errors import XlaKerasWarning
-from ...jitmodes import MODES, JitState, SavedModelJit, eager_refusal, fallback_or_eager, validate_mode
+from ...jitmodes import (
+    MODES,
+    JitState,
+    SavedModelJit,
+    eager_refusal,
+    fallback_or_eager,
+    fastest_as_keep,
+    fastest_blocked,
+    validate_mode,
+)
 from . import _internals
 from .flags import CPU_GLOBAL_JIT, PERSISTENT_CACHE, PERSISTENT_CACHE_READ_ONLY, XlaFlags
 
@@ -126,6 +135,7 @@ class JitController:
         self.refusal: Optional[str] = None
         self.fallback_reason: Optional[str] = None
         self._overrode_env_auto_jit = False
+        self.start_on: Optional[bool] = None  # jit='fastest': the kept decision's mode; None: Keras's auto
 
     def prepare_early(self) -> None:
         """Called at monitor construction: if TensorFlow has not created its
@@ -166,6 +176,8 @@ class JitController:
             self.refusal = eager_refusal(self.mode)
             return False
         facts = _internals.strategy_facts(model)
+        if self.mode == "fastest":
+            return self._apply_fastest(model, facts)
         if self.mode == "on" and (facts["replicas"] > 1 or facts["multi_worker"]):
             self.refusal = (
                 f"jit='on' refused under {facts['name']} with {facts['replicas']} replicas: "
@@ -181,6 +193,25 @@ class JitController:
             self.refusal = f"Keras refused jit_compile=True ({why}); the model runs without XLA"
         # "off" and "on" both mean: no auto-clustering around the step function.
         return self._set_autoclustering(self.mode == "autoclustering")
+
+    def _apply_fastest(self, model: Any, facts: dict) -> bool:
+        """jit='fastest' starts in Keras's own choice (or the model's kept decision), with no
+        auto-clustering around the step function: the trial compares jit_compile on and off."""
+        if facts["replicas"] > 1 or facts["multi_worker"]:
+            self.refusal = fastest_as_keep(
+                f"under {facts['name']} with {facts['replicas']} replicas"
+                + (" across workers" if facts["multi_worker"] else "")
+                + ": jit_compile=True is refused there (see jit='on'), so only one mode can run")
+            return False
+        self.refusal = fastest_blocked(_internals.layers_without_jit(model), _internals.op_determinism_enabled())
+        if self.refusal:
+            return False
+        self._model_jit.apply(model, self.start_on if self.start_on is not None else _internals.auto_jit(model))
+        return self._set_autoclustering(False)
+
+    def set_model(self, model: Any, on: bool) -> None:
+        """jit='fastest' switches: the model's jit_compile follows the function that runs."""
+        self._model_jit.set(model, on)
 
     def fall_back(self, model: Any, reason: str) -> None:
         """Switch this fit to non-XLA (on a storm). The model's own setting
@@ -209,8 +240,8 @@ class JitController:
         state = JitState(self.mode)
         if _internals.function_jit_flag(step_fn):
             state.active = True
-            state.reason = ("jit_compile=True on the step function that runs: every step is one "
-                            "XLA program, compiled once per new input signature")
+            state.reason = self.refusal or ("jit_compile=True on the step function that runs: every step is one "
+                                            "XLA program, compiled once per new input signature")
             return state
         if _internals.autoclustering_enabled():
             return self._read_back_autoclustering(state)

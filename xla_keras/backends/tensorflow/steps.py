@@ -20,6 +20,7 @@ import time
 import weakref
 from typing import Any, List, Optional
 
+from ...quiet import without_xla_startup_lines
 from ..chain import FUNCTION_ATTR, MAKE_FUNCTION, WrapperChain  # noqa: F401 - FUNCTION_ATTR re-exported
 from . import _internals
 
@@ -107,7 +108,11 @@ def _make_wrapper(model: Any, phase: str, observer: Any):
                 return original(data)
             began = True
             probe = observer.call_began(phase, batches, start)
-            outputs = original(batches)
+            if observer.quiet_phase == phase:  # jit='fastest' tries XLA: its start-up lines stay out
+                observer.quiet_phase = None
+                outputs = without_xla_startup_lines(lambda: original(batches))
+            else:
+                outputs = original(batches)
         except StopIteration:
             raise  # the end of an epoch, not an error
         except BaseException:

@@ -107,6 +107,7 @@ function draw(root) {
   detail.appendChild(ledgerTable(root, view));
   detail.appendChild(stormCards(view.storms));
   if ((view.advice || []).length) detail.appendChild(budgetCards(view.advice));
+  if (view.jit_decision) detail.appendChild(decisionCard(view.jit_decision));
   detail.appendChild(traceLinks(view.traces));
   if (view.notes.length) {
     detail.appendChild(el('section', {id: 'notes'}, [el('h3', {}, 'Notes'),
@@ -300,6 +301,30 @@ function stormCards(storms) {
     section.appendChild(card);
   }
   return section;
+}
+
+// jit='fastest': the mode kept, why, and both modes' measured steady steps.
+function decisionCard(d) {
+  const title = d.mode ? `jit='fastest' kept XLA ${d.mode.toUpperCase()} (${d.basis})` :
+    "jit='fastest' is measuring XLA on and off";
+  const rows = d.rows.map((r) => el('tr', {'data-mode': r.mode, class: r.kept ? 'selected' : ''}, [
+    td(`XLA ${r.mode}${r.mode === d.default ? ' (default)' : ''}`),
+    td(r.median === null ? '—' : ms(r.median), {'data-seconds': r.median}),
+    td(r.spread === null ? '—' : ms(r.spread)), td(String(r.steps)), td(String(r.blocks)),
+    td(r.first_call === null ? '—' : seconds(r.first_call))]));
+  const facts = [`trial compiles ${seconds(d.trial_compile_seconds || 0)}`];
+  if (d.ratio) facts.push(`on/off ${d.ratio.on_over_off.toFixed(3)}` + (d.ratio.low === null ? '' :
+    ` (95% interval ${d.ratio.low.toFixed(3)}–${d.ratio.high.toFixed(3)})`) + ` over ${d.ratio.rounds} rounds`);
+  if (d.predicted_saving_seconds !== null) {
+    facts.push(`predicted saving ${seconds(d.predicted_saving_seconds)} over the ${d.steps_left} steps left`);
+  }
+  if (d.decided_at_step !== null) facts.push(`decided at train step ${d.decided_at_step}`);
+  if (d.switches) facts.push(`${d.switches} switches`);
+  const head = ['mode', 'median step', 'spread (IQR)', 'steps measured', 'blocks', 'first call'];
+  return el('section', {id: 'fastest'}, [el('h3', {}, 'JIT decision'), el('div', {class: 'card fastest'}, [
+    el('div', {class: 'card-title'}, title), el('div', {class: 'card-detail'}, d.why),
+    el('table', {}, [el('thead', {}, el('tr', {}, head.map((h) => el('th', {}, h)))), el('tbody', {}, rows)]),
+    el('div', {class: 'card-detail muted'}, facts.join(' · '))])]);
 }
 
 // Phases over the compile budget, below the storm threshold: advice only.

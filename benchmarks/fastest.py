@@ -1,0 +1,154 @@
+"""jit="fastest" against the better of jit="off" and jit="on", whole fits side by side (issue #17).
+
+Workloads (each fit is a fresh model, so every fastest fit runs its own trial):
+
+  mlp     Dense 32 -> 64 -> 64 -> 1, batch 64: steps of ~1 ms, XLA within noise on a 2-core CPU
+  cnn     Conv2D 8 -> pool -> Conv2D 16 -> pool -> Dense on 16x16x3, batch 64: XLA slower on CPU
+  wide    Dense(1024) then 8 x (LayerNorm, gelu, tanh), batch 64: elementwise chains XLA fuses (faster)
+  storm   token sequences padded per batch to 8..256 (a new shape most batches): XLA recompiles
+
+Each round fits every configuration once, in a rotating order (machine noise hits them alike);
+reported are the median whole-fit seconds over the rounds (first call, trial and compiles
+included), the mode fastest kept in each round, and fastest's time against the better of off and
+on. The fits are longer than the minimum a decision needs (README, "jit='fastest'"), so the
+trial runs in every round: on TensorFlow the trial's one-time cost is the XLA function's first
+call (a trace and a compile), which a fit must be ~33x longer than to repay within 3%.
+
+    python benchmarks/fastest.py [--quick] [--rounds 5] [--workload mlp,cnn,storm] [--backend tensorflow|jax]
+"""
+
+import argparse
+import os
+import statistics
+import time
+
+import numpy as np
+
+# (train steps per fit for the full run, batches per epoch): the MLP and CNN fits run ~80-90 s on a 2-core
+# CPU, above the ~45-65 s a decision needs there.
+LENGTHS = {"mlp": (45000, 2500), "cnn": (20000, 2000), "wide": (6000, 1000), "storm": (3000, 375)}
+CONFIGS = ("off", "on", "fastest")
+SHAPES = {"mlp": (32,), "cnn": (16, 16, 3), "wide": (1024,)}
+
+
+def build(kind):
+    import keras
+    layers = keras.layers
+    if kind == "mlp":
+        return keras.Sequential([keras.Input((32,)), layers.Dense(64, activation="relu"),
+                                 layers.Dense(64, activation="relu"), layers.Dense(1)])
+    if kind == "cnn":
+        return keras.Sequential([keras.Input((16, 16, 3)), layers.Conv2D(8, 3, activation="relu"),
+                                 layers.MaxPooling2D(), layers.Conv2D(16, 3, activation="relu"),
+                                 layers.GlobalAveragePooling2D(), layers.Dense(1)])
+    if kind == "wide":
+        inputs = keras.Input((1024,))
+        h = layers.Dense(1024)(inputs)
+        for _ in range(8):
+            h = layers.Activation("tanh")(layers.Activation("gelu")(layers.LayerNormalization()(h)))
+        return keras.Model(inputs, layers.Dense(1)(h))
+    return keras.Sequential([keras.Input((None,), dtype="int32"), layers.Embedding(5000, 32),
+                             layers.GlobalAveragePooling1D(), layers.Dense(1)])
+
+
+def data(kind, batches, rng):
+    """Batches for one epoch: numpy arrays for the dense models, padded sequence batches for the storm."""
+    import keras
+    if kind != "storm":
+        x = rng.random((64 * batches, *SHAPES[kind]), dtype=np.float32)
+        y = rng.random((64 * batches, 1), dtype=np.float32)
+        return (x, y), {"batch_size": 64}
+    lengths = rng.integers(8, 257, size=32 * batches)
+    out = []
+    for i in range(batches):
+        part = lengths[32 * i:32 * (i + 1)]
+        x = np.zeros((32, int(part.max())), np.int32)
+        for row, k in enumerate(part):
+            x[row, :k] = rng.integers(1, 5000, size=k)
+        out.append((x, rng.random((32, 1), dtype=np.float32)))
+
+    class Padded(keras.utils.PyDataset):
+        def __len__(self):
+            return len(out)
+
+        def __getitem__(self, i):
+            return out[i]
+
+    return (Padded(),), {}
+
+
+def fit_once(kind, config, args, epoch_data):
+    import keras
+
+    import xla_keras
+    keras.utils.set_random_seed(0)
+    model = build(kind)
+    model.compile("adam", "mse")
+    monitor = xla_keras.XlaMonitor(log_dir=None, jit=config, verbose=0)
+    start = time.perf_counter()
+    model.fit(*epoch_data[0], epochs=args.epochs[kind], verbose=0, callbacks=[monitor], **epoch_data[1])
+    seconds = time.perf_counter() - start
+    decision = monitor.report.jit_decision
+    return seconds, (decision or {}).get("mode"), (decision or {}).get("basis"), monitor.report
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--quick", action="store_true", help="small run that only proves the script works")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--workload", default="mlp,cnn,storm",
+                        help="comma-separated, from: " + ", ".join(LENGTHS))
+    parser.add_argument("--backend", choices=("tensorflow", "jax"), default=None)
+    args = parser.parse_args(argv)
+    if args.backend:
+        os.environ["KERAS_BACKEND"] = args.backend
+    workloads = args.workload.split(",")
+    unknown = [w for w in workloads if w not in LENGTHS]
+    if unknown:
+        raise SystemExit(f"--workload: unknown {unknown}; choose from {', '.join(LENGTHS)}")
+    if args.quick:
+        args.rounds = 1
+    import keras
+    args.epochs = {}
+    print(f"backend={keras.backend.backend()} rounds={args.rounds} (whole-fit seconds, medians over rounds)")
+    print(f"{'workload':9} {'steps':>6} {'off':>9} {'on':>9} {'fastest':>9}  {'fastest / better':>16}  kept (basis)")
+    rng = np.random.default_rng(0)
+    for kind in workloads:
+        steps, per_epoch = LENGTHS[kind]
+        if args.quick:
+            steps, per_epoch = per_epoch // 10 * 2, per_epoch // 10
+        args.epochs[kind] = max(1, steps // per_epoch)
+        epoch_data = data(kind, per_epoch, rng)
+        times = {c: [] for c in CONFIGS}
+        kept, why = [], ""
+        for r in range(args.rounds):
+            order = CONFIGS[r % 3:] + CONFIGS[:r % 3]
+            for config in order:
+                seconds, mode, basis, report = fit_once(kind, config, args, epoch_data)
+                times[config].append(seconds)
+                if config == "fastest":
+                    kept.append(f"{mode} ({basis})")
+                    why = report.jit_decision["why"]
+        med = {c: statistics.median(v) for c, v in times.items()}
+        better = min(med["off"], med["on"])
+        # Side by side: each round's fastest fit against that round's fit of the better mode (pairs
+        # cancel the machine's drift between rounds; fit times here wander by +-10%).
+        best = "off" if med["off"] <= med["on"] else "on"
+        paired = statistics.median(f / b for f, b in zip(times["fastest"], times[best]))
+        modes = ", ".join(sorted(set(kept), key=kept.index))
+        counts = {k: kept.count(k) for k in set(kept)}
+        print(f"{kind:9} {args.epochs[kind] * per_epoch:>6} {med['off']:>8.2f}s {med['on']:>8.2f}s "
+              f"{med['fastest']:>8.2f}s  {med['fastest'] / better:>15.3f}x  "
+              + "; ".join(f"{k} x{counts[k]}" for k in sorted(counts, key=modes.index)), flush=True)
+        print(f"{'':9} rounds: off {fmt(times['off'])} | on {fmt(times['on'])} | fastest {fmt(times['fastest'])}",
+              flush=True)
+        print(f"{'':9} paired: median over rounds of fastest / {best} in the same round = {paired:.3f}x", flush=True)
+        print(f"{'':9} last: {why}", flush=True)
+
+
+def fmt(values):
+    return " ".join(f"{v:.1f}" for v in values)
+
+
+if __name__ == "__main__":
+    main()

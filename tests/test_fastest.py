@@ -1,0 +1,304 @@
+"""jit='fastest', the pure part (xla_keras/fastest.py, fastest_run.py): the trial's statistics against
+numpy and simulation, and its decisions on simulated fits whose true step times are known.
+
+The simulator plays a fit step by step as the monitor does: the mode the trial runs, a step time
+drawn from that mode's distribution (the first call of each mode's function costs its first-call
+time and is no steady step), ``check`` whenever the step reaches ``next_check``."""
+
+import math
+import random
+
+import numpy as np
+import pytest
+
+from xla_keras import fastest
+from xla_keras.fastest import (
+    BLOCK_STEPS,
+    MAX_ROUNDS,
+    MIN_STEPS_LEFT,
+    Decision,
+    Outlook,
+    Ratio,
+    Trial,
+    expected_compiles,
+    expected_new,
+    separated,
+    spread,
+)
+
+
+@pytest.mark.parametrize("values", [[1.0], [3.0, 1.0, 2.0], list(range(17)), [0.5, 0.1, 0.9, 0.3, 0.2, 0.7]])
+def test_spread_matches_numpy(values):
+    s = spread(values)
+    q1, q2, q3 = np.percentile(values, [25, 50, 75])
+    assert s.median == pytest.approx(q2) and s.iqr == pytest.approx(q3 - q1) and s.n == len(values)
+
+
+def test_no_values_no_spread():
+    assert spread([]) is None
+
+
+def test_notches_separate_only_clear_differences():
+    rng = np.random.default_rng(0)
+    a = spread(list(1.0 + 0.05 * rng.standard_normal(40)))
+    assert separated(a, spread(list(1.2 + 0.05 * rng.standard_normal(40))))
+    assert not separated(a, spread(list(1.0 + 0.05 * rng.standard_normal(40))))
+
+
+def test_ratio_interval_is_students_t_on_the_logs():
+    logs = [0.1, 0.2, 0.15, 0.05]
+    r = Ratio.of(logs)
+    mean, sd = np.mean(logs), np.std(logs, ddof=1)
+    half = 3.18 * sd / math.sqrt(4)  # t(0.975, 3)
+    assert (r.value, r.low, r.high) == pytest.approx((math.exp(mean), math.exp(mean - half), math.exp(mean + half)))
+    assert r.excludes_one and r.gain == pytest.approx(math.exp(mean) - 1)
+    assert not Ratio.of([0.1, -0.1]).excludes_one and Ratio.of([0.01, -0.01, 0.0]).within(0.03)
+
+
+@pytest.mark.parametrize("weights", [
+    [1] * 50,                                         # 50 equally likely shapes
+    [1 / k for k in range(1, 81)],                    # Zipf over 80 shapes
+    [10] * 5 + [1] * 30,                              # a few common shapes, many rare
+])
+def test_expected_new_signatures_match_simulation(weights):
+    """Chao's extrapolation against the mean number of new shapes a simulated sampler shows."""
+    rng = np.random.default_rng(1)
+    p = np.array(weights) / sum(weights)
+    seen_n, ahead = 60, 200
+    estimates, truths = [], []
+    for _ in range(200):
+        draws = rng.choice(len(p), size=seen_n + ahead, p=p)
+        counts = np.bincount(draws[:seen_n], minlength=len(p))
+        estimates.append(expected_new([int(c) for c in counts if c], ahead))
+        truths.append(len(set(draws[seen_n:]) - set(draws[:seen_n])))
+    assert np.mean(estimates) == pytest.approx(np.mean(truths), rel=0.3)
+
+
+def test_expected_compiles_counts_seen_shapes_the_xla_function_has_not_compiled():
+    counts = {1: 50, 2: 50}  # two shapes, each seen many times: nothing new is expected
+    assert expected_new(list(counts.values()), 1000) == 0
+    assert expected_compiles(counts, {1, 2}, 1000) == 0
+    assert expected_compiles(counts, {1}, 1000) == pytest.approx(1.0)
+    assert expected_compiles(counts, set(), 1000) == pytest.approx(2.0)
+    assert expected_compiles(counts, set(), 0) == 0
+
+
+# ------------------------------------------------------------------ the simulator
+
+
+class Fit:
+    """A simulated fit: true median step times per mode (seconds), multiplicative noise, first calls."""
+
+    def __init__(self, on=1e-3, off=1e-3, noise=0.03, steps=5000, first_on=0.01, first_off=0.01, default_on=False,
+                 factor=2.5, ahead=0.0, validation=0.0, seed=0, compile_seconds=0.3, known_first_call=None):
+        self.times = {True: on, False: off}
+        self.first = {True: first_on, False: first_off}
+        self.noise, self.steps, self.ahead, self.validation = noise, steps, ahead, validation
+        self.rng = random.Random(seed)
+        self.trial = Trial(default_on, 0, factor, known_first_call)
+        self.compile_seconds = compile_seconds
+        self.modes: list = []
+        self.seconds = 0.0
+
+    def outlook(self, step):
+        return Outlook(self.steps - step, self.ahead, self.validation)
+
+    def run(self, until=None, pause_at=()):
+        trial, fresh = self.trial, {True: True, False: True}
+        for step in range(1, (until or self.steps) + 1):
+            on = trial.on
+            self.modes.append(on)
+            if fresh[on]:  # the first call of this mode's function: trace (and compile)
+                fresh[on] = False
+                trial.called(self.first[on])
+                if on:
+                    trial.compiled([self.compile_seconds])
+                self.seconds += self.first[on]
+            else:
+                seconds = self.times[on] * math.exp(self.rng.gauss(0, self.noise))
+                trial.called(seconds)
+                trial.add(step, seconds)
+                self.seconds += seconds
+            if step in pause_at:
+                trial.pause(step)
+            if trial.running and step >= trial.next_check:
+                trial.check(step, self.outlook(step))
+        return trial.decision
+
+
+@pytest.mark.parametrize("on, off, default_on, kept, basis", [
+    (0.5e-3, 1e-3, False, "on", "measured"),     # XLA 2x faster (CPU default off)
+    (1.3e-3, 1e-3, False, "off", "measured"),    # XLA 1.3x slower
+    (1.0e-3, 1.08e-3, False, "on", "measured"),  # XLA 8% faster, little noise
+    (1.0e-3, 1.0e-3, False, "off", "within_noise"),
+    (1.0e-3, 1.0e-3, True, "on", "within_noise"),  # within noise keeps the default (JAX: on)
+    (0.25e-3, 20e-3, True, "on", "measured"),    # JAX: op by op 80x slower
+])
+def test_the_trial_keeps_the_truly_faster_mode(on, off, default_on, kept, basis):
+    noise = 0.01 if abs(on - off) / min(on, off) < 0.1 else 0.05
+    decision = Fit(on=on, off=off, default_on=default_on, noise=noise).run()
+    assert (decision.mode, decision.basis) == (kept, basis), decision.why
+    assert decision.steps_measured["on"] > 0 and decision.steps_measured["off"] > 0
+    assert decision.medians["on"] == pytest.approx(on, rel=0.1)
+    assert decision.medians["off"] == pytest.approx(off, rel=0.1)
+    if basis == "within_noise":
+        assert decision.ratio["rounds"] <= MAX_ROUNDS
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_a_noisy_tie_is_seldom_called_and_never_costs_much(seed):
+    """Same true step time, 10% noise per step: whatever is kept, the fit costs what the default costs."""
+    fit = Fit(on=1e-3, off=1e-3, noise=0.10, seed=seed)
+    decision = fit.run()
+    assert decision.basis in ("within_noise", "measured")
+    assert decision.ratio is not None and (decision.basis == "within_noise" or decision.ratio["rounds"] >= 3)
+
+
+def test_large_differences_are_decided_in_one_round_and_the_slow_mode_runs_few_steps():
+    fit = Fit(on=0.25e-3, off=20e-3, default_on=True, noise=0.05)
+    decision = fit.run()
+    assert decision.mode == "on" and decision.ratio["rounds"] == 1
+    slow_steps = sum(1 for on in fit.modes if not on)
+    assert slow_steps <= 1 + fastest.WARMUP_STEPS + fastest.PEEK_STEPS  # the peek ended the off block early
+
+
+def test_the_trial_costs_little_when_xla_is_slower():
+    """The regret against a fit that never left the default: XLA's first call plus the slow blocks."""
+    fit = Fit(on=1.5e-3, off=1e-3, noise=0.03, steps=20000, first_on=1.2)
+    fit.run()
+    default_only = Fit(on=1.5e-3, off=1e-3, noise=0.03, steps=20000)
+    default_only.trial.decision = Decision("off", "too_short", "", "off", {}, {}, {}, {}, 0.0, {}, None, None, 0,
+                                           0, 0, 0)
+    default_only.run()
+    assert fit.trial.decision.mode == "off"
+    assert fit.seconds - default_only.seconds < 1.2 + 0.5e-3 * 3 * (fit.trial.block_steps + 8)
+
+
+@pytest.mark.parametrize("steps, block", [(100000, 250), (20000, 81), (2000, BLOCK_STEPS)])
+def test_blocks_last_a_quarter_second_within_a_tenth_of_the_fit(steps, block):
+    fit = Fit(on=0.9e-3, off=1e-3, steps=steps, noise=0.2)
+    fit.run(until=60)
+    assert fit.trial.block_steps == pytest.approx(block, rel=0.1)  # 250 at the measured ~1 ms median
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_7_percent_gain_in_noisy_1ms_steps_is_found_in_a_long_fit(seed):
+    """Steps of ~1 ms with a 20% spread (a small MLP on 2 cores): blocks of 8 steps hid this gain."""
+    decision = Fit(on=0.93e-3, off=1e-3, steps=50000, noise=0.2, seed=seed).run()
+    assert (decision.mode, decision.basis) == ("on", "measured"), decision.why
+
+
+@pytest.mark.parametrize("steps, first, basis", [
+    (MIN_STEPS_LEFT // 2, 0.5, "too_short"),        # fewer steps left than a decision needs
+    (5000, 60.0, "too_short"),                      # the other mode's first call would cost > 3% of 5 s
+])
+def test_a_fit_too_short_keeps_the_default_and_never_switches(steps, first, basis):
+    fit = Fit(on=0.5e-3, off=1e-3, steps=steps, first_off=first)
+    decision = fit.run()
+    assert (decision.mode, decision.basis, decision.switches) == ("off", basis, 0)
+    assert not any(fit.modes) and "too short" in decision.why
+
+
+def test_a_function_built_before_the_fit_is_priced_by_the_first_call_remembered_for_the_model():
+    """A later fit of the same model does not trace at its first call: the model's remembered one counts."""
+    fit = Fit(on=0.5e-3, off=1e-3, steps=5000, first_off=0.01, known_first_call=60.0)
+    decision = fit.run()
+    assert (decision.basis, decision.switches) == ("too_short", 0)
+    assert Fit(on=0.5e-3, off=1e-3, steps=5000, first_off=0.01).run().mode == "on"
+
+
+def test_varying_shapes_keep_xla_off_without_trying_it():
+    decision = Fit(on=0.5e-3, off=1e-3, ahead=400).run()
+    assert (decision.mode, decision.basis, decision.switches) == ("off", "shapes_vary", 0)
+
+
+def test_xla_faster_but_repaid_by_no_one_keeps_it_off():
+    """XLA's steps are faster, but the compiles it would still need cost more than they save."""
+    decision = Fit(on=0.9e-3, off=1e-3, steps=3000, noise=0.01, ahead=1.5, compile_seconds=0.5).run()
+    assert (decision.mode, decision.basis) == ("off", "compiles")
+    assert decision.predicted_saving_seconds > 0
+
+
+def test_the_decision_prices_the_rest_of_the_fit():
+    fit = Fit(on=0.5e-3, off=1e-3, steps=10000, noise=0.02, validation=1.0, compile_seconds=0.3)
+    decision = fit.run()
+    left = decision.steps_left
+    assert decision.mode == "on"
+    assert decision.predicted_saving_seconds == pytest.approx(left * (1e-3 - 0.5e-3) - 1.0 * 0.3, rel=0.1)
+    assert decision.trial_compile_seconds == pytest.approx(0.3)
+
+
+def test_unknown_length_waits_for_the_first_epoch():
+    trial = Trial(False, 0, 2.5)
+    step = 0
+    while step < 40:
+        step += 1
+        trial.called(1e-3)
+        if step > 1:
+            trial.add(step, 1e-3)
+        if step >= trial.next_check:
+            assert trial.check(step, Outlook(None, length_known_later=True)) is None
+    assert trial.running and not trial.switch_steps
+    trial.check(step, Outlook(None, length_known_later=False))
+    assert trial.decision.basis == "length_unknown"
+
+
+def test_validation_pauses_the_block_and_runs_the_default():
+    fit = Fit(on=0.8e-3, off=1e-3, noise=0.01)
+    fit.run(until=25)  # in the first XLA block
+    trial = fit.trial
+    assert trial.on and trial.running and len(trial.blocks) == 2
+    assert trial.pause(25) is False  # back to the default for validation
+    trial.add(26, 1e-3)  # the first train step after validation is not measured
+    assert trial.check(26, fit.outlook(26)) is True  # then the paused mode again, a new block
+    assert trial.blocks[-1].on and trial.blocks[-1].start == 27 and not trial.blocks[1].complete
+
+
+def test_decision_round_trip_and_reuse():
+    decision = Fit(on=0.5e-3, off=1e-3).run()
+    again = Decision.from_dict(decision.to_dict())
+    assert again == decision
+    reused = decision.reused(4000)
+    assert reused.basis == "reused" and reused.mode == decision.mode and reused.switches == 0
+    assert "earlier fit" in reused.why
+
+
+# ------------------------------------------------------------------ where it acts as 'keep'
+
+
+@pytest.mark.parametrize("facts, words", [
+    ({"name": "MultiWorkerMirroredStrategy", "default": False, "replicas": 1, "multi_worker": True, "chief": True},
+     "under MultiWorkerMirroredStrategy with 1 replicas across workers"),
+    ({"name": "MirroredStrategy", "default": False, "replicas": 2, "multi_worker": False, "chief": True},
+     "under MirroredStrategy with 2 replicas"),
+])
+def test_tensorflow_fastest_acts_as_keep_where_only_one_mode_can_run(monkeypatch, facts, words):
+    pytest.importorskip("tensorflow")
+    from xla_keras.backends.tensorflow import _internals
+    from xla_keras.backends.tensorflow.jit import JitController
+
+    class Model:
+        run_eagerly = False
+        _jit_compile = False
+
+    monkeypatch.setattr(_internals, "strategy_facts", lambda model: facts)
+    controller = JitController("fastest")
+    model = Model()
+    assert controller.apply(model) is False
+    assert controller.refusal.startswith("jit='fastest' acts as 'keep' " + words)
+    assert model._jit_compile is False  # untouched
+
+
+def test_jax_fastest_acts_as_keep_over_several_devices_or_processes(monkeypatch):
+    from xla_keras.backends.jax import _internals
+    from xla_keras.backends.jax.jit import JitController
+
+    class Model:
+        run_eagerly = False
+        _jit_compile = True
+
+    monkeypatch.setattr(_internals, "distribution_facts", lambda: {
+        "name": "DataParallel", "default": False, "replicas": 2, "multi_worker": True, "chief": True})
+    controller = JitController("fastest")
+    assert controller.apply(Model()) is False
+    assert "acts as 'keep' under DataParallel over 2 devices in several processes" in controller.refusal
