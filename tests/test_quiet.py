@@ -117,3 +117,20 @@ def test_overlapping_windows_from_two_threads_leave_stderr_where_it_was():
         t.join()
     if before is not None:
         assert os.readlink("/proc/self/fd/2") == before
+
+
+def test_only_xlas_start_up_lines_are_filtered_in_a_fastest_trial():
+    from xla_keras.quiet import XLA_STARTUP_LINE, filter_profiler_lines
+    dropped = [b"I0000 00:00:1796153684.250277   19534 service.cc:153] XLA service 0x560f24316f90 initialized for "
+               b"platform Host (this does not guarantee that XLA will be used). Devices:\n",
+               b"I0000 00:00:1796153684.250315   19534 service.cc:161]   StreamExecutor [0]: Host, Default Version\n",
+               b"I0000 00:00:1796153684.274994   19534 dump_mlir_util.cc:269] disabling MLIR crash reproducer, set env "
+               b"var `MLIR_CRASH_REPRODUCER_DIRECTORY` to enable.\n",
+               b"I0000 00:00:1796153685.041251   19534 device_compiler.h:208] Compiled cluster using XLA!  This line is "
+               b"logged at most once for the lifetime of the process.\n",
+               b"WARNING: All log messages before absl::InitializeLog() is called are written to STDERR\n"]
+    kept = [b"I0000 00:00:1796153737.844371   19981 device_compiler.h:538] Compilation of XLA executable time: 871 "
+            b"ms (870554 us)\n",
+            b"W0000 00:00:1796153684.250277   19534 service.cc:153] XLA service could not start\n",
+            b"a user's own line\n"]
+    assert filter_profiler_lines(b"".join(dropped + kept), XLA_STARTUP_LINE) == b"".join(kept)

@@ -41,7 +41,9 @@ PROFILER_LINE = re.compile(
 # XLA on a CPU) prints none; a fit that keeps XLA prints them anyway. Info level only.
 XLA_STARTUP_LINE = re.compile(
     rb"^(?:I\d{4} [\d:.]+\s+\d+ |[\d-]+ [\d:.]+: I )\S*?(service\.cc:\d+\] +(XLA service|StreamExecutor)|"
-    rb"dump_mlir_util\.cc:\d+\] disabling MLIR crash reproducer|device_compiler\.h:\d+\] Compiled cluster using XLA)")
+    rb"dump_mlir_util\.cc:\d+\] disabling MLIR crash reproducer|device_compiler\.h:\d+\] Compiled cluster using XLA)"
+    # absl's notice before its first log line (TensorFlow 2.18: XLA's start-up is that first line)
+    rb"|^WARNING: All log messages before absl::InitializeLog\(\) is called are written to STDERR")
 # One window at a time: two overlapping windows (two threads) would leave fd 2 on a closed file.
 _WINDOW = threading.RLock()
 
