@@ -24,9 +24,9 @@ import time
 
 import numpy as np
 
-# (train steps per fit for the full run, batches per epoch): the MLP and CNN fits run ~80-90 s on a 2-core
+# (train steps per fit for the full run, batches per epoch): the MLP and CNN fits run ~70 s on a 2-core
 # CPU, above the ~45-65 s a decision needs there.
-LENGTHS = {"mlp": (45000, 2500), "cnn": (20000, 2000), "wide": (6000, 1000), "storm": (3000, 375)}
+LENGTHS = {"mlp": (40000, 2500), "cnn": (16000, 2000), "wide": (6000, 1000), "storm": (3000, 375)}
 CONFIGS = ("off", "on", "fastest")
 SHAPES = {"mlp": (32,), "cnn": (16, 16, 3), "wide": (1024,)}
 

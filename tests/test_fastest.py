@@ -302,3 +302,14 @@ def test_jax_fastest_acts_as_keep_over_several_devices_or_processes(monkeypatch)
     controller = JitController("fastest")
     assert controller.apply(Model()) is False
     assert "acts as 'keep' under DataParallel over 2 devices in several processes" in controller.refusal
+
+
+def test_a_new_shape_is_priced_by_what_its_step_cost_not_by_the_compile_alone():
+    trial = Trial(False, 0, 2.0)
+    trial.on = True
+    trial.samples[True].extend([0.004] * 10)
+    trial.compiled([0.4])
+    trial.new_shape_step(1.004, 1)  # the step that compiled: trace, compile, probe and bookkeeping
+    trial.new_shape_step(2.004, 2)
+    assert trial._compile_each() == pytest.approx(1.0)
+    assert trial.compile_seconds == [0.4]  # the report's trial compile seconds stay XLA's own

@@ -126,8 +126,8 @@ def test_only_xlas_start_up_lines_are_filtered_in_a_fastest_trial():
                b"I0000 00:00:1796153684.250315   19534 service.cc:161]   StreamExecutor [0]: Host, Default Version\n",
                b"I0000 00:00:1796153684.274994   19534 dump_mlir_util.cc:269] disabling MLIR crash reproducer, set env "
                b"var `MLIR_CRASH_REPRODUCER_DIRECTORY` to enable.\n",
-               b"I0000 00:00:1796153685.041251   19534 device_compiler.h:208] Compiled cluster using XLA!  This line is "
-               b"logged at most once for the lifetime of the process.\n",
+               b"I0000 00:00:1796153685.041251   19534 device_compiler.h:208] Compiled cluster using XLA!  This line "
+               b"is logged at most once for the lifetime of the process.\n",
                b"WARNING: All log messages before absl::InitializeLog() is called are written to STDERR\n"]
     kept = [b"I0000 00:00:1796153737.844371   19981 device_compiler.h:538] Compilation of XLA executable time: 871 "
             b"ms (870554 us)\n",

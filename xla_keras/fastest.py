@@ -280,6 +280,7 @@ class Trial:
         self.samples: Dict[bool, Deque[float]] = {True: deque(maxlen=MAX_SAMPLES), False: deque(maxlen=MAX_SAMPLES)}
         self.first_call: Dict[bool, Optional[float]] = {True: None, False: None}
         self.compile_seconds: List[float] = []
+        self.shape_costs: Deque[float] = deque(maxlen=MAX_SAMPLES)  # per compile, from compiling steps' time
         self.block_steps = BLOCK_STEPS
         self.next_check = start_step + 1 + WARMUP_STEPS + BLOCK_STEPS
         self.decision: Optional[Decision] = None
@@ -315,6 +316,16 @@ class Trial:
         """XLA compiles of the train function recorded during the trial."""
         if self.running:
             self.compile_seconds.extend(seconds)
+
+    def new_shape_step(self, seconds: float, compiles: int) -> None:
+        """A train call that compiled ``compiles`` modules under XLA took ``seconds``: beyond a steady
+        step, what a new shape really costs the fit (XLA's compile, and the trace, probe and bookkeeping
+        around it: measured 2-2.5x the compile alone on a storm), for pricing the compiles ahead."""
+        if self.running and compiles:
+            steady = spread(self.samples[True])
+            excess = seconds - (steady.median if steady else 0.0)
+            if excess > 0:
+                self.shape_costs.append(excess / compiles)
 
     def pause(self, step: int) -> Optional[bool]:
         """Validation begins: the block stops measuring and validation runs the default mode.
@@ -377,16 +388,17 @@ class Trial:
         step_seconds = max((t for t in (default.median if default else None, outlook.wall_step_seconds)
                             if t is not None), default=None)
         time_left = steps_left * step_seconds if step_seconds is not None else None
-        # Beyond the train shape the trial compiles anyway (its one-time cost), what XLA would still compile.
+        one_time = self.one_time_factor * first if first is not None else None
+        # Beyond the train shape the trial compiles anyway (its one-time cost), what XLA would still compile;
+        # each new shape priced like XLA's first call (measured on a storm: a compiling step cost 2-2.5x
+        # XLA's compile alone, about what the first call costs).
         extra = outlook.xla_compiles_ahead - 1
-        if not self.default_on and time_left is not None and first is not None and extra >= 2 \
-                and extra * first > SHAPES_SHARE * time_left:
+        if not self.default_on and time_left is not None and one_time is not None and extra >= 2 \
+                and extra * one_time > SHAPES_SHARE * time_left:
             return self._keep_default(step, "shapes_vary", outlook, (
                 f"input shapes vary: XLA would compile ~{extra:.0f} more shapes in this fit (estimated from the "
-                f"input signatures seen so far and the steps left), ~{_ms(extra * first)} at this fit's first-call "
-                f"time, more than {SHAPES_SHARE:.0%} of the ~{_ms(time_left)} left: XLA cannot win here, so it was "
-                "not tried"))
-        one_time = self.one_time_factor * first if first is not None else None
+                f"input signatures seen so far and the steps left), ~{_ms(extra * one_time)}, more than "
+                f"{SHAPES_SHARE:.0%} of the ~{_ms(time_left)} left: XLA cannot win here, so it was not tried"))
         if time_left is not None and one_time is not None and one_time > TRIAL_BUDGET * time_left:
             return self._keep_default(step, "too_short", outlook, (
                 f"the fit is too short to decide: trying XLA {mode_word(not self.default_on)} would cost ~"
@@ -451,6 +463,9 @@ class Trial:
         return sum(1 for b in self.blocks if b.on == on and b.complete and b.values)
 
     def _compile_each(self) -> Optional[float]:
+        """What one more XLA compile costs the fit: measured on this fit's compiling steps."""
+        if self.shape_costs:
+            return median(self.shape_costs)
         if self.compile_seconds:
             return median(self.compile_seconds)
         return self.first_call[True]

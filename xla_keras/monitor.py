@@ -735,6 +735,8 @@ class XlaMonitor(keras.callbacks.Callback):
         if outcome is not None:
             if self._fastest is not None and phase == "train":
                 self._fastest.trial.called(outcome.seconds)
+                if outcome.compiles and self._current.jit_state.active:
+                    self._fastest.trial.new_shape_step(outcome.seconds, len(outcome.compiles))
             self._apply(phase, outcome)
 
     def _apply(self, phase: str, outcome: Any) -> None:
