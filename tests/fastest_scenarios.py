@@ -252,6 +252,42 @@ def storm(dump_dir):
     return {"report": monitor.report.to_dict(), "dump": dumped.names}
 
 
+def drift(dump_dir):
+    """XLA kept on over the default off (forced after one round, watched as a measured decision would
+    be), then every batch a new length: the watch returns to XLA off after two unpriced compiles."""
+    import keras
+
+    from xla_keras import fastest
+    default_rules()
+    forced_rules()
+
+    def decide_on_and_watch(self, step, outlook):
+        verdict = self._decide(True, step, outlook, "measured", "forced by the scenario after one round")
+        self.watch = fastest.Watch(step, gain_per_step=1e-9, priced=0.0, each=1e-6, window=200)
+        return verdict
+
+    fastest.Trial._after_block = decide_on_and_watch
+    rng = np.random.default_rng(4)
+    lengths = [8] * 100 + [9 + i for i in range(30)]
+    batches = [(rng.integers(1, 50, size=(BATCH, n)).astype(np.int32), rng.random((BATCH, 1), dtype=np.float32))
+               for n in lengths]
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.Input((None,), dtype="int32"), keras.layers.Embedding(50, 8),
+                              keras.layers.GlobalAveragePooling1D(), keras.layers.Dense(1)])
+    model.compile("adam", "mse")
+    import tensorflow as tf  # a PyDataset would fix the length axis from its first batches
+
+    varying = tf.data.Dataset.from_generator(lambda: iter(batches), output_signature=(
+        tf.TensorSpec((BATCH, None), tf.int32), tf.TensorSpec((BATCH, 1), tf.float32))).apply(
+        tf.data.experimental.assert_cardinality(len(batches)))
+    monitor = monitored()
+    with Dumped(dump_dir) as dumped:
+        model.fit(varying, epochs=1, verbose=0, callbacks=[monitor])
+    default_rules()
+    return {"report": monitor.report.to_dict(), "dump": dumped.names, "batches": len(batches),
+            "iterations": int(np.array(model.optimizer.iterations)), "kept": model.jit_compile}
+
+
 def fallback_steps(dump_dir):
     """A storm fallback mid-fit: every step's update lands (on JAX, a state sync inside the step used to
     make the next step restart one step behind: 11 optimizer steps for 12 batches)."""
@@ -286,6 +322,8 @@ def main():
     results["validation_during_trial"] = validation_during_trial(dump_dir)
     results["unknown_length"] = unknown_length(dump_dir)
     results["storm"] = storm(dump_dir)
+    if BACKEND == "tensorflow":  # the watch guards XLA kept on over a default off (JAX's default is on)
+        results["drift"] = drift(dump_dir)
     results["fallback_steps"] = fallback_steps(dump_dir)
     with open(out, "w") as f:
         json.dump(results, f)

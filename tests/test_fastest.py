@@ -1,5 +1,5 @@
-"""jit='fastest', the pure part (xla_keras/fastest.py, fastest_run.py): the trial's statistics against
-numpy and simulation, and its decisions on simulated fits whose true step times are known.
+"""jit='fastest', the pure part (xla_keras/fastest.py, step_statistics.py, fit_outlook.py): the trial's
+statistics against numpy and simulation, and its decisions on simulated fits whose true step times are known.
 
 The simulator plays a fit step by step as the monitor does: the mode the trial runs, a step time
 drawn from that mode's distribution (the first call of each mode's function costs its first-call
@@ -12,19 +12,9 @@ import numpy as np
 import pytest
 
 from xla_keras import fastest
-from xla_keras.fastest import (
-    BLOCK_STEPS,
-    MAX_ROUNDS,
-    MIN_STEPS_LEFT,
-    Decision,
-    Outlook,
-    Ratio,
-    Trial,
-    expected_compiles,
-    expected_new,
-    separated,
-    spread,
-)
+from xla_keras.fastest import BLOCK_STEPS, MAX_ROUNDS, MIN_STEPS_LEFT, Decision, Trial
+from xla_keras.fit_outlook import Outlook, StormRule, expected_compiles, expected_new
+from xla_keras.step_statistics import Ratio, separated, spread
 
 
 @pytest.mark.parametrize("values", [[1.0], [3.0, 1.0, 2.0], list(range(17)), [0.5, 0.1, 0.9, 0.3, 0.2, 0.7]])
@@ -121,9 +111,73 @@ class Fit:
                 self.seconds += seconds
             if step in pause_at:
                 trial.pause(step)
-            if trial.running and step >= trial.next_check:
+            if step >= trial.next_check:
                 trial.check(step, self.outlook(step))
         return trial.decision
+
+
+class ShapeFit:
+    """A simulated fit whose batches have shapes: ``epoch`` lists one epoch's batch shapes (replayed
+    every epoch, as a Keras dataset is). XLA compiles each shape once (``compile_seconds`` on top of
+    its step; its first call costs ``first_on``); the non-XLA function pays nothing per shape. The
+    outlook is the one ``FastestRun`` builds: ``expected_compiles`` from the counts seen so far."""
+
+    def __init__(self, epoch, epochs, on, off, compile_seconds, first_on, first_off=0.3, noise=0.03, seed=0,
+                 storm=None):
+        storm = storm or StormRule()
+        self.shapes = list(epoch) * epochs
+        self.times = {True: on, False: off}
+        self.first = {True: first_on, False: first_off}
+        self.compile_seconds, self.noise, self.rng = compile_seconds, noise, random.Random(seed)
+        self.trial = Trial(False, 0, 2.0, storm=storm)
+        self.storm = storm
+        self.counts: dict = {}
+        self.compiled: set = set()
+        self.seconds = 0.0
+        self.compiles = 0
+
+    def outlook(self, step):
+        left = len(self.shapes) - step
+        soon = expected_compiles(self.counts, self.compiled, min(self.storm.window, left))
+        return Outlook(left, expected_compiles(self.counts, self.compiled, left), 0.0, xla_compiles_soon=soon)
+
+    def run(self):
+        trial, fresh = self.trial, {True: True, False: True}
+        for step, shape in enumerate(self.shapes, start=1):
+            on = trial.on
+            self.counts[shape] = self.counts.get(shape, 0) + 1
+            steady = self.times[on] * math.exp(self.rng.gauss(0, self.noise))
+            if fresh[on]:
+                fresh[on] = False
+                seconds = self.first[on]
+                trial.called(seconds)
+                if on:
+                    self.compiled.add(shape)
+                    self.compiles += 1
+                    trial.compiled([0.5 * seconds])
+            elif on and shape not in self.compiled:
+                self.compiled.add(shape)
+                self.compiles += 1
+                seconds = steady + self.compile_seconds
+                trial.called(seconds)
+                trial.compiled([0.5 * self.compile_seconds])
+                trial.new_shape_step(step, seconds, 1)
+            else:
+                seconds = steady
+                trial.called(seconds)
+                trial.add(step, seconds)
+            self.seconds += seconds
+            if step >= trial.next_check:
+                trial.check(step, self.outlook(step))
+        return trial.decision
+
+    @classmethod
+    def single_mode(cls, epoch, epochs, on, off, compile_seconds, first_on, first_off=0.3):
+        """The whole fit in one mode, without noise: (seconds off, seconds on)."""
+        shapes = list(epoch) * epochs
+        distinct = len(set(shapes))
+        return (first_off + (len(shapes) - 1) * off,
+                first_on + (distinct - 1) * compile_seconds + (len(shapes) - 1) * on)
 
 
 @pytest.mark.parametrize("on, off, default_on, kept, basis", [
@@ -309,7 +363,71 @@ def test_a_new_shape_is_priced_by_what_its_step_cost_not_by_the_compile_alone():
     trial.on = True
     trial.samples[True].extend([0.004] * 10)
     trial.compiled([0.4])
-    trial.new_shape_step(1.004, 1)  # the step that compiled: trace, compile, probe and bookkeeping
-    trial.new_shape_step(2.004, 2)
+    trial.new_shape_step(1, 1.004, 1)  # the step that compiled: trace, compile, probe and bookkeeping
+    trial.new_shape_step(2, 2.004, 2)
     assert trial._compile_each() == pytest.approx(1.0)
     assert trial.compile_seconds == [0.4]  # the report's trial compile seconds stay XLA's own
+
+
+# ------------------------------------------------------------------ shapes that vary, step by step
+
+
+def _storm_epoch(batches=375, seed=0):
+    """benchmarks/fastest.py's storm: each batch padded to the longest of 32 lengths drawn from 8..256."""
+    rng = np.random.default_rng(seed)
+    return [int(rng.integers(8, 257, size=32).max()) for _ in range(batches)]
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_storm_keeps_xla_off_without_trying_it_although_its_steps_are_twice_as_fast(seed):
+    """~33 shapes per epoch with a long tail (Chao's estimate is low there), XLA 2x faster per step: its
+    compiles cost more than all it saves in 3,000 steps, and the shapes predict a storm at the gate."""
+    epoch = _storm_epoch(seed=seed)
+    args = dict(epoch=epoch, epochs=8, on=3e-3, off=6e-3, compile_seconds=1.0, first_on=1.5)
+    fit = ShapeFit(**args, seed=seed)
+    decision = fit.run()
+    off_only, on_only = ShapeFit.single_mode(**args)
+    assert off_only < on_only
+    assert (decision.mode, decision.basis, decision.switches, fit.compiles) == ("off", "shapes_vary", 0, 0)
+    assert "recompilation storm" in decision.why and "storm_threshold=8" in decision.why
+    assert fit.seconds <= 1.05 * off_only
+
+
+def test_a_storm_the_gate_missed_costs_xla_s_first_call_only():
+    """The storm rule loosened so the gate lets XLA in: the screen after XLA's first call stops it."""
+    epoch = _storm_epoch()
+    args = dict(epoch=epoch, epochs=8, on=3e-3, off=6e-3, compile_seconds=1.0, first_on=1.5)
+    fit = ShapeFit(**args, storm=StormRule(threshold=10**6, window=200))
+    fit.trial.one_time_factor = 0.01  # the gate's estimate of XLA's first call far too low
+    decision = fit.run()
+    off_only, _ = ShapeFit.single_mode(**args)
+    assert (decision.mode, decision.basis, fit.compiles) == ("off", "shapes_vary", 1), decision.why
+    assert "stopped after its first call" in decision.why
+    assert fit.seconds <= off_only + 1.5 + 0.1
+
+
+def test_few_shapes_xla_faster_keeps_it_on_and_the_watch_stays_quiet():
+    """Five bucket shapes: XLA compiles each once, which the decision prices; it stays on."""
+    epoch = [1, 2, 3, 4, 5] * 400
+    args = dict(epoch=epoch, epochs=10, on=1e-3, off=2e-3, compile_seconds=0.5, first_on=1.0)
+    fit = ShapeFit(**args)
+    decision = fit.run()
+    off_only, on_only = ShapeFit.single_mode(**args)
+    assert (decision.mode, decision.basis, decision.revised_at_step) == ("on", "measured", None), decision.why
+    assert fit.compiles == 5
+    assert fit.seconds <= 1.05 * on_only < off_only
+
+
+def test_shapes_that_start_varying_after_the_decision_turn_xla_off_again():
+    """One shape for the first 10,000 steps (XLA kept on, 2x faster), then a new shape every step: the
+    watch counts the compiles the decision never priced and returns to XLA off within a few steps."""
+    epoch = [0] * 10000 + list(range(1, 10001))
+    args = dict(epoch=epoch, epochs=1, on=1e-3, off=2e-3, compile_seconds=0.5, first_on=1.0)
+    fit = ShapeFit(**args)
+    decision = fit.run()
+    off_only, on_only = ShapeFit.single_mode(**args)
+    assert (decision.mode, decision.basis) == ("off", "compiles"), decision.why
+    assert 10000 < decision.revised_at_step <= 10000 + 5
+    assert decision.switch_steps[-1] == decision.revised_at_step
+    assert "new shapes compiled" in decision.why and fit.compiles <= 1 + 5
+    assert fit.seconds < off_only < on_only

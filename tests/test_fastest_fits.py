@@ -135,6 +135,21 @@ def test_varying_shapes_never_try_xla(runs):
     assert step_modules(run, "tensorflow") == 0 and "shapes vary" in run["report"]["jit_reason"]
 
 
+def test_shapes_varying_after_an_on_decision_turn_xla_off_again(runs):
+    """The watch: 100 batches of one length (XLA kept on), then a new length per batch. XLA's dump holds
+    the compiles before the revision only; every step's update landed; the model keeps XLA off."""
+    run = runs["tensorflow"]["drift"]
+    report, decision = run["report"], run["report"]["jit_decision"]
+    assert (decision["mode"], decision["basis"]) == ("off", "compiles"), decision["why"]
+    assert decision["revised_at_step"] == decision["switch_steps"][-1]
+    # revised two unpriced compiles after the lengths began to vary (batch 101), at the next step boundary
+    assert 101 <= decision["revised_at_step"] <= 103
+    modules = step_modules(run, "tensorflow")
+    assert modules == report["compilation_count"]["train"] == 1 + 2  # the first shape, then two new ones
+    assert run["iterations"] == run["batches"] and run["kept"] is False
+    assert "new shapes compiled" in decision["why"]
+
+
 def test_jax_storm_compiles_are_counted_as_xla_dumped_them(runs):
     run = runs["jax"]["storm"]
     assert run["report"]["compilation_count"]["train"] == step_modules(run, "jax")

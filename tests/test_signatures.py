@@ -25,7 +25,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PURE_MODULES = ("signatures", "timing", "compiles", "report", "storms", "config", "session", "sink", "traces",
                 "metadata", "files", "jitmodes", "errors", "cache", "reports", "quiet", "guards", "arguments",
                 "explain", "backends", "backends.base", "backends.tensorflow", "backends.tensorflow.flags",
-                "tensorboard", "tensorboard.views")
+                "tensorboard", "tensorboard.views", "fastest", "fastest_run", "step_statistics", "fit_outlook")
 _PURE_IMPORT = (
     "import importlib, sys, xla_keras\n"
     f"for m in {PURE_MODULES!r}: importlib.import_module('xla_keras.' + m)\n"

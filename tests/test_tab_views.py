@@ -185,6 +185,8 @@ def test_the_jit_decision_card_shows_both_modes_and_the_evidence():
     assert views.run_view("fit1", full_report())["jit_decision"] is None  # other modes: no card
     measuring = views.jit_decision({"jit_decision": decision_dict(mode=None, basis="measuring")})
     assert measuring["mode"] is None and not any(r["kept"] for r in measuring["rows"])
+    revised = views.jit_decision({"jit_decision": decision_dict(mode="off", basis="compiles", revised_at_step=140)})
+    assert revised["revised_at_step"] == 140 and view["revised_at_step"] is None
 
 
 @pytest.mark.parametrize("decision, words", [

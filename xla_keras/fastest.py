@@ -11,10 +11,14 @@ The trial, step by step (every number is a constant below, with its reason):
    other mode's first call: a trace, an XLA compile; estimated from this
    fit's first call by the backend's measured factor) is at most
    ``TRIAL_BUDGET`` of the time left at the default's steady step. When the
-   other mode is XLA and shapes vary, the compiles it would need for the rest
-   of the fit (estimated from the signatures seen, ``expected_new``) must not
-   eat ``SHAPES_SHARE`` of that time either. Otherwise the default is kept,
-   and the decision says why.
+   other mode is XLA and shapes vary, XLA is not tried when the shapes seen
+   so far predict a recompilation storm under the monitor's own rule
+   (``storm_threshold`` compiles in ``storm_window`` steps), or when the
+   compiles it would need for the rest of the fit (estimated from the
+   signatures seen, ``expected_new``) would eat ``SHAPES_SHARE`` of that time.
+   The second test runs again right after XLA's first call, priced by what
+   that call really cost. Otherwise the default is kept, and the decision
+   says why.
 3. Blocks alternate (an interleaved design: drift and machine noise hit both
    modes alike): each skips ``SETTLE_STEPS`` after its switch (a mode's first
    block: its first call and ``WARMUP_STEPS``) and measures as many steady
@@ -39,15 +43,23 @@ The trial, step by step (every number is a constant below, with its reason):
    (``expected_compiles`` x the median compile measured in this fit, plus
    validation's compile when the fit validates). XLA is kept only when the
    saving stays positive.
+6. XLA kept on over a default off is watched for the rest of the fit (the
+   shapes seen are a sample, and a long tail keeps showing new ones): once
+   the compiles that really came cost more than the decision priced, and
+   more per step over the last storm window than XLA saves per step, XLA off
+   (its function kept) runs for the rest of the fit.
 """
 
 from __future__ import annotations
 
 import math
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from statistics import median
-from typing import Deque, Dict, Iterable, List, Mapping, NamedTuple, Optional, Sequence, Tuple
+from typing import Deque, Dict, List, Optional, Sequence, Tuple
+
+from .fit_outlook import Outlook, StormRule
+from .step_statistics import Ratio, Spread, separated, spread
 
 WARMUP_STEPS = 5      # after the first call: allocator and cache warm-up make the next steps slower
 SETTLE_STEPS = 2      # after a switch: JAX's queue still holds the previous mode's steps; caches change
@@ -63,12 +75,12 @@ MIN_ROUNDS = 3        # rounds (an on block beside an off block) before the roun
 MAX_ROUNDS = 12       # rounds after which the two are within noise (cheap: they differ little by then)
 EARLY_RATIO = 1.25    # a difference this large with separated notches decides after one round
 MIN_GAIN = 0.03       # a separated difference below this share is not worth a mode of its own
-NOTCH = 1.58          # median +- NOTCH * IQR / sqrt(n): the notch of a box plot
 TRIAL_BUDGET = 0.03   # the trial's one-time cost, at most this share of the fit's time left
 SHAPES_SHARE = 0.5    # XLA's expected compiles, at most this share of the time left (it would have to halve
                       # every step just to repay them)
 MIN_STEPS_LEFT = 1000  # train steps left after block 0: the trial (~100 steps) must be a small part of the fit
 MAX_SAMPLES = 2048    # per mode: bounded memory on the step path
+NEVER = math.inf      # next_check once decided: the per-step test stays one compare
 
 BASES = ("measured", "within_noise", "too_short", "length_unknown", "shapes_vary", "compiles", "unfinished",
          "storm", "reused")
@@ -78,123 +90,33 @@ def mode_word(on: bool) -> str:
     return "on" if on else "off"
 
 
-class Spread(NamedTuple):
-    """A mode's steady steps: median, interquartile range, count and the notch's half width."""
+@dataclass
+class Watch:
+    """XLA kept on over a default off, priced with the compiles the shapes seen predicted: the
+    compiles that come after the decision are counted against that price."""
 
-    median: float
-    iqr: float
-    n: int
+    since: int              # the decision's train step
+    gain_per_step: float    # off median - on median
+    priced: float           # seconds of XLA compiles the decision expected for the rest of the fit
+    each: float             # what one compile was priced at
+    window: int             # the storm window: compiles' recent rate is measured over this many steps
+    spent: float = 0.0      # compiling steps' excess over a steady step since the decision
+    compiles: int = 0
+    recent: Deque[Tuple[int, float]] = field(default_factory=lambda: deque(maxlen=MAX_SAMPLES))
 
-    @property
-    def half_notch(self) -> float:
-        return NOTCH * self.iqr / math.sqrt(self.n)
+    def add(self, step: int, seconds: float, compiles: int) -> None:
+        self.spent += seconds
+        self.compiles += compiles
+        self.recent.append((step, seconds))
 
-
-def spread(values: Sequence[float]) -> Optional[Spread]:
-    if not values:
-        return None
-    ordered = sorted(values)
-    return Spread(median(ordered), _quantile(ordered, 0.75) - _quantile(ordered, 0.25), len(ordered))
-
-
-def _quantile(ordered: Sequence[float], q: float) -> float:
-    """Linear interpolation between closest ranks (numpy's default)."""
-    position = q * (len(ordered) - 1)
-    low = math.floor(position)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
-
-
-def separated(a: Spread, b: Spread) -> bool:
-    """The two medians' notches do not overlap: different at roughly 95% confidence."""
-    return abs(a.median - b.median) > a.half_notch + b.half_notch
-
-
-def expected_new(counts: Sequence[int], steps: int) -> float:
-    """Distinct signatures never seen so far that ``steps`` more batches are expected to show.
-
-    Chao1's estimate of the unseen (f1^2 / 2 f2, or f1 (f1 - 1) / 2 with no
-    doubletons) extrapolated to ``steps`` more draws (Chao et al. 2014,
-    Ecological Monographs 84: 45-67, eq. 9): the signatures seen once carry the
-    evidence that more exist. Zero when every signature was seen at least twice."""
-    n = sum(counts)
-    f1 = sum(1 for c in counts if c == 1)
-    f2 = sum(1 for c in counts if c == 2)
-    if n == 0 or f1 == 0 or steps <= 0:
-        return 0.0
-    unseen = f1 * f1 / (2 * f2) if f2 else f1 * (f1 - 1) / 2
-    if unseen <= 0:
-        return 0.0
-    return unseen * (1 - (1 - f1 / (n * unseen + f1)) ** steps)
-
-
-def expected_compiles(counts: Mapping[int, int], compiled: Iterable[int], steps: int) -> float:
-    """XLA compiles the next ``steps`` batches are expected to cost a function that compiled
-    ``compiled`` (fingerprints): each signature seen but not compiled compiles when it comes back
-    (probability 1 - (1 - p)^steps at its observed frequency p), and the unseen ones (``expected_new``)."""
-    n = sum(counts.values())
-    if n == 0 or steps <= 0:
-        return 0.0
-    done = set(compiled)
-    seen = sum(1 - (1 - c / n) ** steps for fp, c in counts.items() if fp not in done)
-    return seen + expected_new(list(counts.values()), steps)
-
-
-# Student's t, two-sided 95%, by degrees of freedom (1..12); beyond: 2.18.
-_T95 = (12.71, 4.30, 3.18, 2.78, 2.57, 2.45, 2.36, 2.31, 2.26, 2.23, 2.20, 2.18)
-
-
-class Ratio(NamedTuple):
-    """on/off step-time ratio over the rounds: geometric mean and its 95% interval (t on the logs)."""
-
-    value: float
-    low: float
-    high: float
-    n: int
-
-    @classmethod
-    def of(cls, logs: Sequence[float]) -> "Ratio":
-        n = len(logs)
-        mean = sum(logs) / n
-        if n < 2:
-            return cls(math.exp(mean), 0.0, math.inf, n)
-        sd = math.sqrt(sum((x - mean) ** 2 for x in logs) / (n - 1))
-        half = _T95[min(n - 1, len(_T95)) - 1] * sd / math.sqrt(n)
-        return cls(math.exp(mean), math.exp(mean - half), math.exp(mean + half), n)
-
-    @property
-    def excludes_one(self) -> bool:
-        return self.high < 1 or self.low > 1
-
-    @property
-    def gain(self) -> float:
-        """How much faster the faster mode is (0.05: 5%)."""
-        return max(self.value, 1 / self.value) - 1
-
-    def within(self, share: float) -> bool:
-        """The whole interval lies within +-share of equal."""
-        return self.n >= 2 and self.low >= 1 / (1 + share) and self.high <= 1 + share
-
-    def words(self) -> str:
-        if self.n < 2:
-            return f"{self.value:.3f}"
-        return f"{self.value:.3f} (95% interval {self.low:.3f}-{self.high:.3f})"
-
-    def to_dict(self) -> dict:
-        return {"on_over_off": self.value, "low": self.low if self.n >= 2 else None,
-                "high": self.high if self.n >= 2 else None, "rounds": self.n}
-
-
-@dataclass(frozen=True)
-class Outlook:
-    """What the fit still holds, at a check: steps left (None: unknown until the first epoch
-    ends), XLA compiles expected for the train steps left and for validation."""
-
-    steps_left: Optional[int]
-    xla_compiles_ahead: float = 0.0
-    validation_compiles_ahead: float = 0.0
-    length_known_later: bool = False  # the steps per epoch will be known when the first epoch ends
-    wall_step_seconds: Optional[float] = None  # the fit's wall time per step so far (Keras's loop included)
+    def lost(self, step: int) -> bool:
+        """More spent than priced (and a compile's worth of slack), and compiling at a recent rate (over
+        the storm window) above XLA's gain per step: the shapes seen were no guide, and from here XLA
+        loses more than it saves."""
+        while self.recent and self.recent[0][0] <= step - self.window:
+            self.recent.popleft()
+        rate = sum(seconds for _, seconds in self.recent) / self.window
+        return self.compiles >= 2 and self.spent > self.priced + self.each and rate > self.gain_per_step
 
 
 @dataclass
@@ -231,6 +153,7 @@ class Decision:
     trial_steps: int
     ratio: Optional[dict] = None                # on/off over the rounds (Ratio.to_dict)
     switch_steps: Tuple[int, ...] = ()          # train steps after which the mode changed (at most ~2 MAX_ROUNDS)
+    revised_at_step: Optional[int] = None       # XLA on was kept, then its compiles turned it off here
 
     def to_dict(self) -> dict:
         return {"mode": self.mode, "basis": self.basis, "why": self.why, "default": self.default,
@@ -241,7 +164,7 @@ class Decision:
                 "predicted_saving_seconds": self.predicted_saving_seconds,
                 "expected_compiles": self.expected_compiles, "decided_at_step": self.decided_at_step,
                 "steps_left": self.steps_left, "switches": self.switches, "trial_steps": self.trial_steps,
-                "ratio": self.ratio, "switch_steps": list(self.switch_steps)}
+                "ratio": self.ratio, "switch_steps": list(self.switch_steps), "revised_at_step": self.revised_at_step}
 
     @classmethod
     def from_dict(cls, d: dict) -> "Decision":
@@ -252,7 +175,7 @@ class Decision:
     def reused(self, step: int) -> "Decision":
         """This decision, applied again by a later fit of the same model."""
         return Decision(**{**self.__dict__, "basis": "reused", "switches": 0, "trial_steps": 0,
-                           "trial_compile_seconds": 0.0, "switch_steps": (),
+                           "trial_compile_seconds": 0.0, "switch_steps": (), "revised_at_step": None,
                            "why": f"reused the decision of an earlier fit of this model (no trial): {self.why}",
                            "decided_at_step": step})
 
@@ -269,13 +192,16 @@ class Trial:
     ``next_check`` (one integer compare per step), and switches to the mode ``check`` returns."""
 
     def __init__(self, default_on: bool, start_step: int, one_time_factor: float,
-                 known_first_call: Optional[float] = None):
+                 known_first_call: Optional[float] = None, storm: Optional[StormRule] = None):
         self.default_on = default_on
         # A fresh function's first call measured by an earlier fit of the model: this fit's may not trace.
         self.known_first_call = known_first_call
         self.on = default_on
         self.start_step = start_step  # the train step before the fit's first
         self.one_time_factor = one_time_factor  # the other mode's first call / this fit's first call (backend's)
+        self.storm = storm or StormRule()
+        self.watch: Optional[Watch] = None  # after XLA on was kept over a default off
+        self._screened = False  # the shapes screen ran again after XLA's first call, priced by it
         self.blocks: List[Block] = [Block(default_on, start_step + 1, 1 + WARMUP_STEPS)]
         self.samples: Dict[bool, Deque[float]] = {True: deque(maxlen=MAX_SAMPLES), False: deque(maxlen=MAX_SAMPLES)}
         self.first_call: Dict[bool, Optional[float]] = {True: None, False: None}
@@ -317,15 +243,21 @@ class Trial:
         if self.running:
             self.compile_seconds.extend(seconds)
 
-    def new_shape_step(self, seconds: float, compiles: int) -> None:
-        """A train call that compiled ``compiles`` modules under XLA took ``seconds``: beyond a steady
+    def new_shape_step(self, step: int, seconds: float, compiles: int) -> None:
+        """A train call ending at ``step`` compiled ``compiles`` modules under XLA in ``seconds``: beyond a steady
         step, what a new shape really costs the fit (XLA's compile, and the trace, probe and bookkeeping
         around it: measured 2-2.5x the compile alone on a storm), for pricing the compiles ahead."""
-        if self.running and compiles:
-            steady = spread(self.samples[True])
-            excess = seconds - (steady.median if steady else 0.0)
-            if excess > 0:
-                self.shape_costs.append(excess / compiles)
+        if not compiles or not (self.running or self.watch is not None):
+            return
+        steady = spread(self.samples[True])
+        excess = max(0.0, seconds - (steady.median if steady else 0.0))
+        if self.watch is not None:
+            self.watch.add(step, excess, compiles)
+            if self.watch.lost(step):
+                self.next_check = step  # checked before the next step: XLA off returns
+            return
+        if excess > 0:
+            self.shape_costs.append(excess / compiles)
 
     def pause(self, step: int) -> Optional[bool]:
         """Validation begins: the block stops measuring and validation runs the default mode.
@@ -342,10 +274,15 @@ class Trial:
     def check(self, step: int, outlook: Outlook) -> Optional[bool]:
         """The train step reached ``next_check``: None to go on, or the mode (True: XLA on) to
         switch to now. Sets ``decision`` once decided."""
-        if not self.running:
-            return None
         self._step = step
+        if not self.running:
+            return self._revise(step, outlook) if self.watch is not None else None
         block = self.blocks[-1]
+        if not self._screened and block.on and not self.default_on and self.first_call[True] is not None:
+            self._screened = True  # XLA's first call just ended: price the shapes ahead by what it cost
+            words = self._shapes_vary(outlook, self._compile_each(), measured=True)
+            if words is not None:
+                return self._decide(False, step, outlook, "shapes_vary", words)
         if self.paused:  # the first train step after validation: measure the paused mode again
             self.paused = False
             return self._start(block.on, step)
@@ -384,21 +321,11 @@ class Trial:
                 f"needs at least {MIN_STEPS_LEFT}"))
         first = max((t for t in (self.first_call[self.default_on], self.known_first_call) if t is not None),
                     default=None)
-        # The fit's time left: its wall time per step (callbacks and Keras's loop around the step included).
-        step_seconds = max((t for t in (default.median if default else None, outlook.wall_step_seconds)
-                            if t is not None), default=None)
-        time_left = steps_left * step_seconds if step_seconds is not None else None
+        time_left = self._time_left(outlook)
         one_time = self.one_time_factor * first if first is not None else None
-        # Beyond the train shape the trial compiles anyway (its one-time cost), what XLA would still compile;
-        # each new shape priced like XLA's first call (measured on a storm: a compiling step cost 2-2.5x
-        # XLA's compile alone, about what the first call costs).
-        extra = outlook.xla_compiles_ahead - 1
-        if not self.default_on and time_left is not None and one_time is not None and extra >= 2 \
-                and extra * one_time > SHAPES_SHARE * time_left:
-            return self._keep_default(step, "shapes_vary", outlook, (
-                f"input shapes vary: XLA would compile ~{extra:.0f} more shapes in this fit (estimated from the "
-                f"input signatures seen so far and the steps left), ~{_ms(extra * one_time)}, more than "
-                f"{SHAPES_SHARE:.0%} of the ~{_ms(time_left)} left: XLA cannot win here, so it was not tried"))
+        words = self._shapes_vary(outlook, one_time, measured=False)
+        if words is not None:
+            return self._keep_default(step, "shapes_vary", outlook, words)
         if time_left is not None and one_time is not None and one_time > TRIAL_BUDGET * time_left:
             return self._keep_default(step, "too_short", outlook, (
                 f"the fit is too short to decide: trying XLA {mode_word(not self.default_on)} would cost ~"
@@ -409,6 +336,47 @@ class Trial:
             fits = TRIAL_STEP_SHARE * steps_left / (2 * MAX_ROUNDS) - SETTLE_STEPS
             self.block_steps = max(BLOCK_STEPS, min(math.ceil(BLOCK_SECONDS / default.median), int(fits)))
         return self._start(not self.default_on, step)
+
+    def _time_left(self, outlook: Outlook) -> Optional[float]:
+        """The fit's time left: its wall time per step (callbacks and Keras's loop around it included)."""
+        default = spread(self.samples[self.default_on])
+        step_seconds = max((t for t in (default.median if default else None, outlook.wall_step_seconds)
+                            if t is not None), default=None)
+        if outlook.steps_left is None or step_seconds is None:
+            return None
+        return outlook.steps_left * step_seconds
+
+    def _storm_ahead(self, outlook: Outlook) -> Optional[str]:
+        """The shapes seen predict a recompilation storm under XLA by the monitor's own rule: in words."""
+        soon, rule = outlook.xla_compiles_soon, self.storm
+        if soon < rule.threshold:
+            return None
+        window = min(rule.window, outlook.steps_left) if outlook.steps_left is not None else rule.window
+        return (f"input shapes vary: with XLA on, ~{soon:.0f} input shapes would compile in the next {window} "
+                f"steps (estimated from the input signatures seen so far), a recompilation storm by this "
+                f"monitor's rule (storm_threshold={rule.threshold} in storm_window={rule.window}); fixed shapes "
+                "(xla_keras.data: padding or bucketing) would let XLA compete")
+
+    def _shapes_vary(self, outlook: Outlook, price: Optional[float], measured: bool) -> Optional[str]:
+        """Why XLA cannot win with the shapes ahead (None: it may), when the default is off: a storm by
+        the monitor's own rule, or compiles costing ``SHAPES_SHARE`` of the time left at ``price`` each."""
+        if self.default_on:
+            return None
+        verdict = "XLA was stopped after its first call" if measured else "XLA was not tried"
+        storm = self._storm_ahead(outlook)
+        if storm is not None:
+            return f"{storm}: {verdict}"
+        time_left = self._time_left(outlook)
+        # Beyond the train shape the trial compiles anyway (its one-time cost), what XLA would still compile;
+        # each new shape priced like XLA's first call (measured on a storm: a compiling step cost 2-2.5x
+        # XLA's compile alone, about what the first call costs).
+        extra = outlook.xla_compiles_ahead - (0 if measured else 1)
+        if time_left is None or price is None or extra < 2 or extra * price <= SHAPES_SHARE * time_left:
+            return None
+        return (f"input shapes vary: XLA would compile ~{extra:.0f} more shapes in this fit (estimated from the "
+                f"input signatures seen so far and the steps left), ~{_ms(extra * price)} at ~{_ms(price)} each"
+                f"{' (its first call)' if measured else ''}, more than {SHAPES_SHARE:.0%} of the ~{_ms(time_left)} "
+                f"left: XLA cannot win here; {verdict}")
 
     def _after_block(self, step: int, outlook: Outlook) -> Optional[bool]:
         if not self.blocks[-1].values:  # a whole block without one steady step
@@ -466,9 +434,11 @@ class Trial:
         """What one more XLA compile costs the fit: measured on this fit's compiling steps."""
         if self.shape_costs:
             return median(self.shape_costs)
-        if self.compile_seconds:
-            return median(self.compile_seconds)
-        return self.first_call[True]
+        # No step compiled a new shape yet: XLA's first call (a compile, and the trace, probe and
+        # bookkeeping around it) is the nearest measure; the compile alone was 2-2.5x below a storm's.
+        measured = [t for t in (self.first_call[True], median(self.compile_seconds) if self.compile_seconds
+                                else None) if t is not None]
+        return max(measured) if measured else None
 
     def _faster(self, on_faster: bool, step: int, outlook: Outlook, on: Spread, off: Spread,
                 ratio: "Ratio") -> Optional[bool]:
@@ -483,16 +453,22 @@ class Trial:
                   f"{ratio.n} round{'s' if ratio.n > 1 else ''})")
         self._ratio = ratio
         if on_faster:
+            storm = self._storm_ahead(outlook)
+            if storm is not None:
+                return self._decide(False, step, outlook, "compiles", f"{faster}, but {storm}: XLA off is kept")
             if gain is not None and gain - cost <= 0:
                 return self._decide(False, step, outlook, "compiles", (
                     f"{faster}, but the ~{ahead:.0f} XLA compiles still expected (~{_ms(cost)}) cost more than "
                     f"the ~{_ms(gain)} they would save over the {steps_left} steps left: XLA off is kept"),
                     saving=None if gain is None else cost - gain)
-            return self._decide(True, step, outlook, "measured", f"{faster}: XLA on is kept"
-                                + (f", ~{_ms(gain - cost)} saved over the {steps_left} steps left"
-                                   + (f" after ~{ahead:.0f} more compiles" if ahead >= 0.5 else "")
-                                   if gain is not None else ""),
-                                saving=None if gain is None else gain - cost)
+            verdict = self._decide(True, step, outlook, "measured", f"{faster}: XLA on is kept"
+                                   + (f", ~{_ms(gain - cost)} saved over the {steps_left} steps left"
+                                      + (f" after ~{ahead:.0f} more compiles" if ahead >= 0.5 else "")
+                                      if gain is not None else ""),
+                                   saving=None if gain is None else gain - cost)
+            if not self.default_on and each is not None:
+                self.watch = Watch(step, off.median - on.median, cost, each, self.storm.window)
+            return verdict
         return self._decide(False, step, outlook, "measured", f"{faster}: XLA off is kept"
                             + (f", ~{_ms(gain + cost)} saved over the {steps_left} steps left"
                                if gain is not None else ""),
@@ -529,7 +505,25 @@ class Trial:
             decided_at_step=step, steps_left=outlook.steps_left, switches=switches,
             trial_steps=step - self.start_step, ratio=self._ratio.to_dict() if self._ratio is not None else None,
             switch_steps=tuple(self.switch_steps) + ((step,) if on != self.on else ()))
+        self.next_check = NEVER
         return self._switch(on) if on != self.on else None
+
+    def _revise(self, step: int, outlook: Outlook) -> Optional[bool]:
+        """XLA was kept on: off returns when the compiles since cost more than priced, at a losing rate."""
+        watch = self.watch
+        self.next_check = NEVER
+        if watch is None or not watch.lost(step):
+            return None
+        self.watch = None
+        decision = self.decision
+        why = (f"{decision.why}. Then {watch.compiles} new shapes compiled in the {step - watch.since} steps after "
+               f"the decision (~{_ms(watch.spent)}, against ~{_ms(watch.priced)} priced), more per step than XLA "
+               f"saves ({_ms(watch.gain_per_step)}): XLA off is kept from step {step} on")
+        self.decision = replace(decision, mode="off", basis="compiles", why=why, predicted_saving_seconds=None,
+                                expected_compiles=outlook.xla_compiles_ahead + outlook.validation_compiles_ahead,
+                                switches=decision.switches + 1, switch_steps=decision.switch_steps + (step,),
+                                revised_at_step=step)
+        return self._switch(False)
 
     def stop(self, step: int, basis: str, why: str, on: bool, outlook: Outlook) -> None:
         """The trial ends without a measured decision (the fit ended, a storm fallback): ``on`` runs."""
@@ -543,6 +537,8 @@ class Trial:
         skip = SETTLE_STEPS if any(b.on == on for b in self.blocks) else 1 + WARMUP_STEPS
         self.blocks.append(Block(on, step + 1, skip))
         self.next_check = step + skip + (PEEK_STEPS if self.samples[not on] else self.block_steps)
+        if on and not self._screened and not self.default_on:
+            self.next_check = step + 1  # right after XLA's first call: the shapes screen, priced by it
         return self._switch(on) if on != self.on else None
 
     def _switch(self, on: bool) -> bool:

@@ -11,7 +11,8 @@ from __future__ import annotations
 import weakref
 from typing import Any, Optional
 
-from .fastest import Decision, Outlook, Trial, expected_compiles
+from .fastest import Decision, Trial
+from .fit_outlook import Outlook, StormRule, expected_compiles
 
 # Decisions the trial measured (both modes ran): what a later fit of the model reuses. A default kept
 # for want of a trial (too short, shapes that vary, unknown length) is not one: a later fit tries again.
@@ -63,7 +64,9 @@ class FastestRun:
         self.validates = validates
         self.start_step = start_step
         self.fresh = fresh  # the fit's first call traces (and compiles): it measures the one-time cost
-        self.trial = Trial(default_on, start_step, one_time_factor, known_first_call)
+        config = session.config
+        self.storm = StormRule(config.storm_threshold, config.storm_window)
+        self.trial = Trial(default_on, start_step, one_time_factor, known_first_call, self.storm)
         self.xla_tokens: dict = {}  # phase -> the XLA step function's token (its compiled signatures)
         self._mark: Optional[tuple] = None  # (step, monitored wall seconds) when block 0 starts measuring
         session.trial_began(self.trial)
@@ -75,7 +78,7 @@ class FastestRun:
     def due(self, step: int) -> bool:
         if self._mark is None and step >= self.start_step + self.trial.blocks[0].skip:
             self._mark = (step, self.session.wall.seconds())  # after warm-up: the fit's wall time per step from here
-        return self.trial.running and step >= self.trial.next_check
+        return step >= self.trial.next_check  # never once decided, unless XLA kept on compiles a lot
 
     # ------------------------------------------------------------ what Keras tells
 
@@ -112,6 +115,8 @@ class FastestRun:
         counts = self.session.phases["train"].history.batches
         xla_known = ledger.known("train", self.xla_tokens.get("train"))
         ahead = expected_compiles(counts, xla_known, left) if left else 0.0
+        window = min(self.storm.window, left) if left is not None else self.storm.window
+        soon = expected_compiles(counts, xla_known, window)
         validation = 0.0
         if self.validates and (self.epochs_left() or 0) > 0:
             seen = self.session.phases["test"].history.batches
@@ -121,7 +126,7 @@ class FastestRun:
         wall = None
         if self._mark is not None and step - self._mark[0] >= 4:
             wall = (self.session.wall.seconds() - self._mark[1]) / (step - self._mark[0])
-        return Outlook(left, ahead, validation, later, wall)
+        return Outlook(left, ahead, validation, later, wall, soon)
 
     def check(self, step: int) -> Optional[bool]:
         """The mode to switch to now, or None."""

@@ -563,9 +563,10 @@ class XlaMonitor(keras.callbacks.Callback):
             scalars = self.session.drain("train", end=now)
             if scalars:
                 self.sink.scalars(scalars)
+        deciding = run.trial.running
         switch = run.check(step)
         if not run.trial.running:
-            self.session.trial_ended(run.trial)
+            self.session.trial_ended(run.trial, revised=not deciding and switch is not None)
         if switch is not None:
             self._install("train")
         self._read_back("train")
@@ -736,7 +737,8 @@ class XlaMonitor(keras.callbacks.Callback):
             if self._fastest is not None and phase == "train":
                 self._fastest.trial.called(outcome.seconds)
                 if outcome.compiles and self._current.jit_state.active:
-                    self._fastest.trial.new_shape_step(outcome.seconds, len(outcome.compiles))
+                    self._fastest.trial.new_shape_step(self.session.phases["train"].step, outcome.seconds,
+                                                       len(outcome.compiles))
             self._apply(phase, outcome)
 
     def _apply(self, phase: str, outcome: Any) -> None:

@@ -353,6 +353,8 @@ def decision_lines(decision: Optional[Dict[str, Any]]) -> List[str]:
         cost.append(f"predicted saving {_ms(saving)} over the {decision.get('steps_left')} steps left")
     if decision.get("switches"):
         cost.append(f"{decision['switches']} switches")
+    if decision.get("revised_at_step") is not None:
+        cost.append(f"XLA off again from train step {decision['revised_at_step']} (compiles beyond the price)")
     lines.append(", ".join(cost))
     return lines
 

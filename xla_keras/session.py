@@ -584,10 +584,11 @@ class Session:
     def trial_began(self, trial: Trial) -> None:
         self.trial = self.jit_decision = trial
 
-    def trial_ended(self, trial: Trial) -> None:
-        """The trial decided (or the fit ended): the train phase's steady median starts again from
-        the kept mode's measured steps, so the report describes the steps that run now."""
-        if self.trial is not trial:
+    def trial_ended(self, trial: Trial, revised: bool = False) -> None:
+        """The trial decided (or the fit ended, or its XLA-on decision was revised to off): the train
+        phase's steady median starts again from the kept mode's measured steps, so the report describes
+        the steps that run now."""
+        if self.trial is not trial and not revised:
             return
         self.trial = None
         timing = self.phases["train"].timing = PhaseTiming()

@@ -184,7 +184,8 @@ def jit_decision(report: Dict[str, Any]) -> Optional[Dict[str, Any]]:
             "ratio": decision.get("ratio"), "trial_compile_seconds": decision.get("trial_compile_seconds"),
             "predicted_saving_seconds": decision.get("predicted_saving_seconds"),
             "steps_left": decision.get("steps_left"), "decided_at_step": decision.get("decided_at_step"),
-            "switches": decision.get("switches"), "expected_compiles": decision.get("expected_compiles")}
+            "switches": decision.get("switches"), "expected_compiles": decision.get("expected_compiles"),
+            "revised_at_step": decision.get("revised_at_step")}
 
 
 def traces(report: Dict[str, Any], run: str) -> List[Dict[str, Any]]:

@@ -319,6 +319,7 @@ function decisionCard(d) {
     facts.push(`predicted saving ${seconds(d.predicted_saving_seconds)} over the ${d.steps_left} steps left`);
   }
   if (d.decided_at_step !== null) facts.push(`decided at train step ${d.decided_at_step}`);
+  if (d.revised_at_step) facts.push(`XLA off again from train step ${d.revised_at_step} (compiles beyond the price)`);
   if (d.switches) facts.push(`${d.switches} switches`);
   const head = ['mode', 'median step', 'spread (IQR)', 'steps measured', 'blocks', 'first call'];
   return el('section', {id: 'fastest'}, [el('h3', {}, 'JIT decision'), el('div', {class: 'card fastest'}, [
