@@ -10,9 +10,10 @@ Workloads (each fit is a fresh model, so every fastest fit runs its own trial):
 Each round fits every configuration once, in a rotating order (machine noise hits them alike);
 reported are the median whole-fit seconds over the rounds (first call, trial and compiles
 included), the mode fastest kept in each round, and fastest's time against the better of off and
-on. The fits are longer than the minimum a decision needs (README, "jit='fastest'"), so the
-trial runs in every round: on TensorFlow the trial's one-time cost is the XLA function's first
-call (a trace and a compile), which a fit must be ~33x longer than to repay within 3%.
+on. The MLP and CNN fits are about the minimum length a decision needs on a 2-core CPU (README,
+"jit='fastest'"): on TensorFlow the trial's one-time cost is the XLA function's first call (a
+trace and a compile), estimated at 2x the fit's first call, which the time left must be ~33x
+longer than. The wide model's first calls cost ~3 s each: its fits must be ~16,000 steps long.
 
     python benchmarks/fastest.py [--quick] [--rounds 5] [--workload mlp,cnn,storm] [--backend tensorflow|jax]
 """
@@ -26,7 +27,7 @@ import numpy as np
 
 # (train steps per fit for the full run, batches per epoch): the MLP and CNN fits run ~70 s on a 2-core
 # CPU, above the ~45-65 s a decision needs there.
-LENGTHS = {"mlp": (40000, 2500), "cnn": (16000, 2000), "wide": (6000, 1000), "storm": (3000, 375)}
+LENGTHS = {"mlp": (40000, 2500), "cnn": (16000, 2000), "wide": (16000, 1000), "storm": (3000, 375)}
 CONFIGS = ("off", "on", "fastest")
 SHAPES = {"mlp": (32,), "cnn": (16, 16, 3), "wide": (1024,)}
 
@@ -129,6 +130,8 @@ def main(argv=None):
                 if config == "fastest":
                     kept.append(f"{mode} ({basis})")
                     why = report.jit_decision["why"]
+            print(f"{'':9} round {r + 1}: " + " ".join(f"{c} {times[c][-1]:.1f}s" for c in CONFIGS)
+                  + f" (fastest kept {kept[-1]})", flush=True)
         med = {c: statistics.median(v) for c, v in times.items()}
         better = min(med["off"], med["on"])
         # Side by side: each round's fastest fit against that round's fit of the better mode (pairs
