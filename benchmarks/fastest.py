@@ -15,12 +15,23 @@ on. The MLP and CNN fits are about the minimum length a decision needs on a 2-co
 trace and a compile), estimated at 2x the fit's first call, which the time left must be ~33x
 longer than. The wide model's first calls cost ~3 s each: its fits must be ~16,000 steps long.
 
+Each fit runs in a fresh Python process (as a user's fit does; one process fitting fifteen models
+slowed by up to 40% as it went, and it skewed whichever configuration came late). The data is a
+cached, repeated tf.data pipeline fitted with ``steps_per_epoch``: Keras then keeps one iterator
+for the whole fit. Fitted from numpy arrays, Keras rebuilds its iterator at every epoch, which cost
+0.3-10 s per epoch boundary on a 2-core VM (measured: 16 epochs of the wide model, +0-25 s per
+fit at random), noise unrelated to the jit mode and larger than the 5% to resolve.
+
     python benchmarks/fastest.py [--quick] [--rounds 5] [--workload mlp,cnn,storm] [--backend tensorflow|jax]
+        [--in-process]
 """
 
 import argparse
+import json
 import os
 import statistics
+import subprocess
+import sys
 import time
 
 import numpy as np
@@ -53,44 +64,55 @@ def build(kind):
 
 
 def data(kind, batches, rng):
-    """Batches for one epoch: numpy arrays for the dense models, padded sequence batches for the storm."""
-    import keras
+    """One epoch's batches, repeated for the whole fit: a tf.data pipeline (cached, so every epoch
+    replays the same batches) that Keras iterates once across epochs with ``steps_per_epoch``."""
+    import tensorflow as tf
     if kind != "storm":
         x = rng.random((64 * batches, *SHAPES[kind]), dtype=np.float32)
         y = rng.random((64 * batches, 1), dtype=np.float32)
-        return (x, y), {"batch_size": 64}
-    lengths = rng.integers(8, 257, size=32 * batches)
-    out = []
-    for i in range(batches):
-        part = lengths[32 * i:32 * (i + 1)]
-        x = np.zeros((32, int(part.max())), np.int32)
-        for row, k in enumerate(part):
-            x[row, :k] = rng.integers(1, 5000, size=k)
-        out.append((x, rng.random((32, 1), dtype=np.float32)))
-
-    class Padded(keras.utils.PyDataset):
-        def __len__(self):
-            return len(out)
-
-        def __getitem__(self, i):
-            return out[i]
-
-    return (Padded(),), {}
+        dataset = tf.data.Dataset.from_tensor_slices((x, y)).batch(64, drop_remainder=True)
+    else:
+        lengths = rng.integers(8, 257, size=32 * batches)
+        out = []
+        for i in range(batches):
+            part = lengths[32 * i:32 * (i + 1)]
+            x = np.zeros((32, int(part.max())), np.int32)
+            for row, k in enumerate(part):
+                x[row, :k] = rng.integers(1, 5000, size=k)
+            out.append((x, rng.random((32, 1), dtype=np.float32)))
+        dataset = tf.data.Dataset.from_generator(
+            lambda: iter(out), output_signature=(tf.TensorSpec((32, None), tf.int32),
+                                                 tf.TensorSpec((32, 1), tf.float32)))
+    return dataset.cache().repeat().prefetch(2)
 
 
-def fit_once(kind, config, args, epoch_data):
+def fit_once(kind, config, steps, per_epoch):
+    """One whole fit: its seconds (first call, trial and compiles included) and what fastest kept."""
     import keras
 
     import xla_keras
+    dataset = data(kind, per_epoch, np.random.default_rng(0))
     keras.utils.set_random_seed(0)
     model = build(kind)
     model.compile("adam", "mse")
     monitor = xla_keras.XlaMonitor(log_dir=None, jit=config, verbose=0)
     start = time.perf_counter()
-    model.fit(*epoch_data[0], epochs=args.epochs[kind], verbose=0, callbacks=[monitor], **epoch_data[1])
+    model.fit(dataset, epochs=max(1, steps // per_epoch), steps_per_epoch=per_epoch, verbose=0,
+              callbacks=[monitor])
     seconds = time.perf_counter() - start
-    decision = monitor.report.jit_decision
-    return seconds, (decision or {}).get("mode"), (decision or {}).get("basis"), monitor.report
+    decision = monitor.report.jit_decision or {}
+    return {"seconds": seconds, "mode": decision.get("mode"), "basis": decision.get("basis"),
+            "why": decision.get("why", "")}
+
+
+def fit_fresh(kind, config, steps, per_epoch, backend):
+    """fit_once in a new Python process: what the fit costs a user who starts one."""
+    env = dict(os.environ, **({"KERAS_BACKEND": backend} if backend else {}))
+    cmd = [sys.executable, os.path.abspath(__file__), "--fit", f"{kind},{config},{steps},{per_epoch}"]
+    done = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    if done.returncode != 0:
+        raise SystemExit(f"{kind} {config} fit failed:\n{done.stderr[-3000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def main(argv=None):
@@ -100,36 +122,43 @@ def main(argv=None):
     parser.add_argument("--workload", default="mlp,cnn,storm",
                         help="comma-separated, from: " + ", ".join(LENGTHS))
     parser.add_argument("--backend", choices=("tensorflow", "jax"), default=None)
+    parser.add_argument("--in-process", action="store_true",
+                        help="every fit in this process (--quick does): faster to start, drifts over a long run")
+    parser.add_argument("--fit", help=argparse.SUPPRESS)  # the child: kind,config,steps,per_epoch
     args = parser.parse_args(argv)
     if args.backend:
         os.environ["KERAS_BACKEND"] = args.backend
+    if args.fit:
+        kind, config, steps, per_epoch = args.fit.split(",")
+        print(json.dumps(fit_once(kind, config, int(steps), int(per_epoch))))
+        return
     workloads = args.workload.split(",")
     unknown = [w for w in workloads if w not in LENGTHS]
     if unknown:
         raise SystemExit(f"--workload: unknown {unknown}; choose from {', '.join(LENGTHS)}")
     if args.quick:
-        args.rounds = 1
+        args.rounds, args.in_process = 1, True
     import keras
-    args.epochs = {}
-    print(f"backend={keras.backend.backend()} rounds={args.rounds} (whole-fit seconds, medians over rounds)")
+    fits = "in this process" if args.in_process else "each in a fresh process"
+    print(f"backend={keras.backend.backend()} rounds={args.rounds} (whole-fit seconds, medians over rounds; "
+          f"fits {fits})")
     print(f"{'workload':9} {'steps':>6} {'off':>9} {'on':>9} {'fastest':>9}  {'fastest / better':>16}  kept (basis)")
-    rng = np.random.default_rng(0)
     for kind in workloads:
         steps, per_epoch = LENGTHS[kind]
         if args.quick:
             steps, per_epoch = per_epoch // 10 * 2, per_epoch // 10
-        args.epochs[kind] = max(1, steps // per_epoch)
-        epoch_data = data(kind, per_epoch, rng)
+        steps = max(1, steps // per_epoch) * per_epoch
         times = {c: [] for c in CONFIGS}
         kept, why = [], ""
         for r in range(args.rounds):
             order = CONFIGS[r % 3:] + CONFIGS[:r % 3]
             for config in order:
-                seconds, mode, basis, report = fit_once(kind, config, args, epoch_data)
-                times[config].append(seconds)
+                fit = (fit_once(kind, config, steps, per_epoch) if args.in_process
+                       else fit_fresh(kind, config, steps, per_epoch, args.backend))
+                times[config].append(fit["seconds"])
                 if config == "fastest":
-                    kept.append(f"{mode} ({basis})")
-                    why = report.jit_decision["why"]
+                    kept.append(f"{fit['mode']} ({fit['basis']})")
+                    why = fit["why"]
             print(f"{'':9} round {r + 1}: " + " ".join(f"{c} {times[c][-1]:.1f}s" for c in CONFIGS)
                   + f" (fastest kept {kept[-1]})", flush=True)
         med = {c: statistics.median(v) for c, v in times.items()}
@@ -140,7 +169,7 @@ def main(argv=None):
         paired = statistics.median(f / b for f, b in zip(times["fastest"], times[best]))
         modes = ", ".join(sorted(set(kept), key=kept.index))
         counts = {k: kept.count(k) for k in set(kept)}
-        print(f"{kind:9} {args.epochs[kind] * per_epoch:>6} {med['off']:>8.2f}s {med['on']:>8.2f}s "
+        print(f"{kind:9} {steps:>6} {med['off']:>8.2f}s {med['on']:>8.2f}s "
               f"{med['fastest']:>8.2f}s  {med['fastest'] / better:>15.3f}x  "
               + "; ".join(f"{k} x{counts[k]}" for k in sorted(counts, key=modes.index)), flush=True)
         print(f"{'':9} rounds: off {fmt(times['off'])} | on {fmt(times['on'])} | fastest {fmt(times['fastest'])}",
