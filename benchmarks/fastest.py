@@ -22,7 +22,7 @@ for the whole fit. Fitted from numpy arrays, Keras rebuilds its iterator at ever
 0.3-10 s per epoch boundary on a 2-core VM (measured: 16 epochs of the wide model, +0-25 s per
 fit at random), noise unrelated to the jit mode and larger than the 5% to resolve. tf.data's
 autotuning is off: TensorFlow deletes an autotuned iterator only when its tuning thread next wakes
-(every 60 s late in a fit), which ended fits up to a minute after their last step.
+(rarely, late in a fit), which ended fits up to 17 s after their last step.
 
     python benchmarks/fastest.py [--quick] [--rounds 5] [--workload mlp,cnn,storm] [--backend tensorflow|jax]
         [--in-process]
@@ -85,8 +85,8 @@ def data(kind, batches, rng):
         dataset = tf.data.Dataset.from_generator(
             lambda: iter(out), output_signature=(tf.TensorSpec((32, None), tf.int32),
                                                  tf.TensorSpec((32, 1), tf.float32)))
-    # No tf.data autotuning: deleting an autotuned iterator waits for its tuning thread's next wake-up,
-    # up to a minute late (measured: fits ending 0-17 s after their last step, at 41.1 s and 142.1 s).
+    # No tf.data autotuning: deleting an autotuned iterator waits for its tuning thread's next wake-up
+    # (measured: fits ending up to 17 s after their last step, at the same instants: 41.1 s, 142.1 s).
     options = tf.data.Options()
     options.autotune.enabled = False
     return dataset.cache().repeat().prefetch(2).with_options(options)
