@@ -128,6 +128,8 @@ def main(argv=None):
     parser.add_argument("--workload", default="mlp,cnn,storm",
                         help="comma-separated, from: " + ", ".join(LENGTHS))
     parser.add_argument("--backend", choices=("tensorflow", "jax"), default=None)
+    parser.add_argument("--steps", type=int, default=None,
+                        help="train steps per fit instead of the workload's own (a fit below the minimum length)")
     parser.add_argument("--in-process", action="store_true",
                         help="every fit in this process (--quick does): faster to start, drifts over a long run")
     parser.add_argument("--fit", help=argparse.SUPPRESS)  # the child: kind,config,steps,per_epoch
@@ -142,6 +144,8 @@ def main(argv=None):
     unknown = [w for w in workloads if w not in LENGTHS]
     if unknown:
         raise SystemExit(f"--workload: unknown {unknown}; choose from {', '.join(LENGTHS)}")
+    if args.steps is not None and args.steps < 1:
+        raise SystemExit(f"--steps: a positive number of train steps, not {args.steps}")
     if args.quick:
         args.rounds, args.in_process = 1, True
     import keras
@@ -151,6 +155,8 @@ def main(argv=None):
     print(f"{'workload':9} {'steps':>6} {'off':>9} {'on':>9} {'fastest':>9}  {'fastest / better':>16}  kept (basis)")
     for kind in workloads:
         steps, per_epoch = LENGTHS[kind]
+        if args.steps is not None:
+            steps = args.steps
         if args.quick:
             steps, per_epoch = per_epoch // 10 * 2, per_epoch // 10
         steps = max(1, steps // per_epoch) * per_epoch

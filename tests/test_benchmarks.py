@@ -54,3 +54,16 @@ def test_benchmark_quick_mode_runs(quick_runs, script):
     for word in EXPECT[script]:
         assert word in result.stdout
     assert "COUNT MISMATCH" not in result.stdout  # accuracy.py: counts must equal XLA's dump
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--workload", "mlp,rnn"], ["unknown ['rnn']", "mlp, cnn, wide, storm"]),
+    (["--steps", "0"], ["--steps", "a positive number of train steps, not 0"]),
+])
+def test_fastest_names_the_valid_choices(args, words):
+    """Bad arguments stop the benchmark before any fit, saying what is accepted."""
+    result = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "fastest.py"), *args],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode != 0
+    for word in words:
+        assert word in result.stderr
