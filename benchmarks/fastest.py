@@ -129,7 +129,8 @@ def main(argv=None):
                         help="comma-separated, from: " + ", ".join(LENGTHS))
     parser.add_argument("--backend", choices=("tensorflow", "jax"), default=None)
     parser.add_argument("--steps", type=int, default=None,
-                        help="train steps per fit instead of the workload's own (a fit below the minimum length)")
+                        help="train steps per fit instead of the workload's own, in whole epochs (e.g. a fit below the "
+                             "minimum length)")
     parser.add_argument("--in-process", action="store_true",
                         help="every fit in this process (--quick does): faster to start, drifts over a long run")
     parser.add_argument("--fit", help=argparse.SUPPRESS)  # the child: kind,config,steps,per_epoch
