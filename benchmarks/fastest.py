@@ -24,8 +24,8 @@ fit at random), noise unrelated to the jit mode and larger than the 5% to resolv
 autotuning is off: TensorFlow deletes an autotuned iterator only when its tuning thread next wakes
 (rarely, late in a fit), which ended fits up to 17 s after their last step.
 
-    python benchmarks/fastest.py [--quick] [--rounds 5] [--workload mlp,cnn,storm] [--backend tensorflow|jax]
-        [--in-process]
+    python benchmarks/fastest.py [--quick] [--rounds 5] [--workload mlp,cnn,storm,wide] [--steps N]
+        [--backend tensorflow|jax] [--in-process]
 """
 
 import argparse
@@ -156,8 +156,7 @@ def main(argv=None):
     print(f"{'workload':9} {'steps':>6} {'off':>9} {'on':>9} {'fastest':>9}  {'fastest / better':>16}  kept (basis)")
     for kind in workloads:
         steps, per_epoch = LENGTHS[kind]
-        if args.steps is not None:
-            steps = args.steps
+        steps = args.steps or steps
         if args.quick:
             steps, per_epoch = per_epoch // 10 * 2, per_epoch // 10
         steps = max(1, steps // per_epoch) * per_epoch
