@@ -79,7 +79,7 @@ def _print(name, results):
 def worker(spec):
     import tensorflow as tf
 
-    from xla_keras.multiworker import WORKAROUND
+    from xla_keras.backends.tensorflow.multiworker import WORKAROUND
     exec(WORKAROUND, {})
     results = measure(tf.distribute.MultiWorkerMirroredStrategy(), spec["rounds"], spec["steps"])
     print("XLA_KERAS_MW " + json.dumps({"task": json.loads(os.environ["TF_CONFIG"])["task"]["index"],

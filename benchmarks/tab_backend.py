@@ -17,11 +17,11 @@ import time
 
 
 def write_big_run(log_dir, steps, compiles):
-    from xla_keras.report import Compilation, XlaReport
-    from xla_keras.session import Scalar
-    from xla_keras.signatures import Leaf
-    from xla_keras.sink import OutputSink
-    from xla_keras.storms import Storm
+    from xla_keras.core.session import Scalar
+    from xla_keras.core.signatures import Leaf
+    from xla_keras.report.model import Compilation, XlaReport
+    from xla_keras.storms.detection import Storm
+    from xla_keras.tensorboard.sink import OutputSink
     records = [Compilation("train", 1 + i * (steps // compiles), (Leaf("x", "int32", (64, 16 + i)),
                                                                    Leaf("y", "float32", (64, 1))), 0.25, "profiler")
                for i in range(compiles)]

@@ -72,7 +72,7 @@ def state_of(model):
 
 def forced_rules():
     """Exactly three rounds, then the default is kept (a tie): six switches on a fit of any length."""
-    from xla_keras import fastest
+    from xla_keras.jit import trial as fastest
     fastest.MIN_STEPS_LEFT, fastest.TRIAL_BUDGET = 0, math.inf
     fastest.EARLY_RATIO = fastest.FAR_APART = math.inf
     fastest.MIN_GAIN = math.inf
@@ -83,7 +83,7 @@ _DEFAULTS: dict = {}
 
 
 def default_rules():
-    from xla_keras import fastest
+    from xla_keras.jit import trial as fastest
     names = ("MIN_STEPS_LEFT", "TRIAL_BUDGET", "EARLY_RATIO", "FAR_APART", "MIN_GAIN", "MIN_ROUNDS", "MAX_ROUNDS")
     saved = _DEFAULTS
     if not saved:
@@ -94,7 +94,7 @@ def default_rules():
 
 
 def decide_on_after_one_round():
-    from xla_keras import fastest
+    from xla_keras.jit import trial as fastest
     forced_rules()
     fastest.Trial._after_block = lambda self, step, outlook: self._decide(
         True, step, outlook, "measured", "forced by the scenario after one round")
@@ -232,7 +232,7 @@ def storm(dump_dir):
     """Batches of 16 lengths: XLA would compile each, so it is not even tried (a fit long enough)."""
     import keras
 
-    from xla_keras import fastest
+    from xla_keras.jit import trial as fastest
     default_rules()
     fastest.MIN_STEPS_LEFT, fastest.TRIAL_BUDGET = 0, math.inf
     rng = np.random.default_rng(3)
@@ -257,7 +257,7 @@ def drift(dump_dir):
     be), then every batch a new length: the watch returns to XLA off after two unpriced compiles."""
     import keras
 
-    from xla_keras import fastest
+    from xla_keras.jit import trial as fastest
     default_rules()
     forced_rules()
 

@@ -142,7 +142,7 @@ def worker(spec):
     import tensorflow as tf
     task = json.loads(os.environ["TF_CONFIG"])["task"]["index"]
     if spec.get("workaround"):
-        from xla_keras.multiworker import WORKAROUND
+        from xla_keras.backends.tensorflow.multiworker import WORKAROUND
         exec(WORKAROUND, {})  # the patch `xla-keras doctor` prints, verbatim
     strategy = tf.distribute.MultiWorkerMirroredStrategy()
     with strategy.scope():

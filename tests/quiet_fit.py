@@ -24,7 +24,7 @@ def fastest_fit(mode, log_dir):
     callbacks = []
     if mode == "fastest":
         import xla_keras
-        from xla_keras import fastest
+        from xla_keras.jit import trial as fastest
         fastest.MIN_STEPS_LEFT, fastest.TRIAL_BUDGET = 0, math.inf
         fastest.EARLY_RATIO = fastest.FAR_APART = fastest.MIN_GAIN = math.inf
         fastest.MIN_ROUNDS = fastest.MAX_ROUNDS = 3

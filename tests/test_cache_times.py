@@ -13,8 +13,8 @@ import sys
 
 import pytest
 
-from xla_keras import files
-from xla_keras.cache import ENTRIES, LEGACY_SIDECAR, CacheAccount, CompileTimes
+from xla_keras.core import files
+from xla_keras.core.cache import ENTRIES, LEGACY_SIDECAR, CacheAccount, CompileTimes
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -6,12 +6,12 @@ import sys
 
 import pytest
 
-from xla_keras.report import XlaReport
-from xla_keras.sink import write_report_json
+from xla_keras.report.model import XlaReport
+from xla_keras.tensorboard.sink import write_report_json
 
 
 def xla_keras_cli(*args):
-    return subprocess.run([sys.executable, "-m", "xla_keras.cli", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "xla_keras", *args], capture_output=True, text=True,
                           timeout=120)
 
 

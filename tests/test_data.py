@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from xla_keras import data as xd
-from xla_keras.signatures import signature_of
+from xla_keras.core.signatures import signature_of
 
 # The PyDataset outputs need Keras; importing it here, not inside a hypothesis example, keeps its
 # recursion-limit change out of hypothesis's way.

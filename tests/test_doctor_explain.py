@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from xla_keras.explain import explain, render
+from xla_keras.tools.explain import explain, render
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LOG_SOURCES = os.path.join(ROOT, "tests", "log_sources.py")
@@ -73,13 +73,13 @@ def test_explain_cli_reads_stdin_and_files(tmp_path):
     log = tmp_path / "train.log"
     log.write_text("noise\nI0000 device_compiler.h:538] Compilation of XLA executable time: 250 ms (x)\n"
                    "I0000 device_compiler.h:538] Compilation of XLA executable time: 1.5 s (x)\n")
-    result = subprocess.run([sys.executable, "-m", "xla_keras.cli", "explain", str(log)], capture_output=True,
+    result = subprocess.run([sys.executable, "-m", "xla_keras", "explain", str(log)], capture_output=True,
                             text=True, env=_env(), timeout=120)
     assert result.returncode == 0 and "2 compiles, 1.75 s in all" in result.stdout
-    result = subprocess.run([sys.executable, "-m", "xla_keras.cli", "explain", "-"], input="nothing here\n",
+    result = subprocess.run([sys.executable, "-m", "xla_keras", "explain", "-"], input="nothing here\n",
                             capture_output=True, text=True, env=_env(), timeout=120)
     assert result.returncode == 0 and "No TensorFlow/XLA lines found" in result.stdout
-    result = subprocess.run([sys.executable, "-m", "xla_keras.cli", "explain", str(tmp_path / "missing.log")],
+    result = subprocess.run([sys.executable, "-m", "xla_keras", "explain", str(tmp_path / "missing.log")],
                             capture_output=True, text=True, env=_env(), timeout=120)
     assert result.returncode == 2 and "cannot read" in result.stderr
 
@@ -88,7 +88,7 @@ def test_explain_cli_reads_stdin_and_files(tmp_path):
 
 
 def _doctor(**env):
-    return subprocess.run([sys.executable, "-m", "xla_keras.cli", "doctor"], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "xla_keras", "doctor"], capture_output=True, text=True,
                           env=_env(**env), timeout=600)
 
 
@@ -177,7 +177,7 @@ def test_doctor_reports_the_persistent_cache(tmp_path):
 def test_the_profile_tab_line_keeps_the_users_pins(monkeypatch, tensorflow, protobuf, line):
     """scripts/compat.py runs the line for real (pip --dry-run) in pinned venvs: no version changes."""
     from xla_keras.backends.tensorflow import _internals
-    from xla_keras.doctor import profile_tab_install
+    from xla_keras.tools.doctor import profile_tab_install
     versions = {"tensorflow": tensorflow, "protobuf": protobuf}
     monkeypatch.setattr(_internals, "_version", lambda name: versions.get(name, "unknown"))
     assert profile_tab_install() == line

@@ -25,8 +25,8 @@ from tensorboard_server import get_json, running_tensorboard  # noqa: E402
 import xla_keras  # noqa: E402
 from xla_keras.backends.tensorflow import _internals  # noqa: E402
 from xla_keras.backends.tensorflow import jit as jit_module  # noqa: E402
-from xla_keras.metadata import REPORT_FILE, TAG_REPORT  # noqa: E402
-from xla_keras.sink import SummaryWriters  # noqa: E402
+from xla_keras.report.schema import REPORT_FILE, TAG_REPORT  # noqa: E402
+from xla_keras.tensorboard.sink import SummaryWriters  # noqa: E402
 
 BATCH, EPOCH_STEPS = 8, 8
 K = 11                   # the faulting train step (global, 1-based): epoch 2, its 3rd batch
@@ -522,7 +522,7 @@ def test_interrupted_run_has_its_text_report_in_tensorboard(interrupted_tensorbo
 
 
 def _markdown_fails(monkeypatch, monitor_box):
-    from xla_keras import report as report_module
+    from xla_keras.report import model as report_module
 
     def broken(self):
         raise RuntimeError("injected: markdown report at epoch end")
@@ -762,7 +762,7 @@ def test_an_internal_error_after_a_storm_fallback_lets_the_fit_finish(monkeypatc
     def boom(self, phase):
         raise RuntimeError("injected internal error")
 
-    from xla_keras.session import Session
+    from xla_keras.core.session import Session
     monkeypatch.setattr(Session, "end_of_run", boom)  # at the first epoch end, after the fallback
     with caplog.at_level(logging.ERROR, logger="xla_keras"):
         history = _run_fit(model, data, monitor)
@@ -802,7 +802,7 @@ def test_an_internal_error_after_a_fallback_in_a_standalone_evaluate_lets_it_fin
     model = _model()
     model.fit(*_xy(), batch_size=BATCH, epochs=1, verbose=0)
     monitor = xla_keras.XlaMonitor(log_dir=None, jit="on", on_storm="fallback", storm_threshold=3, verbose=0)
-    from xla_keras.session import Session
+    from xla_keras.core.session import Session
     real_call_ended = Session.call_ended
 
     def call_ended(self, phase, *args, **kwargs):

@@ -76,7 +76,7 @@ def test_data_iterator_types_match_keras_iterators():
 def test_unwrap_distributed_gives_a_per_replica_component():
     from tensorflow.python.distribute import values as ds_values
 
-    from xla_keras.signatures import Replicas, signature_of
+    from xla_keras.core.signatures import Replicas, signature_of
     per_replica = ds_values.PerReplica((tf.ones((3, 4)), tf.ones((2, 4))))
     assert not hasattr(per_replica, "shape")  # why unwrapping is needed at all
     components = _internals.unwrap_distributed(per_replica)
@@ -137,7 +137,7 @@ def test_probe_sees_a_compile_as_this_version_is_known_to_show_it_and_reports_bu
     Compiler::RunBackend, 2.18 CpuCompiler::CompileLegacyCpuExecutable / CpuCompiler::Codegen, 2.16/2.17
     emit no compiler event at all, only the kernel of the function that compiled. An upgrade that
     changes any of this fails here, loudly, with the names it saw."""
-    from xla_keras.compiles import compile_seconds_from_trace, has_compiler_events
+    from xla_keras.core.ledger import compile_seconds_from_trace, has_compiler_events
 
     @tf.function(jit_compile=True)
     def f(a):
@@ -172,7 +172,7 @@ def test_probe_sees_a_compile_as_this_version_is_known_to_show_it_and_reports_bu
 def test_step_kernels_and_xla_compile_ops_are_traced_under_their_names():
     """The op spans a probe falls back to when XLA's compiler emits no events: the step
     function's kernel (one per batch Keras runs) and, under auto-clustering, _XlaCompile."""
-    from xla_keras.compiles import step_kernel_seconds, xla_compile_op_seconds
+    from xla_keras.core.ledger import step_kernel_seconds, xla_compile_op_seconds
     model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)])
     model.compile("sgd", "mse", jit_compile=True, steps_per_execution=2)
     model.make_train_function()
@@ -284,7 +284,7 @@ def test_keras_multi_worker_fit_faults_reads_each_function_that_runs(patched, tm
 
     from keras.src.backend.tensorflow import trainer
 
-    from xla_keras.multiworker import WORKAROUND
+    from xla_keras.backends.tensorflow.multiworker import WORKAROUND
     stock = {"build": trainer.TensorFlowTrainer._maybe_symbolic_build, "logs": trainer.reduce_per_replica}
     assert _internals.keras_multi_worker_fit_faults() == ["build", "logs"]  # Keras 3.15 as installed
     # Same values: only so that monkeypatch puts the stock functions back at teardown.

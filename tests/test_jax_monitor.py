@@ -16,7 +16,7 @@ pytest.importorskip("jax")
 from test_quiet import _normalise, _ours  # noqa: E402
 from test_tab_plugin import get_json, tab_client  # noqa: E402
 
-from xla_keras.metadata import REPORT_FILE, TAG_COMPILATIONS, TAG_STEP_TIME, parse_report  # noqa: E402
+from xla_keras.report.schema import REPORT_FILE, TAG_COMPILATIONS, TAG_STEP_TIME, parse_report  # noqa: E402
 
 pytestmark = pytest.mark.scenario
 

@@ -13,17 +13,17 @@ import pytest
 
 jax = pytest.importorskip("jax")
 
-from xla_keras.advice import analyse  # noqa: E402
 from xla_keras.backends.jax import _internals  # noqa: E402
 from xla_keras.backends.jax.jit import MODES, validate_jax_mode  # noqa: E402
 from xla_keras.backends.jax.probe import RECORDER, JaxProbe, split  # noqa: E402
+from xla_keras.core.session import CallPlan, Notes  # noqa: E402
+from xla_keras.core.signatures import Leaf  # noqa: E402
 from xla_keras.data import apply_fix  # noqa: E402
-from xla_keras.jitmodes import JitState  # noqa: E402
-from xla_keras.metadata import SCHEMA_VERSION, parse_report  # noqa: E402
-from xla_keras.report import fallback_cost  # noqa: E402
-from xla_keras.session import CallPlan, Notes  # noqa: E402
-from xla_keras.signatures import Leaf  # noqa: E402
-from xla_keras.storms import ShapeHistory  # noqa: E402
+from xla_keras.jit.modes import JitState  # noqa: E402
+from xla_keras.report.model import fallback_cost  # noqa: E402
+from xla_keras.report.schema import SCHEMA_VERSION, parse_report  # noqa: E402
+from xla_keras.storms.advice import analyse  # noqa: E402
+from xla_keras.storms.detection import ShapeHistory  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)

@@ -16,8 +16,8 @@ import pytest
 from multiworker import comparable, run_workers
 
 from xla_keras.backends.tensorflow import _internals
-from xla_keras.explain import explain
-from xla_keras.multiworker import KERAS_ISSUE, WORKAROUND, cluster_from_env
+from xla_keras.backends.tensorflow.multiworker import KERAS_ISSUE, WORKAROUND, cluster_from_env
+from xla_keras.tools.explain import explain
 
 pytestmark = pytest.mark.scenario
 
@@ -85,7 +85,7 @@ def test_doctor_with_tf_config_explains_the_failure_and_prints_the_patch(runs):
                                                  "task": {"type": "worker", "index": 1}}))
     env.pop("TF_XLA_FLAGS", None)
     env.pop("XLA_FLAGS", None)
-    proc = subprocess.run([sys.executable, "-m", "xla_keras.cli", "doctor"], env=env, capture_output=True,
+    proc = subprocess.run([sys.executable, "-m", "xla_keras", "doctor"], env=env, capture_output=True,
                           text=True, timeout=300)
     assert "this is worker 1 (not the chief" in proc.stdout
     if _internals.keras_multi_worker_fit_faults():

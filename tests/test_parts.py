@@ -7,11 +7,11 @@ import os
 
 import pytest
 
+from xla_keras.callback.traces import TraceWindows
 from xla_keras.config import MonitorConfig
-from xla_keras.metadata import REPORT_FILE, TAG_COMPILE_TIME
-from xla_keras.session import Notes, Scalar
-from xla_keras.sink import FLUSH_EVERY_SECONDS, OutputSink
-from xla_keras.traces import TraceWindows
+from xla_keras.core.session import Notes, Scalar
+from xla_keras.report.schema import REPORT_FILE, TAG_COMPILE_TIME
+from xla_keras.tensorboard.sink import FLUSH_EVERY_SECONDS, OutputSink
 
 # ------------------------------------------------------------------ MonitorConfig
 

@@ -5,10 +5,10 @@ consistent with the data."""
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from xla_keras.advice import analyse
-from xla_keras.buckets import best_buckets, best_cost_overhead
-from xla_keras.signatures import Leaf, diff, fingerprint, from_jsonable, signature_of, to_jsonable
-from xla_keras.storms import ShapeHistory, StormDetector, partial_batch_signatures
+from xla_keras.core.signatures import Leaf, diff, fingerprint, from_jsonable, signature_of, to_jsonable
+from xla_keras.storms.advice import analyse
+from xla_keras.storms.buckets import best_buckets, best_cost_overhead
+from xla_keras.storms.detection import ShapeHistory, StormDetector, partial_batch_signatures
 
 
 class T:

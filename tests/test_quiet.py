@@ -92,7 +92,7 @@ def test_each_of_the_monitors_messages_is_said_once(stderr_of):
 
 
 def test_only_the_profilers_own_info_lines_are_filtered():
-    from xla_keras.quiet import filter_profiler_lines
+    from xla_keras.backends.tensorflow.quiet import filter_profiler_lines
     dropped = [b"2026-12-01 06:01:45.622786: I external/local_tsl/tsl/profiler/lib/profiler_session.cc:68] "
                b"Profiler session collecting data.\n",
                b"I0000 00:00:1796104901.894342   15480 profiler_session.cc:81] Profiler session tear down.\n",
@@ -108,7 +108,7 @@ def test_overlapping_windows_from_two_threads_leave_stderr_where_it_was():
     import threading
     import time
 
-    from xla_keras.quiet import without_profiler_lines
+    from xla_keras.backends.tensorflow.quiet import without_profiler_lines
     before = os.readlink("/proc/self/fd/2") if os.path.exists("/proc/self/fd/2") else None
     threads = [threading.Thread(target=without_profiler_lines, args=(lambda: time.sleep(0.05),)) for _ in range(4)]
     for t in threads:
@@ -120,7 +120,7 @@ def test_overlapping_windows_from_two_threads_leave_stderr_where_it_was():
 
 
 def test_only_xlas_start_up_lines_are_filtered_in_a_fastest_trial():
-    from xla_keras.quiet import XLA_STARTUP_LINE, filter_profiler_lines
+    from xla_keras.backends.tensorflow.quiet import XLA_STARTUP_LINE, filter_profiler_lines
     dropped = [b"I0000 00:00:1796153684.250277   19534 service.cc:153] XLA service 0x560f24316f90 initialized for "
                b"platform Host (this does not guarantee that XLA will be used). Devices:\n",
                b"I0000 00:00:1796153684.250315   19534 service.cc:161]   StreamExecutor [0]: Host, Default Version\n",

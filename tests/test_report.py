@@ -5,9 +5,9 @@ import math
 
 import pytest
 
-from xla_keras.report import Compilation, SlowStep, XlaReport
-from xla_keras.signatures import Leaf
-from xla_keras.storms import Storm
+from xla_keras.core.signatures import Leaf
+from xla_keras.report.model import Compilation, SlowStep, XlaReport
+from xla_keras.storms.detection import Storm
 
 # The to_dict() keys are a contract (DESIGN §2): written out here so a rename fails.
 COMPILATION_KEYS = ["phase", "step", "signature", "seconds", "source", "cached", "step_seconds", "traced",
@@ -292,7 +292,7 @@ def test_str_is_render_and_starts_with_title():
 # ------------------------------------------------------------------ the versioned contract
 
 def test_reports_carry_their_schema_version_and_parse_back():
-    from xla_keras.metadata import SCHEMA_VERSION, parse_report
+    from xla_keras.report.schema import SCHEMA_VERSION, parse_report
     report = full_report()
     data = report.to_dict()
     assert data["schema_version"] == SCHEMA_VERSION == 6
@@ -302,7 +302,7 @@ def test_reports_carry_their_schema_version_and_parse_back():
 
 
 def test_a_0_1_report_without_schema_version_is_read_as_version_1():
-    from xla_keras.metadata import parse_report
+    from xla_keras.report.schema import parse_report
     data = full_report().to_dict()
     del data["schema_version"]
     for c in data["compilations"]:
@@ -313,7 +313,7 @@ def test_a_0_1_report_without_schema_version_is_read_as_version_1():
 
 
 def test_a_newer_report_is_read_for_the_keys_this_version_knows_and_says_so():
-    from xla_keras.metadata import SCHEMA_VERSION, parse_report
+    from xla_keras.report.schema import SCHEMA_VERSION, parse_report
     data = full_report().to_dict()
     data["schema_version"] = SCHEMA_VERSION + 1
     data["a_key_from_the_future"] = {"x": 1}
@@ -329,7 +329,7 @@ def test_a_newer_report_is_read_for_the_keys_this_version_knows_and_says_so():
     ({"jit_mode": "on", "schema_version": "2"}, "schema_version must be an int"),
 ])
 def test_what_is_not_a_report_is_named(data, words):
-    from xla_keras.metadata import parse_report
+    from xla_keras.report.schema import parse_report
     with pytest.raises(ValueError, match=words):
         parse_report(data)
 

@@ -8,7 +8,7 @@ from collections import namedtuple
 
 import pytest
 
-from xla_keras.signatures import (
+from xla_keras.core.signatures import (
     AxisChange,
     Leaf,
     describe,
@@ -22,10 +22,12 @@ from xla_keras.signatures import (
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # Everything but the callback (monitor.py imports Keras) and the tools: the core split keeps these pure.
-PURE_MODULES = ("signatures", "timing", "compiles", "report", "storms", "config", "session", "sink", "traces",
-                "metadata", "files", "jitmodes", "errors", "cache", "reports", "quiet", "guards", "arguments",
-                "explain", "backends", "backends.base", "backends.tensorflow", "backends.tensorflow.flags",
-                "tensorboard", "tensorboard.views", "fastest", "fastest_run", "step_statistics", "fit_outlook")
+PURE_MODULES = ("core.signatures", "core.timing", "core.ledger", "report.model", "storms.detection", "config",
+                "core.session", "tensorboard.sink", "callback.traces", "report.schema", "core.files", "jit.modes",
+                "errors", "core.cache", "callback.book", "backends.tensorflow.quiet", "callback.guards",
+                "core.arguments", "tools.explain", "backends", "backends.base", "backends.tensorflow",
+                "backends.tensorflow.flags", "tensorboard", "tensorboard.views", "jit.trial", "jit.run",
+                "jit.statistics", "jit.outlook")
 _PURE_IMPORT = (
     "import importlib, sys, xla_keras\n"
     f"for m in {PURE_MODULES!r}: importlib.import_module('xla_keras.' + m)\n"

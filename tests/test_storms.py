@@ -5,10 +5,10 @@ import random
 
 import pytest
 
-from xla_keras.advice import analyse, apply_code
-from xla_keras.buckets import EXACT_UP_TO, best_buckets, best_cost_overhead, pad_target
-from xla_keras.signatures import Leaf, fingerprint
-from xla_keras.storms import (
+from xla_keras.core.signatures import Leaf, fingerprint
+from xla_keras.storms.advice import analyse, apply_code
+from xla_keras.storms.buckets import EXACT_UP_TO, best_buckets, best_cost_overhead, pad_target
+from xla_keras.storms.detection import (
     RecompilationStormError,
     ShapeHistory,
     Storm,
@@ -260,7 +260,7 @@ def test_storm_text_and_round_trip():
 
 
 def test_train_vs_validation_shapes_are_explained_separately():
-    from xla_keras.storms import train_vs_validation_note
+    from xla_keras.storms.detection import train_vs_validation_note
     train = history_of([tokens(64, 10)] * 5)
     test = history_of([tokens(256, 10)] * 2)
     note = train_vs_validation_note(train, test)
@@ -293,7 +293,7 @@ def test_short_lengths_stay_exact_and_dense_long_tails_terminate():
     (4, 0.4, 0, None, 0.1, (0.3, 0.4, 0.75)),               # no steady step measured: compiles are the time
 ])
 def test_over_budget_counts_the_compiles_beyond_the_first(compiles, seconds, steps, steady, budget, expect):
-    from xla_keras.advice import over_budget
+    from xla_keras.storms.advice import over_budget
     got = over_budget(compiles, seconds, steps, steady, budget)
     if expect is None:
         assert got is None

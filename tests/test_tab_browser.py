@@ -19,7 +19,7 @@ from tensorboard_server import get_json, running_tensorboard  # noqa: E402
 from test_tensorboard import _sequences  # noqa: E402  (storm data: padded batches of varying length)
 
 import xla_keras  # noqa: E402
-from xla_keras.metadata import PLUGIN_NAME, REPORT_FILE, TAG_STEP_TIME  # noqa: E402
+from xla_keras.report.schema import PLUGIN_NAME, REPORT_FILE, TAG_STEP_TIME  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ARTIFACTS = os.path.join(ROOT, "artifacts")
@@ -87,8 +87,8 @@ def tab_logdir(tmp_path_factory):
         with pytest.raises(RuntimeError, match="interrupted"):
             mlp().fit(x, y, batch_size=32, epochs=3, callbacks=[monitor, _Interrupt()], verbose=0)
         _fastest_fit(mlp(), x, y, str(root / "fastest"))
-    from xla_keras.session import Scalar
-    from xla_keras.sink import OutputSink
+    from xla_keras.core.session import Scalar
+    from xla_keras.tensorboard.sink import OutputSink
     sink = OutputSink(str(root / "old"))  # what xla_keras 0.1 left: scalars, no report for the tab
     sink.scalars([Scalar("train", TAG_STEP_TIME, 2.0, 1)])
     sink.close()
@@ -104,7 +104,7 @@ def _fastest_fit(model, x, y, log_dir):
     """jit='fastest' with its rules set for a short fit: three rounds, then a tie (the default kept)."""
     import math
 
-    from xla_keras import fastest
+    from xla_keras.jit import trial as fastest
     names = ("MIN_STEPS_LEFT", "TRIAL_BUDGET", "EARLY_RATIO", "FAR_APART", "MIN_GAIN", "MIN_ROUNDS", "MAX_ROUNDS")
     saved = {n: getattr(fastest, n) for n in names}
     fastest.MIN_STEPS_LEFT, fastest.TRIAL_BUDGET = 0, math.inf
@@ -294,8 +294,8 @@ def test_the_xla_tab_in_headless_chromium(tab_server):
             assert "no report for the tab" in frame.locator("#run-message").inner_text()
 
             # live refresh: a fit that starts writing after the page opened shows up
-            from xla_keras.session import Scalar
-            from xla_keras.sink import OutputSink
+            from xla_keras.core.session import Scalar
+            from xla_keras.tensorboard.sink import OutputSink
             sink = OutputSink(str(root / "late"))
             sink.scalars([Scalar("train", TAG_STEP_TIME, 2.0, 1)])
             sink.flush(report=lambda: _late_report(), text=True, step=1)
@@ -308,7 +308,7 @@ def test_the_xla_tab_in_headless_chromium(tab_server):
 
 
 def _late_report():
-    from xla_keras.report import XlaReport
+    from xla_keras.report.model import XlaReport
     return XlaReport(jit_mode="on", jit_active=True, jit_reason="late")
 
 

@@ -8,10 +8,10 @@ import os
 import pytest
 from werkzeug.test import Client
 
-from xla_keras.metadata import PLUGIN_NAME, REPORT_FILE, TAG_REPORT_DATA, TAG_STEP_TIME
-from xla_keras.report import XlaReport
-from xla_keras.session import Scalar
-from xla_keras.sink import OutputSink, SummaryWriters
+from xla_keras.core.session import Scalar
+from xla_keras.report.model import XlaReport
+from xla_keras.report.schema import PLUGIN_NAME, REPORT_FILE, TAG_REPORT_DATA, TAG_STEP_TIME
+from xla_keras.tensorboard.sink import OutputSink, SummaryWriters
 
 PREFIX = f"/data/plugin/{PLUGIN_NAME}"
 
@@ -46,9 +46,9 @@ def get_json(client, path, status=200):
 
 
 def sample_report(n_compiles=3, steps=30, storm=True):
-    from xla_keras.report import Compilation
-    from xla_keras.signatures import Leaf
-    from xla_keras.storms import Storm
+    from xla_keras.core.signatures import Leaf
+    from xla_keras.report.model import Compilation
+    from xla_keras.storms.detection import Storm
     compiles = [Compilation("train", 1 + 2 * i, (Leaf("x", "int32", (8, 80 + i)), Leaf("y", "float32", (8, 1))),
                             0.2 + i / 1000, "profiler") for i in range(n_compiles)]
     storms = [Storm("train", 5, 3, [{"path": "x", "axis": 1, "min": 80, "max": 82, "n_values": 3, "values": []}],
@@ -188,8 +188,8 @@ def _write_raw_report_data(run_dir, payload):
     writers = SummaryWriters(str(run_dir))
     from tensorboard.compat.proto.summary_pb2 import DATA_CLASS_TENSOR, Summary, SummaryMetadata
 
-    from xla_keras.metadata import PLUGIN_CONTENT
-    from xla_keras.sink import _string_tensor
+    from xla_keras.report.schema import PLUGIN_CONTENT
+    from xla_keras.tensorboard.sink import _string_tensor
     metadata = SummaryMetadata(plugin_data=SummaryMetadata.PluginData(plugin_name=PLUGIN_NAME, content=PLUGIN_CONTENT),
                                data_class=DATA_CLASS_TENSOR)
     writers._event("train", 1, Summary.Value(tag=TAG_REPORT_DATA, metadata=metadata, tensor=_string_tensor(payload)))
@@ -222,7 +222,7 @@ def test_malformed_report_data_renders_a_message_not_an_error(tmp_path, payload,
      "storms[0].compile_seconds"),
 ])
 def test_a_damaged_report_is_a_message_for_its_run_and_the_others_still_show(tmp_path, report, words):
-    from xla_keras.metadata import encode_report_data
+    from xla_keras.report.schema import encode_report_data
     write_run(tmp_path / "good", sample_report())
     _write_raw_report_data(tmp_path / "bad", encode_report_data(report))
     client, _ = tab_client(tmp_path)

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from xla_keras.metadata import decode_report_data, encode_report_data
+from xla_keras.report.schema import decode_report_data, encode_report_data
 from xla_keras.tensorboard import views
 
 
@@ -78,9 +78,9 @@ def test_traces_name_the_profile_tabs_run():
 
 
 def full_report(**overrides):
-    from xla_keras.report import Compilation, XlaReport
-    from xla_keras.signatures import from_jsonable
-    from xla_keras.storms import Storm
+    from xla_keras.core.signatures import from_jsonable
+    from xla_keras.report.model import Compilation, XlaReport
+    from xla_keras.storms.detection import Storm
     report = XlaReport(
         jit_mode="on", jit_active=True, jit_reason="jit='on': the train function runs with jit_compile=True",
         compilations=[Compilation("train", 1, from_jsonable(xy(8, 84)), 0.31, "profiler"),

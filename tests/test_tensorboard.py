@@ -16,7 +16,7 @@ keras = pytest.importorskip("keras")
 from tensorboard_server import get, running_tensorboard  # noqa: E402
 
 import xla_keras  # noqa: E402
-from xla_keras.metadata import LAYOUT_CATEGORY, TAG_REPORT  # noqa: E402
+from xla_keras.report.schema import LAYOUT_CATEGORY, TAG_REPORT  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 XLA_SCALARS = {"xla/step_time_ms", "xla/steady_step_time_ms", "xla/compile_time_ms", "xla/compilations",

@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from xla_keras.timing import (
+from xla_keras.core.timing import (
     MIN_STEADY_SAMPLES,
     SLOW_FACTOR,
     SLOW_MIN_EXCESS_SECONDS,

@@ -11,9 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Optional, Tuple, Union
 
-from .arguments import directory, integer
-from .jitmodes import MODES, validate_mode
-from .storms import ON_STORM
+from xla_keras.core.arguments import directory, integer
+from xla_keras.jit.modes import MODES, validate_mode
+from xla_keras.storms.detection import ON_STORM
 
 UPDATE_FREQS = ("epoch", "batch")
 VERBOSITY = (0, 1, 2)

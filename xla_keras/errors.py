@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .storms import RecompilationStormError
+from xla_keras.storms.detection import RecompilationStormError
 
 __all__ = ["XlaKerasWarning", "LogDirError", "RecompilationStormError"]
 

@@ -27,20 +27,20 @@ except ModuleNotFoundError as _missing:  # Keras without its backend (TensorFlow
                               "`pip install \"xla_keras[tensorflow]\"` (or the TensorFlow your project pins), then "
                               "run again") from _missing
 
-from .backends import backend_for
-from .backends.base import Distribution
-from .cache import CompileTimes, model_key
-from .config import MonitorConfig
-from .errors import LogDirError, XlaKerasWarning
-from .fastest import Decision, Trial
-from .fastest_run import FastestRun, keep, kept_decision, remembered_first_call
-from .guards import flush_at_exit, guard_callback_list, guarded
-from .multiworker import cluster_from_env
-from .report import PHASES, XlaReport
-from .reports import ModelReport, ReportBook
-from .session import CallPlan
-from .signatures import describe
-from .storms import RecompilationStormError, storm_text
+from xla_keras.backends import backend_for
+from xla_keras.backends.base import Distribution
+from xla_keras.backends.tensorflow.multiworker import cluster_from_env
+from xla_keras.callback.book import ModelReport, ReportBook
+from xla_keras.callback.guards import flush_at_exit, guard_callback_list, guarded
+from xla_keras.config import MonitorConfig
+from xla_keras.core.cache import CompileTimes, model_key
+from xla_keras.core.session import CallPlan
+from xla_keras.core.signatures import describe
+from xla_keras.errors import LogDirError, XlaKerasWarning
+from xla_keras.jit.run import FastestRun, keep, kept_decision, remembered_first_call
+from xla_keras.jit.trial import Decision, Trial
+from xla_keras.report.model import PHASES, XlaReport
+from xla_keras.storms.detection import RecompilationStormError, storm_text
 
 logger = logging.getLogger("xla_keras")
 
@@ -889,7 +889,7 @@ class XlaMonitor(keras.callbacks.Callback):
 
 
 def _missing_profile_tab() -> Optional[str]:
-    from .doctor import profile_tab_install, profile_tab_installed
+    from xla_keras.tools.doctor import profile_tab_install, profile_tab_installed
     return None if profile_tab_installed() else profile_tab_install()
 
 

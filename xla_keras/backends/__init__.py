@@ -14,10 +14,10 @@ SUPPORTED = ("tensorflow", "jax")
 def backend_for(keras_backend: str):
     """The backend class for ``keras.backend.backend()``, or raise naming what runs."""
     if keras_backend == "tensorflow":
-        from .tensorflow import TensorFlowBackend
+        from xla_keras.backends.tensorflow import TensorFlowBackend
         return TensorFlowBackend
     if keras_backend == "jax":
-        from .jax import JaxBackend
+        from xla_keras.backends.jax import JaxBackend
         return JaxBackend
     import os
     raise RuntimeError(
@@ -52,7 +52,7 @@ def configure(cpu_autoclustering: bool = False, cache_dir=None) -> dict:
     """
     import keras
     if keras.backend.backend() == "jax":
-        from .jax.jit import configure as configure_jax
+        from xla_keras.backends.jax.jit import configure as configure_jax
         return configure_jax(cpu_autoclustering=cpu_autoclustering, cache_dir=cache_dir)
-    from .tensorflow.jit import configure as configure_tensorflow
+    from xla_keras.backends.tensorflow.jit import configure as configure_tensorflow
     return configure_tensorflow(cpu_autoclustering=cpu_autoclustering, cache_dir=cache_dir)

@@ -19,9 +19,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, List, Optional, Protocol, Sequence, Tuple
 
-from ..jitmodes import JitState, ProbeFacts
-from ..session import CallPlan, CompileObservation, Notes
-from ..signatures import InputSignature
+from xla_keras.core.session import CallPlan, CompileObservation, Notes
+from xla_keras.core.signatures import InputSignature
+from xla_keras.jit.modes import JitState, ProbeFacts
 
 
 @dataclass(frozen=True)

@@ -13,9 +13,9 @@ from __future__ import annotations
 import weakref
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from ..jitmodes import JitState
-from .base import Installed
-from .chain import FUNCTION_ATTR, MAKE_FUNCTION, unwrap
+from xla_keras.backends.base import Installed
+from xla_keras.backends.chain import FUNCTION_ATTR, MAKE_FUNCTION, unwrap
+from xla_keras.jit.modes import JitState
 
 
 class KerasBackend:

@@ -30,7 +30,7 @@ from typing import Any, Dict, Optional, Tuple
 from tensorboard.plugins import base_plugin
 from werkzeug import wrappers
 
-from ..metadata import (
+from xla_keras.report.schema import (
     PLUGIN_CONTENT,
     PLUGIN_NAME,
     TAG_REPORT_DATA,
@@ -38,7 +38,7 @@ from ..metadata import (
     TAG_STEP_TIME,
     decode_report_data,
 )
-from . import views
+from xla_keras.tensorboard import views
 
 STATIC_FILES = {"index.js": "text/javascript; charset=utf-8", "style.css": "text/css; charset=utf-8"}
 STATIC_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "static")
@@ -252,7 +252,7 @@ def _profile_install_line() -> Optional[str]:
     if _profile_tab_installed():
         return None
     try:
-        from ..doctor import profile_tab_install
+        from xla_keras.tools.doctor import profile_tab_install
         return profile_tab_install()
     except Exception:  # noqa: BLE001 - no TensorFlow where TensorBoard runs: the general line
         return "pip install tensorboard-plugin-profile"

@@ -11,9 +11,9 @@ from __future__ import annotations
 import os
 from typing import Any, Dict, List, Optional, Sequence
 
-from ..metadata import parse_report
-from ..report import PHASES
-from ..signatures import AxisChange, describe, diff, from_jsonable
+from xla_keras.core.signatures import AxisChange, describe, diff, from_jsonable
+from xla_keras.report.model import PHASES
+from xla_keras.report.schema import parse_report
 
 # TensorBoard run names the monitor writes under its log_dir (metadata.RUNS), and the tab's run.
 TRAIN_RUN, VALIDATION_RUN = "train", "validation"

@@ -13,14 +13,14 @@ from __future__ import annotations
 import weakref
 from typing import Any, Optional, Tuple
 
-from ...session import Notes
-from ...signatures import InputSignature, signature_of
-from ..base import Distribution
-from ..keras_backend import KerasBackend
-from . import _internals
-from .jit import MODES, JitController, persistent_cache
-from .probe import JaxProbe
-from .steps import StepWrappers, end_of_data
+from xla_keras.backends.base import Distribution
+from xla_keras.backends.jax import _internals
+from xla_keras.backends.jax.jit import MODES, JitController, persistent_cache
+from xla_keras.backends.jax.probe import JaxProbe
+from xla_keras.backends.jax.steps import StepWrappers, end_of_data
+from xla_keras.backends.keras_backend import KerasBackend
+from xla_keras.core.session import Notes
+from xla_keras.core.signatures import InputSignature, signature_of
 
 __all__ = ["JaxBackend"]
 

@@ -17,20 +17,9 @@ from __future__ import annotations
 
 from typing import Any, Optional, Tuple
 
-from ..chain import unwrap
-from ..tensorflow._internals import (  # noqa: F401 - re-exported: Keras-level, backend-neutral
+from xla_keras.backends.chain import unwrap
+from xla_keras.backends.tensorflow._internals import (
     _version,
-    auto_jit,
-    callback_model,
-    fit_validates,
-    is_keras3_model,
-    keras_profile_windows,
-    keras_version,
-    layers_without_jit,
-    raw_model_jit,
-    running_callback_list,
-    running_fit,
-    set_raw_model_jit,
 )
 
 TESTED_VERSIONS = {"jax": "0.4.36-0.10", "keras": "3.7-3.15"}
@@ -45,7 +34,7 @@ CACHE_SAVED_EVENT = "/jax/compilation_cache/compile_time_saved_sec"
 
 
 def versions() -> dict:
-    from ... import __version__
+    from xla_keras import __version__
     return {"jax": _version("jax"), "jaxlib": _version("jaxlib"), "keras": _version("keras"),
             "xla_keras": __version__}
 
@@ -115,7 +104,7 @@ def executable_count(step_fn: Any) -> Optional[int]:
 
 def user_data(model: Any) -> Any:
     """The ``x`` the user passed to the running fit / evaluate / predict (its frame's local), or None."""
-    from ..tensorflow._internals import _model_call_frames
+    from xla_keras.backends.tensorflow._internals import _model_call_frames
     frame = next(_model_call_frames(model, ("fit", "evaluate", "predict")), None)
     return frame.get("x") if frame is not None else None
 

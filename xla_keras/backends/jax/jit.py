@@ -12,8 +12,9 @@ from __future__ import annotations
 import os
 from typing import Any, Optional
 
-from ...errors import XlaKerasWarning
-from ...jitmodes import (
+from xla_keras.backends.jax import _internals
+from xla_keras.errors import XlaKerasWarning
+from xla_keras.jit.modes import (
     JitState,
     SavedModelJit,
     eager_refusal,
@@ -22,7 +23,6 @@ from ...jitmodes import (
     fastest_blocked,
     validate_mode,
 )
-from . import _internals
 
 MODES = ("keep", "on", "off", "fastest")
 

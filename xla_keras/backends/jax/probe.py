@@ -31,9 +31,9 @@ import threading
 import weakref
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from ...jitmodes import JitState, ProbeFacts
-from ...session import CallPlan, CompileObservation, Notes
-from . import _internals
+from xla_keras.backends.jax import _internals
+from xla_keras.core.session import CallPlan, CompileObservation, Notes
+from xla_keras.jit.modes import JitState, ProbeFacts
 
 Event = Tuple[str, float, str, bool]  # (event name, seconds, fun_name, served by the persistent cache)
 _KEPT = (_internals.TRACE_EVENT, _internals.LOWER_EVENT, _internals.COMPILE_EVENT)

@@ -23,8 +23,8 @@ import time
 import weakref
 from typing import Any
 
-from ..chain import FUNCTION_ATTR, WrapperChain, unwrap
-from . import _internals
+from xla_keras.backends.chain import FUNCTION_ATTR, WrapperChain, unwrap
+from xla_keras.backends.jax import _internals
 
 
 def end_of_data() -> tuple:

@@ -13,15 +13,15 @@ from __future__ import annotations
 import weakref
 from typing import Any, Optional, Tuple
 
-from ...jitmodes import MODES
-from ...session import Notes
-from ...signatures import InputSignature, signature_of
-from ..base import Distribution
-from ..keras_backend import KerasBackend
-from . import _internals
-from .jit import JitController, persistent_cache
-from .probe import TensorFlowProbe
-from .steps import FUNCTION_ATTR, StepWrappers, end_of_data
+from xla_keras.backends.base import Distribution
+from xla_keras.backends.keras_backend import KerasBackend
+from xla_keras.backends.tensorflow import _internals
+from xla_keras.backends.tensorflow.jit import JitController, persistent_cache
+from xla_keras.backends.tensorflow.probe import TensorFlowProbe
+from xla_keras.backends.tensorflow.steps import FUNCTION_ATTR, StepWrappers, end_of_data
+from xla_keras.core.session import Notes
+from xla_keras.core.signatures import InputSignature, signature_of
+from xla_keras.jit.modes import MODES
 
 __all__ = ["TensorFlowBackend"]
 
@@ -115,5 +115,5 @@ class TensorFlowBackend(KerasBackend):
         return end_of_data()
 
     def multi_worker_fit_problem(self) -> Optional[str]:
-        from ...multiworker import keras_fit_problem
+        from xla_keras.backends.tensorflow.multiworker import keras_fit_problem
         return keras_fit_problem()

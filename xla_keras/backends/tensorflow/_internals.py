@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from typing import Any, List, Optional, Tuple
 
-from ...compiles import TraceEvent
-from ...quiet import without_profiler_lines
-from ..chain import unwrap, wrap_marker  # noqa: F401 - our own markers, re-exported for the helpers below
-from .flags import XlaFlags, auto_jit_on, auto_jit_value
+from xla_keras.backends.chain import unwrap, wrap_marker  # noqa: F401 - our own markers, re-exported for the helpers below
+from xla_keras.backends.tensorflow.flags import XlaFlags, auto_jit_on, auto_jit_value
+from xla_keras.backends.tensorflow.quiet import without_profiler_lines
+from xla_keras.core.ledger import TraceEvent
 
 TESTED_VERSIONS = {"tensorflow": "2.16-2.21", "keras": "3.7-3.15"}
 
@@ -97,7 +97,7 @@ def is_keras3_model(model: Any) -> bool:
 
 
 def versions() -> dict:
-    from ... import __version__
+    from xla_keras import __version__
     return {"tensorflow": _version("tensorflow"), "keras": _version("keras"), "xla_keras": __version__}
 
 
@@ -188,7 +188,7 @@ def unwrap_distributed(value: Any) -> Any:
     except ImportError as e:
         raise InternalsMoved("tensorflow.python.distribute.values", e) from e
     if isinstance(value, ds_values.DistributedValues):
-        from ...signatures import Replicas
+        from xla_keras.core.signatures import Replicas
         return Replicas(value.values)
     return value
 

@@ -13,8 +13,10 @@ import os
 import warnings
 from typing import Any, Optional
 
-from ...errors import XlaKerasWarning
-from ...jitmodes import (
+from xla_keras.backends.tensorflow import _internals
+from xla_keras.backends.tensorflow.flags import CPU_GLOBAL_JIT, PERSISTENT_CACHE, PERSISTENT_CACHE_READ_ONLY, XlaFlags
+from xla_keras.errors import XlaKerasWarning
+from xla_keras.jit.modes import (
     MODES,
     JitState,
     SavedModelJit,
@@ -24,8 +26,6 @@ from ...jitmodes import (
     fastest_blocked,
     validate_mode,
 )
-from . import _internals
-from .flags import CPU_GLOBAL_JIT, PERSISTENT_CACHE, PERSISTENT_CACHE_READ_ONLY, XlaFlags
 
 __all__ = ["configure", "persistent_cache", "cpu_autoclustering_effective", "JitController", "MODES",
            "FIX_CPU_AUTOCLUSTERING", "XlaKerasWarning"]

@@ -24,7 +24,8 @@ from __future__ import annotations
 import os
 from typing import Any, Optional
 
-from ...compiles import (
+from xla_keras.backends.tensorflow import _internals
+from xla_keras.core.ledger import (
     XLA_COMPILE_OP_MIN_SECONDS,
     cache_loads_from_trace,
     compile_seconds_from_trace,
@@ -32,9 +33,8 @@ from ...compiles import (
     step_kernel_seconds,
     xla_compile_op_seconds,
 )
-from ...jitmodes import JitState, ProbeFacts
-from ...session import CallPlan, CompileObservation, Notes
-from . import _internals
+from xla_keras.core.session import CallPlan, CompileObservation, Notes
+from xla_keras.jit.modes import JitState, ProbeFacts
 
 CACHE_ENTRY_PREFIX = "xla_compile_cache__"
 

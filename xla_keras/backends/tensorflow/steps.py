@@ -20,9 +20,9 @@ import time
 import weakref
 from typing import Any, List, Optional
 
-from ...quiet import without_xla_startup_lines
-from ..chain import FUNCTION_ATTR, MAKE_FUNCTION, WrapperChain  # noqa: F401 - FUNCTION_ATTR re-exported
-from . import _internals
+from xla_keras.backends.chain import FUNCTION_ATTR, MAKE_FUNCTION, WrapperChain  # noqa: F401 - FUNCTION_ATTR re-exported
+from xla_keras.backends.tensorflow import _internals
+from xla_keras.backends.tensorflow.quiet import without_xla_startup_lines
 
 
 def end_of_data() -> tuple:

@@ -114,7 +114,7 @@ def parse_report(data: Dict[str, Any]) -> ParsedReport:
     Older versions are migrated (missing keys take their defaults); a newer
     version is read for the keys this version knows, and ``message`` says so.
     Raises ValueError for something that is not a report at all."""
-    from .report import XlaReport
+    from xla_keras.report.model import XlaReport
     if not isinstance(data, dict):
         raise ValueError(f"a JSON {type(data).__name__}, not an XlaMonitor report")
     version = data.get("schema_version", 1)
@@ -124,7 +124,7 @@ def parse_report(data: Dict[str, Any]) -> ParsedReport:
         raise ValueError("no jit_mode or compilations key: not an XlaMonitor report")
     report = XlaReport.from_dict(_migrate(data, version))
     if version > SCHEMA_VERSION:
-        from . import __version__
+        from xla_keras import __version__
         return ParsedReport(report, version, True, f"written by a newer xla_keras (report schema {version}; this is "
                             f"xla_keras {__version__}, schema {SCHEMA_VERSION}): only the keys this version knows "
                             "are shown")

@@ -28,8 +28,8 @@ import tempfile
 import time
 from typing import Any, Callable, Dict, Iterable, Optional
 
-from .files import atomic_write_text
-from .metadata import (
+from xla_keras.core.files import atomic_write_text
+from xla_keras.report.schema import (
     LAYOUT_CATEGORY,
     LAYOUT_CHARTS,
     PLUGIN_CONTENT,

@@ -22,7 +22,7 @@ import json
 import os
 from typing import Any, Dict, Optional
 
-from .files import atomic_write_text
+from xla_keras.core.files import atomic_write_text
 
 ENTRIES = "xla_keras_compile_seconds"
 LEGACY_SIDECAR = "xla_keras_compile_seconds.json"

@@ -16,8 +16,8 @@ import tempfile
 from dataclasses import dataclass
 from typing import List, Optional
 
-from .backends.tensorflow import _internals
-from .backends.tensorflow.flags import AUTO_JIT, CPU_GLOBAL_JIT, PERSISTENT_CACHE, XlaFlags
+from xla_keras.backends.tensorflow import _internals
+from xla_keras.backends.tensorflow.flags import AUTO_JIT, CPU_GLOBAL_JIT, PERSISTENT_CACHE, XlaFlags
 
 LEVELS = ("ok", "info", "warn", "error")
 
@@ -145,7 +145,7 @@ def doctor(check_flags: bool = True) -> List[Finding]:
                                 "no profiler events on CPU: XlaMonitor times each compile from the span of the op "
                                 "that triggered it (source='op_span', within a few % of TensorFlow's own lines)"))
 
-    from .backends.tensorflow.jit import FIX_CPU_AUTOCLUSTERING, cpu_autoclustering_effective
+    from xla_keras.backends.tensorflow.jit import FIX_CPU_AUTOCLUSTERING, cpu_autoclustering_effective
     auto_value = XlaFlags.from_env().value(AUTO_JIT) or ""
     auto_on = _internals.env_auto_jit_on() and not auto_value.startswith("single-gpu")
     cpu_flag = XlaFlags.from_env().enabled(CPU_GLOBAL_JIT) or (
@@ -188,7 +188,7 @@ def doctor(check_flags: bool = True) -> List[Finding]:
                                 f"still writes traces, but TensorBoard will not show them{slow}",
                                 profile_tab_install()))
 
-    from .backends.tensorflow.jit import persistent_cache
+    from xla_keras.backends.tensorflow.jit import persistent_cache
     cache = persistent_cache()
     if cache:
         directory = cache["dir"]
@@ -249,7 +249,7 @@ def _jax_doctor(check_flags: bool) -> List[Finding]:
     if not problem:
         import jax
 
-        from .backends.jax import _internals as jax_internals
+        from xla_keras.backends.jax import _internals as jax_internals
         devices = jax_internals.devices()
         kinds = sorted({d.platform for d in devices})
         findings.append(Finding("info", "devices", f"{len(devices)} JAX device(s): "
@@ -262,7 +262,7 @@ def _jax_doctor(check_flags: bool) -> List[Finding]:
     findings.append(Finding("info", "jit_compile='auto'", "resolves to True under JAX when every layer supports "
                             "it: Keras jits each step with jax.jit, whatever the device",
                             "XlaMonitor(jit='off') to compare with op-by-op execution"))
-    from .backends.jax.jit import persistent_cache
+    from xla_keras.backends.jax.jit import persistent_cache
     cache = persistent_cache() if not problem else None
     if cache:
         directory = cache["dir"]
@@ -309,7 +309,7 @@ def profile_tab_install() -> str:
 
 
 def _multi_worker_findings(read_keras: bool = True) -> List[Finding]:
-    from .multiworker import KERAS_ISSUE, cluster_from_env, keras_fit_problem
+    from xla_keras.backends.tensorflow.multiworker import KERAS_ISSUE, cluster_from_env, keras_fit_problem
     cluster = cluster_from_env()
     try:
         problem = keras_fit_problem() if read_keras else None

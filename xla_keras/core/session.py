@@ -21,13 +21,14 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple, Union
 
-from .advice import Costs, PhaseAdvice, SampleView, analyse, budget_text, over_budget
-from .compiles import CompileLedger
-from .config import MonitorConfig
-from .fastest import Decision, Trial
-from .jitmodes import JitState, ProbeFacts, verdict
-from .lengths import BatchSample
-from .metadata import (
+from xla_keras.config import MonitorConfig
+from xla_keras.core.ledger import CompileLedger
+from xla_keras.core.signatures import InputSignature, is_ragged
+from xla_keras.core.timing import PhaseTiming, break_even_steps, share
+from xla_keras.jit.modes import JitState, ProbeFacts, verdict
+from xla_keras.jit.trial import Decision, Trial
+from xla_keras.report.model import MEASURED, PHASES, Compilation, SlowStep, XlaReport
+from xla_keras.report.schema import (
     TAG_COMPILATIONS,
     TAG_COMPILE_TIME,
     TAG_DISTINCT_SIGNATURES,
@@ -35,9 +36,8 @@ from .metadata import (
     TAG_STEP_TIME,
     TAG_STORM,
 )
-from .report import MEASURED, PHASES, Compilation, SlowStep, XlaReport
-from .signatures import InputSignature, is_ragged
-from .storms import (
+from xla_keras.storms.advice import Costs, PhaseAdvice, SampleView, analyse, budget_text, over_budget
+from xla_keras.storms.detection import (
     ShapeHistory,
     Storm,
     StormDetector,
@@ -45,7 +45,7 @@ from .storms import (
     partial_batch_note,
     train_vs_validation_note,
 )
-from .timing import PhaseTiming, break_even_steps, share
+from xla_keras.storms.lengths import BatchSample
 
 logger = logging.getLogger("xla_keras")
 

@@ -15,10 +15,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
-from .buckets import TARGET_PADDING_OVERHEAD, _pad_to, best_buckets, pad_target
-from .lengths import RealLengths, measure
-from .signatures import InputSignature
-from .storms import (
+from xla_keras.core.signatures import InputSignature
+from xla_keras.storms.buckets import TARGET_PADDING_OVERHEAD, _pad_to, best_buckets, pad_target
+from xla_keras.storms.detection import (
     ShapeHistory,
     _Axis,
     batch_rows,
@@ -26,6 +25,7 @@ from .storms import (
     structures_differ,
     varying_axes,
 )
+from xla_keras.storms.lengths import RealLengths, measure
 
 DATA_KINDS = ("tf.data", "arrays")  # arrays: numpy / generators / PyDataset (no TensorFlow in the fix)
 # Training drops a partial last batch (one fewer compile, a few examples unseen per epoch);

@@ -25,7 +25,7 @@ from __future__ import annotations
 import re
 from typing import Dict, Iterable, List, NamedTuple, Optional, Tuple
 
-from .signatures import InputSignature, fingerprint
+from xla_keras.core.signatures import InputSignature, fingerprint
 
 # One per compiled module (CpuCompiler::RunBackend, GpuCompiler::RunBackend...).
 _MODULE_ANCHOR = re.compile(r"^\w*Compiler::RunBackend$")

@@ -10,8 +10,8 @@ from typing import List, Optional
 
 from absl import app, flags
 
-from .metadata import REPORT_FILE, parse_report
-from .multiworker import KERAS_ISSUE, WORKAROUND
+from xla_keras.backends.tensorflow.multiworker import KERAS_ISSUE, WORKAROUND
+from xla_keras.report.schema import REPORT_FILE, parse_report
 
 COMMANDS = ("report", "doctor", "explain")
 USAGE = """xla-keras: XLA observability for Keras
@@ -91,7 +91,7 @@ def cmd_doctor(args: List[str], out=sys.stdout) -> int:
     if args:
         print("usage: xla-keras doctor", file=sys.stderr)
         return 2
-    from .doctor import doctor, exit_code
+    from xla_keras.tools.doctor import doctor, exit_code
     findings = doctor()
     for finding in findings:
         out.write(str(finding) + "\n")
@@ -104,7 +104,7 @@ def cmd_explain(args: List[str], out=sys.stdout) -> int:
     if len(args) != 1:
         print("usage: xla-keras explain LOGFILE|-", file=sys.stderr)
         return 2
-    from .explain import explain, render
+    from xla_keras.tools.explain import explain, render
     source = args[0]
     if source == "-":
         findings = explain(sys.stdin)
@@ -125,7 +125,7 @@ def run(argv: List[str]) -> int:
         print(USAGE)
         return 0
     if args and args[0] == "--version":
-        from . import __version__
+        from xla_keras import __version__
         print(f"xla-keras {__version__}")
         return 0
     if not args or args[0] not in COMMANDS:

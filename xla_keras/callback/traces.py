@@ -18,7 +18,7 @@ import os
 import time
 from typing import Any, Callable, List, Optional
 
-from .session import Notes
+from xla_keras.core.session import Notes
 
 STEADY_WINDOW_STEPS = 5
 WARM_UP_STEPS = 10

@@ -13,8 +13,8 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from .arguments import integer
-from .signatures import InputSignature, diff, fingerprint
+from xla_keras.core.arguments import integer
+from xla_keras.core.signatures import InputSignature, diff, fingerprint
 
 ON_STORM = ("warn", "raise", "fallback")
 # Beyond this many distinct signatures per phase the history keeps counting

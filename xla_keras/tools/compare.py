@@ -14,8 +14,8 @@ import statistics
 from dataclasses import asdict, dataclass
 from typing import Any, Callable, List, Optional, Sequence, Union
 
-from .arguments import integer
-from .timing import break_even_steps
+from xla_keras.core.arguments import integer
+from xla_keras.core.timing import break_even_steps
 
 
 @dataclass
@@ -199,8 +199,8 @@ def compare(model_or_builder: Union[Any, Callable[[], Any]], data: Any, steps: i
     """
     import keras
 
-    from .backends import backend_for
-    from .monitor import XlaMonitor
+    from xla_keras.backends import backend_for
+    from xla_keras.monitor import XlaMonitor
     backend_name = keras.backend.backend()
     backend = backend_for(backend_name)
     unsupported = backend().unsupported()
@@ -280,7 +280,7 @@ def compare(model_or_builder: Union[Any, Callable[[], Any]], data: Any, steps: i
 def _write_break_even(log_dir: str, results: List["ModeResult"], monitors: dict) -> None:
     """Each XLA mode's report learns its break-even against the "off" mode measured beside it (the
     monitor alone has no non-XLA baseline), so the report file and the XLA tab show it too."""
-    from .sink import OutputSink
+    from xla_keras.tensorboard.sink import OutputSink
     for r in results:
         if r.break_even_step is None:
             continue

@@ -12,11 +12,11 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
-from .advice import PhaseAdvice
-from .metadata import SCHEMA_VERSION
-from .signatures import InputSignature, describe, from_jsonable, to_jsonable
-from .storms import Storm
-from .timing import excess_over_steady
+from xla_keras.core.signatures import InputSignature, describe, from_jsonable, to_jsonable
+from xla_keras.core.timing import excess_over_steady
+from xla_keras.report.schema import SCHEMA_VERSION
+from xla_keras.storms.advice import PhaseAdvice
+from xla_keras.storms.detection import Storm
 
 PHASES = ("train", "test", "predict")
 # How a compile's seconds were measured: from XLA's compiler events in a profiler

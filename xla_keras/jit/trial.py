@@ -58,8 +58,8 @@ from dataclasses import dataclass, field, replace
 from statistics import median
 from typing import Deque, Dict, List, Optional, Sequence, Tuple
 
-from .fit_outlook import Outlook, StormRule
-from .step_statistics import Ratio, Spread, separated, spread
+from xla_keras.jit.outlook import Outlook, StormRule
+from xla_keras.jit.statistics import Ratio, Spread, separated, spread
 
 WARMUP_STEPS = 5      # after the first call: allocator and cache warm-up make the next steps slower
 SETTLE_STEPS = 2      # after a switch: JAX's queue still holds the previous mode's steps; caches change

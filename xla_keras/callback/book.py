@@ -14,13 +14,13 @@ import os
 import weakref
 from typing import Any, Callable, List, Optional
 
-from .cache import CacheAccount
-from .config import MonitorConfig
-from .jitmodes import JitState, ProbeFacts
-from .report import XlaReport
-from .session import ReportContext, Session, build_report
-from .sink import OutputSink
-from .traces import TraceWindows
+from xla_keras.callback.traces import TraceWindows
+from xla_keras.config import MonitorConfig
+from xla_keras.core.cache import CacheAccount
+from xla_keras.core.session import ReportContext, Session, build_report
+from xla_keras.jit.modes import JitState, ProbeFacts
+from xla_keras.report.model import XlaReport
+from xla_keras.tensorboard.sink import OutputSink
 
 
 class ModelReport:
