@@ -25,6 +25,7 @@ def child(workload, cache_dir, quick):
     import numpy as np
 
     import xla_keras
+
     if cache_dir:
         xla_keras.configure(cache_dir=cache_dir)  # right after import, before any model
     import keras
@@ -34,34 +35,58 @@ def child(workload, cache_dir, quick):
     if workload == "quickstart":
         x = rng.normal(size=(2100, 20)).astype("float32")
         y = (x[:, :5].sum(axis=1, keepdims=True) > 0).astype("float32")
-        model = keras.Sequential([keras.Input((20,)), keras.layers.Dense(64, activation="relu"),
-                                  keras.layers.Dense(64, activation="relu"),
-                                  keras.layers.Dense(1, activation="sigmoid")])
+        model = keras.Sequential(
+            [
+                keras.Input((20,)),
+                keras.layers.Dense(64, activation="relu"),
+                keras.layers.Dense(64, activation="relu"),
+                keras.layers.Dense(1, activation="sigmoid"),
+            ]
+        )
         model.compile("adam", "binary_crossentropy")
         args, kwargs = (x, y), {"batch_size": 64, "validation_split": 0.2, "epochs": 1 if quick else 3}
     else:
         lengths = rng.integers(8, 257, size=480 if quick else 4000)
         tokens = [rng.integers(1, 5000, size=n).astype(np.int32) for n in lengths]
         labels = (lengths > 132).astype(np.float32)
-        data = tf.data.Dataset.from_generator(lambda: zip(tokens, labels), output_signature=(
-            tf.TensorSpec((None,), tf.int32), tf.TensorSpec((), tf.float32))).padded_batch(32)
-        model = keras.Sequential([keras.Input((None,), dtype="int32"), keras.layers.Embedding(5000, 32),
-                                  keras.layers.GlobalAveragePooling1D(), keras.layers.Dense(1)])
+        data = tf.data.Dataset.from_generator(
+            lambda: zip(tokens, labels),
+            output_signature=(tf.TensorSpec((None,), tf.int32), tf.TensorSpec((), tf.float32)),
+        ).padded_batch(32)
+        model = keras.Sequential(
+            [
+                keras.Input((None,), dtype="int32"),
+                keras.layers.Embedding(5000, 32),
+                keras.layers.GlobalAveragePooling1D(),
+                keras.layers.Dense(1),
+            ]
+        )
         model.compile("adam", "binary_crossentropy")
         args, kwargs = (data,), {"epochs": 1}
     monitor = xla_keras.XlaMonitor(log_dir=None, jit="on", verbose=0, profile=None, storm_threshold=10_000)
     model.fit(*args, callbacks=[monitor], verbose=0, **kwargs)
     report = monitor.report
-    print("XLA_KERAS_COLD " + json.dumps({
-        "compile_seconds": report.compile_seconds, "compiles": report.total_compilations,
-        "cached": sum(c.cached for c in report.compilations), "saved": report.cache_saved_seconds}))
+    print(
+        "XLA_KERAS_COLD "
+        + json.dumps(
+            {
+                "compile_seconds": report.compile_seconds,
+                "compiles": report.total_compilations,
+                "cached": sum(c.cached for c in report.compilations),
+                "saved": report.cache_saved_seconds,
+            }
+        )
+    )
 
 
 def run(workload, cache_dir, quick):
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""), TF_CPP_MIN_LOG_LEVEL="2")
     env.pop("TF_XLA_FLAGS", None)
-    cmd = [sys.executable, os.path.abspath(__file__), "--child", workload] + (["--cache-dir", cache_dir] if cache_dir
-                                                                             else []) + (["--quick"] if quick else [])
+    cmd = (
+        [sys.executable, os.path.abspath(__file__), "--child", workload]
+        + (["--cache-dir", cache_dir] if cache_dir else [])
+        + (["--quick"] if quick else [])
+    )
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True).stdout
     return json.loads(out.split("XLA_KERAS_COLD ")[-1])
 
@@ -86,18 +111,23 @@ def main(argv=None):
 
     if args.quick:
         from concurrent.futures import ThreadPoolExecutor
+
         with ThreadPoolExecutor(2) as pool:
             rows = list(pool.map(pair, plan))
     else:
         rows = [pair(item) for item in plan]
-    print(f"{'workload':11s} {'cache':6s} {'compiles':>8s} {'process 1 s':>12s} {'process 2 s':>12s} "
-          f"{'2 / 1':>7s} {'loaded':>7s} {'saved s':>8s}")
+    print(
+        f"{'workload':11s} {'cache':6s} {'compiles':>8s} {'process 1 s':>12s} {'process 2 s':>12s} "
+        f"{'2 / 1':>7s} {'loaded':>7s} {'saved s':>8s}"
+    )
     for workload, with_cache, first, second in rows:
         ratio = second["compile_seconds"] / first["compile_seconds"] if first["compile_seconds"] else float("nan")
         saved = f"{second['saved']:.2f}" if second["saved"] is not None else "-"
-        print(f"{workload:11s} {'yes' if with_cache else 'no':6s} {first['compiles']:8d} "
-              f"{first['compile_seconds']:12.2f} {second['compile_seconds']:12.2f} {ratio:6.0%} "
-              f"{second['cached']:7d} {saved:>8s}")
+        print(
+            f"{workload:11s} {'yes' if with_cache else 'no':6s} {first['compiles']:8d} "
+            f"{first['compile_seconds']:12.2f} {second['compile_seconds']:12.2f} {ratio:6.0%} "
+            f"{second['cached']:7d} {saved:>8s}"
+        )
     return rows
 
 

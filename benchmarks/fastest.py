@@ -47,28 +47,49 @@ SHAPES = {"mlp": (32,), "cnn": (16, 16, 3), "wide": (1024,)}
 
 def build(kind):
     import keras
+
     layers = keras.layers
     if kind == "mlp":
-        return keras.Sequential([keras.Input((32,)), layers.Dense(64, activation="relu"),
-                                 layers.Dense(64, activation="relu"), layers.Dense(1)])
+        return keras.Sequential(
+            [
+                keras.Input((32,)),
+                layers.Dense(64, activation="relu"),
+                layers.Dense(64, activation="relu"),
+                layers.Dense(1),
+            ]
+        )
     if kind == "cnn":
-        return keras.Sequential([keras.Input((16, 16, 3)), layers.Conv2D(8, 3, activation="relu"),
-                                 layers.MaxPooling2D(), layers.Conv2D(16, 3, activation="relu"),
-                                 layers.GlobalAveragePooling2D(), layers.Dense(1)])
+        return keras.Sequential(
+            [
+                keras.Input((16, 16, 3)),
+                layers.Conv2D(8, 3, activation="relu"),
+                layers.MaxPooling2D(),
+                layers.Conv2D(16, 3, activation="relu"),
+                layers.GlobalAveragePooling2D(),
+                layers.Dense(1),
+            ]
+        )
     if kind == "wide":
         inputs = keras.Input((1024,))
         h = layers.Dense(1024)(inputs)
         for _ in range(8):
             h = layers.Activation("tanh")(layers.Activation("gelu")(layers.LayerNormalization()(h)))
         return keras.Model(inputs, layers.Dense(1)(h))
-    return keras.Sequential([keras.Input((None,), dtype="int32"), layers.Embedding(5000, 32),
-                             layers.GlobalAveragePooling1D(), layers.Dense(1)])
+    return keras.Sequential(
+        [
+            keras.Input((None,), dtype="int32"),
+            layers.Embedding(5000, 32),
+            layers.GlobalAveragePooling1D(),
+            layers.Dense(1),
+        ]
+    )
 
 
 def data(kind, batches, rng):
     """One epoch's batches, repeated for the whole fit: a tf.data pipeline (cached, so every epoch
     replays the same batches) that Keras iterates once across epochs with ``steps_per_epoch``."""
     import tensorflow as tf
+
     if kind != "storm":
         x = rng.random((64 * batches, *SHAPES[kind]), dtype=np.float32)
         y = rng.random((64 * batches, 1), dtype=np.float32)
@@ -77,14 +98,15 @@ def data(kind, batches, rng):
         lengths = rng.integers(8, 257, size=32 * batches)
         out = []
         for i in range(batches):
-            part = lengths[32 * i:32 * (i + 1)]
+            part = lengths[32 * i : 32 * (i + 1)]
             x = np.zeros((32, int(part.max())), np.int32)
             for row, k in enumerate(part):
                 x[row, :k] = rng.integers(1, 5000, size=k)
             out.append((x, rng.random((32, 1), dtype=np.float32)))
         dataset = tf.data.Dataset.from_generator(
-            lambda: iter(out), output_signature=(tf.TensorSpec((32, None), tf.int32),
-                                                 tf.TensorSpec((32, 1), tf.float32)))
+            lambda: iter(out),
+            output_signature=(tf.TensorSpec((32, None), tf.int32), tf.TensorSpec((32, 1), tf.float32)),
+        )
     # No tf.data autotuning: deleting an autotuned iterator waits for its tuning thread's next wake-up
     # (measured: fits ending up to 17 s after their last step, at the same instants: 41.1 s, 142.1 s).
     options = tf.data.Options()
@@ -97,18 +119,22 @@ def fit_once(kind, config, steps, per_epoch):
     import keras
 
     import xla_keras
+
     dataset = data(kind, per_epoch, np.random.default_rng(0))
     keras.utils.set_random_seed(0)
     model = build(kind)
     model.compile("adam", "mse")
     monitor = xla_keras.XlaMonitor(log_dir=None, jit=config, verbose=0)
     start = time.perf_counter()
-    model.fit(dataset, epochs=max(1, steps // per_epoch), steps_per_epoch=per_epoch, verbose=0,
-              callbacks=[monitor])
+    model.fit(dataset, epochs=max(1, steps // per_epoch), steps_per_epoch=per_epoch, verbose=0, callbacks=[monitor])
     seconds = time.perf_counter() - start
     decision = monitor.report.jit_decision or {}
-    return {"seconds": seconds, "mode": decision.get("mode"), "basis": decision.get("basis"),
-            "why": decision.get("why", "")}
+    return {
+        "seconds": seconds,
+        "mode": decision.get("mode"),
+        "basis": decision.get("basis"),
+        "why": decision.get("why", ""),
+    }
 
 
 def fit_fresh(kind, config, steps, per_epoch, backend):
@@ -125,14 +151,19 @@ def main(argv=None):
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true", help="small run that only proves the script works")
     parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--workload", default="mlp,cnn,storm",
-                        help="comma-separated, from: " + ", ".join(LENGTHS))
+    parser.add_argument("--workload", default="mlp,cnn,storm", help="comma-separated, from: " + ", ".join(LENGTHS))
     parser.add_argument("--backend", choices=("tensorflow", "jax"), default=None)
-    parser.add_argument("--steps", type=int, default=None,
-                        help="train steps per fit instead of the workload's own, in whole epochs (e.g. a fit below the "
-                             "minimum length)")
-    parser.add_argument("--in-process", action="store_true",
-                        help="every fit in this process (--quick does): faster to start, drifts over a long run")
+    parser.add_argument(
+        "--steps",
+        type=int,
+        default=None,
+        help="train steps per fit instead of the workload's own, in whole epochs (e.g. a fit below the minimum length)",
+    )
+    parser.add_argument(
+        "--in-process",
+        action="store_true",
+        help="every fit in this process (--quick does): faster to start, drifts over a long run",
+    )
     parser.add_argument("--fit", help=argparse.SUPPRESS)  # the child: kind,config,steps,per_epoch
     args = parser.parse_args(argv)
     if args.backend:
@@ -150,9 +181,11 @@ def main(argv=None):
     if args.quick:
         args.rounds, args.in_process = 1, True
     import keras
+
     fits = "in this process" if args.in_process else "each in a fresh process"
-    print(f"backend={keras.backend.backend()} rounds={args.rounds} (whole-fit seconds, medians over rounds; "
-          f"fits {fits})")
+    print(
+        f"backend={keras.backend.backend()} rounds={args.rounds} (whole-fit seconds, medians over rounds; fits {fits})"
+    )
     print(f"{'workload':9} {'steps':>6} {'off':>9} {'on':>9} {'fastest':>9}  {'fastest / better':>16}  kept (basis)")
     for kind in workloads:
         steps, per_epoch = LENGTHS[kind]
@@ -163,16 +196,23 @@ def main(argv=None):
         times = {c: [] for c in CONFIGS}
         kept, why = [], ""
         for r in range(args.rounds):
-            order = CONFIGS[r % 3:] + CONFIGS[:r % 3]
+            order = CONFIGS[r % 3 :] + CONFIGS[: r % 3]
             for config in order:
-                fit = (fit_once(kind, config, steps, per_epoch) if args.in_process
-                       else fit_fresh(kind, config, steps, per_epoch, args.backend))
+                fit = (
+                    fit_once(kind, config, steps, per_epoch)
+                    if args.in_process
+                    else fit_fresh(kind, config, steps, per_epoch, args.backend)
+                )
                 times[config].append(fit["seconds"])
                 if config == "fastest":
                     kept.append(f"{fit['mode']} ({fit['basis']})")
                     why = fit["why"]
-            print(f"{'':9} round {r + 1}: " + " ".join(f"{c} {times[c][-1]:.1f}s" for c in CONFIGS)
-                  + f" (fastest kept {kept[-1]})", flush=True)
+            print(
+                f"{'':9} round {r + 1}: "
+                + " ".join(f"{c} {times[c][-1]:.1f}s" for c in CONFIGS)
+                + f" (fastest kept {kept[-1]})",
+                flush=True,
+            )
         med = {c: statistics.median(v) for c, v in times.items()}
         better = min(med["off"], med["on"])
         # Side by side: each round's fastest fit against that round's fit of the better mode (pairs
@@ -181,11 +221,16 @@ def main(argv=None):
         paired = statistics.median(f / b for f, b in zip(times["fastest"], times[best]))
         modes = ", ".join(sorted(set(kept), key=kept.index))
         counts = {k: kept.count(k) for k in set(kept)}
-        print(f"{kind:9} {steps:>6} {med['off']:>8.2f}s {med['on']:>8.2f}s "
-              f"{med['fastest']:>8.2f}s  {med['fastest'] / better:>15.3f}x  "
-              + "; ".join(f"{k} x{counts[k]}" for k in sorted(counts, key=modes.index)), flush=True)
-        print(f"{'':9} rounds: off {fmt(times['off'])} | on {fmt(times['on'])} | fastest {fmt(times['fastest'])}",
-              flush=True)
+        print(
+            f"{kind:9} {steps:>6} {med['off']:>8.2f}s {med['on']:>8.2f}s "
+            f"{med['fastest']:>8.2f}s  {med['fastest'] / better:>15.3f}x  "
+            + "; ".join(f"{k} x{counts[k]}" for k in sorted(counts, key=modes.index)),
+            flush=True,
+        )
+        print(
+            f"{'':9} rounds: off {fmt(times['off'])} | on {fmt(times['on'])} | fastest {fmt(times['fastest'])}",
+            flush=True,
+        )
         print(f"{'':9} paired: median over rounds of fastest / {best} in the same round = {paired:.3f}x", flush=True)
         print(f"{'':9} last: {why}", flush=True)
 

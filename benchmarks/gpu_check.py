@@ -31,8 +31,10 @@ import time
 
 import numpy as np
 
-_COMPILE_LINE = re.compile(r"Finished (tracing|jaxpr to MLIR module conversion|XLA compilation of) "
-                           r"(?:\+ transforming )?(\S+)(?: for p?jit)? in ([0-9.eE+-]+) sec")
+_COMPILE_LINE = re.compile(
+    r"Finished (tracing|jaxpr to MLIR module conversion|XLA compilation of) "
+    r"(?:\+ transforming )?(\S+)(?: for p?jit)? in ([0-9.eE+-]+) sec"
+)
 
 
 class _Lines(logging.Handler):
@@ -55,10 +57,15 @@ class _Lines(logging.Handler):
 
 def _model(accelerator, width):
     import keras
-    model = keras.Sequential([keras.Input((width,)), keras.layers.Dense(4 * width if accelerator else 64,
-                                                                         activation="relu"),
-                              keras.layers.Dense(4 * width if accelerator else 64, activation="relu"),
-                              keras.layers.Dense(1)])
+
+    model = keras.Sequential(
+        [
+            keras.Input((width,)),
+            keras.layers.Dense(4 * width if accelerator else 64, activation="relu"),
+            keras.layers.Dense(4 * width if accelerator else 64, activation="relu"),
+            keras.layers.Dense(1),
+        ]
+    )
     model.compile("adam", "mse")
     return model
 
@@ -68,14 +75,17 @@ def child(args):
     import keras
 
     import xla_keras
+
     jax.config.update("jax_log_compiles", True)
     lines = _Lines()
     logging.getLogger("jax").addHandler(lines)
     logging.getLogger("jax").propagate = False
     devices = jax.devices()
     accelerator = jax.default_backend() != "cpu"
-    print(f"devices: {len(devices)} x {devices[0].platform} ({devices[0].device_kind}); keras {keras.__version__}, "
-          f"jax {jax.__version__}")
+    print(
+        f"devices: {len(devices)} x {devices[0].platform} ({devices[0].device_kind}); keras {keras.__version__}, "
+        f"jax {jax.__version__}"
+    )
     width = 256 if accelerator else 32
     rng = np.random.default_rng(0)
 
@@ -90,8 +100,15 @@ def child(args):
 
     val = (rng.random((100, width), dtype=np.float32), rng.random((100, 1), dtype=np.float32))
     monitor = xla_keras.XlaMonitor(log_dir=None, verbose=0, storm_threshold=100)
-    _model(accelerator, width).fit(batches(), steps_per_epoch=8, epochs=2, validation_data=val,
-                                   validation_batch_size=32, verbose=0, callbacks=[monitor])
+    _model(accelerator, width).fit(
+        batches(),
+        steps_per_epoch=8,
+        epochs=2,
+        validation_data=val,
+        validation_batch_size=32,
+        verbose=0,
+        callbacks=[monitor],
+    )
     report = monitor.report
     new = [f for f in set(os.listdir(dump)) - before if f.endswith(".before_optimizations.txt")]
     dumped = collections.Counter(f.split(".")[1] for f in new)
@@ -106,11 +123,15 @@ def child(args):
         worst = max((abs(a - b) for a, b in zip(mine, logged)), default=0.0)
         same = len(mine) == len(logged) and worst < 2e-3 + 0.01 * max(logged or [0])
         ok &= same
-        print(f"         seconds {sum(mine):.3f} s vs JAX's log lines {sum(logged):.3f} s (worst gap "
-              f"{worst * 1e3:.2f} ms)  {'ok' if same else 'SECONDS MISMATCH'}")
+        print(
+            f"         seconds {sum(mine):.3f} s vs JAX's log lines {sum(logged):.3f} s (worst gap "
+            f"{worst * 1e3:.2f} ms)  {'ok' if same else 'SECONDS MISMATCH'}"
+        )
     other = sum(n for n in dumped.values()) - sum(dumped.get(f"jit_{p}_step", 0) for p in ("train", "test"))
-    print(f"  other modules dumped (not step programs): {other}; report.other_compilations: "
-          f"{json.dumps(report.other_compilations)}")
+    print(
+        f"  other modules dumped (not step programs): {other}; report.other_compilations: "
+        f"{json.dumps(report.other_compilations)}"
+    )
 
     # 2. Overhead, interleaved rounds.
     batch = 256 if accelerator else 64
@@ -128,8 +149,10 @@ def child(args):
             times[name].append((time.perf_counter() - start) / args.steps)
     bare = statistics.median(times["bare"])
     monitored = statistics.median(times["XlaMonitor()"])
-    print(f"overhead ({args.steps} steps x {args.rounds} rounds, interleaved, median): bare {bare * 1e3:.3f} ms/step, "
-          f"XlaMonitor() {monitored * 1e3:.3f} ms/step = {monitored / bare:.3f}x vs bare")
+    print(
+        f"overhead ({args.steps} steps x {args.rounds} rounds, interleaved, median): bare {bare * 1e3:.3f} ms/step, "
+        f"XlaMonitor() {monitored * 1e3:.3f} ms/step = {monitored / bare:.3f}x vs bare"
+    )
     print("RESULT " + ("ok" if ok else "MISMATCH"))
     return 0 if ok else 1
 
@@ -147,10 +170,21 @@ def main(argv=None):
         return child(args)
     # XLA_FLAGS and KERAS_BACKEND must be set before JAX and Keras are imported: a child process.
     dump = tempfile.mkdtemp(prefix="xla_keras_gpu_check_")
-    env = dict(os.environ, KERAS_BACKEND="jax", XLA_KERAS_GPU_CHECK_DUMP=dump,
-               XLA_FLAGS=(os.environ.get("XLA_FLAGS", "") + f" --xla_dump_to={dump}").strip())
-    command = [sys.executable, os.path.abspath(__file__), "--child", "--rounds", str(args.rounds),
-               "--steps", str(args.steps)]
+    env = dict(
+        os.environ,
+        KERAS_BACKEND="jax",
+        XLA_KERAS_GPU_CHECK_DUMP=dump,
+        XLA_FLAGS=(os.environ.get("XLA_FLAGS", "") + f" --xla_dump_to={dump}").strip(),
+    )
+    command = [
+        sys.executable,
+        os.path.abspath(__file__),
+        "--child",
+        "--rounds",
+        str(args.rounds),
+        "--steps",
+        str(args.steps),
+    ]
     return subprocess.call(command, env=env)
 
 

@@ -36,8 +36,7 @@ def main(argv=None):
     args = parser.parse_args(argv)
     if args.quick:
         args.samples = 2
-    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""),
-               TF_CPP_MIN_LOG_LEVEL="3")
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""), TF_CPP_MIN_LOG_LEVEL="3")
     samples = []
     for _ in range(args.samples):
         out = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True, env=env, check=True)

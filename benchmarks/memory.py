@@ -30,7 +30,8 @@ def main(argv=None):
 
     distinct = args.signatures
     data = tf.data.Dataset.range(args.steps).map(
-        lambda i: (tf.ones((i % distinct + 1, 4)), tf.ones((i % distinct + 1, 1))))
+        lambda i: (tf.ones((i % distinct + 1, 4)), tf.ones((i % distinct + 1, 1)))
+    )
     model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
     model.compile("sgd", "mse", jit_compile=False)
     block = max(args.steps // 10, 1)
@@ -44,8 +45,7 @@ def main(argv=None):
             step = batch + 1
             if step % block == 0:
                 now = time.perf_counter()
-                snapshot = tracemalloc.take_snapshot().filter_traces(
-                    [tracemalloc.Filter(True, "*xla_keras*")])
+                snapshot = tracemalloc.take_snapshot().filter_traces([tracemalloc.Filter(True, "*xla_keras*")])
                 used = sum(stat.size for stat in snapshot.statistics("filename"))
                 rows.append((step, used, (now - self.start) / block))
                 self.start = time.perf_counter()
@@ -61,8 +61,10 @@ def main(argv=None):
         print(f"{step:7d} {used:16,d} {per_step * 1e3:17.3f}")
     after_all = [used for step, used, _ in rows if step >= distinct]
     if after_all:
-        print(f"bound: {max(after_all):,d} bytes once all signatures are seen; growth from then to the end: "
-              f"{after_all[-1] - after_all[0]:+,d} bytes")
+        print(
+            f"bound: {max(after_all):,d} bytes once all signatures are seen; growth from then to the end: "
+            f"{after_all[-1] - after_all[0]:+,d} bytes"
+        )
     return rows, report
 
 

@@ -27,14 +27,28 @@ import numpy as np
 
 def build(kind):
     import keras
+
     if kind == "mlp":
-        model = keras.Sequential([keras.Input((32,)), keras.layers.Dense(64, activation="relu"),
-                                  keras.layers.Dense(64, activation="relu"), keras.layers.Dense(1)])
+        model = keras.Sequential(
+            [
+                keras.Input((32,)),
+                keras.layers.Dense(64, activation="relu"),
+                keras.layers.Dense(64, activation="relu"),
+                keras.layers.Dense(1),
+            ]
+        )
         shape = (32,)
     else:
-        model = keras.Sequential([keras.Input((16, 16, 3)), keras.layers.Conv2D(8, 3, activation="relu"),
-                                  keras.layers.MaxPooling2D(), keras.layers.Conv2D(16, 3, activation="relu"),
-                                  keras.layers.GlobalAveragePooling2D(), keras.layers.Dense(1)])
+        model = keras.Sequential(
+            [
+                keras.Input((16, 16, 3)),
+                keras.layers.Conv2D(8, 3, activation="relu"),
+                keras.layers.MaxPooling2D(),
+                keras.layers.Conv2D(16, 3, activation="relu"),
+                keras.layers.GlobalAveragePooling2D(),
+                keras.layers.Dense(1),
+            ]
+        )
         shape = (16, 16, 3)
     return model, shape
 
@@ -60,7 +74,8 @@ def measure(kind, args, batch=64):
         "XlaMonitor()": [xla_keras.XlaMonitor(log_dir=f"{tmp}/m", verbose=0)],
         "XlaMonitor(update_freq='batch')": [xla_keras.XlaMonitor(log_dir=f"{tmp}/mb", update_freq="batch", verbose=0)],
         "keras TensorBoard(update_freq='batch')": [
-            keras.callbacks.TensorBoard(log_dir=f"{tmp}/tb", update_freq="batch")],
+            keras.callbacks.TensorBoard(log_dir=f"{tmp}/tb", update_freq="batch")
+        ],
     }
     if keras.backend.backend() == "jax":
         # Keras's TensorBoard callback writes with tf.summary: only where TensorFlow is installed.
@@ -92,16 +107,22 @@ def main(argv=None):
     parser.add_argument("--steps", type=int, default=400)
     parser.add_argument("--jit", default="on", choices=["on", "off"])
     parser.add_argument("--model", default="both", choices=["mlp", "cnn", "both"])
-    parser.add_argument("--backend", default=os.environ.get("KERAS_BACKEND", "tensorflow"),
-                        choices=["tensorflow", "jax"], help="Keras's backend (set before keras is imported)")
+    parser.add_argument(
+        "--backend",
+        default=os.environ.get("KERAS_BACKEND", "tensorflow"),
+        choices=["tensorflow", "jax"],
+        help="Keras's backend (set before keras is imported)",
+    )
     args = parser.parse_args(argv)
     os.environ["KERAS_BACKEND"] = args.backend
     if args.quick:
         args.rounds, args.steps = 2, 20
     kinds = ["mlp", "cnn"] if args.model == "both" else [args.model]
     results = {}
-    print(f"backend={args.backend}, jit={args.jit}, {args.steps} steps x {args.rounds} rounds, interleaved; "
-          "median per step")
+    print(
+        f"backend={args.backend}, jit={args.jit}, {args.steps} steps x {args.rounds} rounds, interleaved; "
+        "median per step"
+    )
     print(f"{'model':5s} {'configuration':40s} {'ms/step':>9s} {'vs bare':>8s}")
     for kind in kinds:
         results[kind], one_time = measure(kind, args)
@@ -109,9 +130,11 @@ def main(argv=None):
         for name, med in results[kind].items():
             print(f"{kind:5s} {name:40s} {med * 1e3:9.3f} {med / bare:7.3f}x")
         extra = {name: one_time[name] - one_time["bare"] for name in one_time if name != "bare"}
-        print(f"{kind:5s} first fit's extra time vs bare's first fit (one-time: the monitor's trace window "
-              "after warm-up, first writes): " + ", ".join(f"{name} {seconds * 1e3:.0f} ms"
-                                                           for name, seconds in extra.items()))
+        print(
+            f"{kind:5s} first fit's extra time vs bare's first fit (one-time: the monitor's trace window "
+            "after warm-up, first writes): "
+            + ", ".join(f"{name} {seconds * 1e3:.0f} ms" for name, seconds in extra.items())
+        )
     return results
 
 

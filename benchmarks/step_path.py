@@ -24,6 +24,7 @@ def main(argv=None):
     import keras
 
     import xla_keras
+
     model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
     model.compile("sgd", "mse")
     batches = [(np.zeros((8, 4), np.float32), np.zeros((8, 1), np.float32))]

@@ -35,9 +35,13 @@ def main(argv=None):
     parser.add_argument("--quick", action="store_true", help="small run that only proves the script works")
     parser.add_argument("--sequences", type=int, default=4000)
     parser.add_argument("--epochs", type=int, default=3)
-    parser.add_argument("--model", choices=("pool", "conv"), default="pool",
-                        help="pool: Embedding -> pooling -> Dense (the issue #3 workload: input-bound, compute "
-                             "per token tiny); conv: two Conv1D(128, 5) layers first (compute grows with tokens)")
+    parser.add_argument(
+        "--model",
+        choices=("pool", "conv"),
+        default="pool",
+        help="pool: Embedding -> pooling -> Dense (the issue #3 workload: input-bound, compute "
+        "per token tiny); conv: two Conv1D(128, 5) layers first (compute grows with tokens)",
+    )
     args = parser.parse_args(argv)
     if args.quick:
         args.sequences, args.epochs = 480, 2
@@ -53,14 +57,29 @@ def main(argv=None):
     labels = (lengths > 132).astype(np.float32)
 
     def examples():
-        return tf.data.Dataset.from_generator(lambda: zip(tokens, labels), output_signature=(
-            tf.TensorSpec((None,), tf.int32), tf.TensorSpec((), tf.float32)))
+        return tf.data.Dataset.from_generator(
+            lambda: zip(tokens, labels),
+            output_signature=(tf.TensorSpec((None,), tf.int32), tf.TensorSpec((), tf.float32)),
+        )
 
     def model():
-        convs = ([keras.layers.Conv1D(128, 5, padding="same", activation="relu"),
-                  keras.layers.Conv1D(128, 5, padding="same", activation="relu")] if args.model == "conv" else [])
-        m = keras.Sequential([keras.Input((None,), dtype="int32"), keras.layers.Embedding(5000, 32), *convs,
-                              keras.layers.GlobalAveragePooling1D(), keras.layers.Dense(1)])
+        convs = (
+            [
+                keras.layers.Conv1D(128, 5, padding="same", activation="relu"),
+                keras.layers.Conv1D(128, 5, padding="same", activation="relu"),
+            ]
+            if args.model == "conv"
+            else []
+        )
+        m = keras.Sequential(
+            [
+                keras.Input((None,), dtype="int32"),
+                keras.layers.Embedding(5000, 32),
+                *convs,
+                keras.layers.GlobalAveragePooling1D(),
+                keras.layers.Dense(1),
+            ]
+        )
         m.compile("adam", "binary_crossentropy")
         return m
 
@@ -114,29 +133,39 @@ def main(argv=None):
     storm_epoch1 = results["storm"][0].epochs[0]
     off_step = statistics.median(results["jit off"][0].steps)
     off_epoch = statistics.median(results["jit off"][0].epochs[1:])
-    print(f"model {args.model}, {args.sequences} sequences, lengths 8..256, padded_batch(32), {args.epochs} "
-          f"epochs, {real_tokens} real tokens per epoch")
+    print(
+        f"model {args.model}, {args.sequences} sequences, lengths 8..256, padded_batch(32), {args.epochs} "
+        f"epochs, {real_tokens} real tokens per epoch"
+    )
     if fix is not None:
-        print(f"advised fix: pad to {fix['lengths']} ({fix['compiles']} compile(s), "
-              f"{fix['padding_overhead']:.0%} more padding than the batches seen)")
+        print(
+            f"advised fix: pad to {fix['lengths']} ({fix['compiles']} compile(s), "
+            f"{fix['padding_overhead']:.0%} more padding than the batches seen)"
+        )
         if fix.get("real_lengths", {}).get("measured"):
             exact = padded_tokens["storm"] / real_tokens - 1
-            print(f"stated padding vs real tokens: batches as fed {fix['batches_real_padding_overhead']:.1%} "
-                  f"(exact {exact:.1%}, from {fix['real_lengths']['sampled_batches']} of "
-                  f"{fix['real_lengths']['batches_seen']} batches), padded to the advised lengths "
-                  f"{fix['real_padding_overhead']:.1%}, "
-                  f"bucketed {fix['bucket_by_length']['real_padding_overhead']:.1%} "
-                  f"(better: {fix['better_fix']})")
-    print(f"{'configuration':10s} {'epoch 1 s':>10s} {'vs storm':>9s} {'compiles':>9s} "
-          f"{'step ms (ep 2+)':>16s} {'vs jit off':>11s} {'epoch s (ep 2+)':>16s} {'vs jit off':>11s} "
-          f"{'tokens/epoch':>13s} {'vs real':>8s}")
+            print(
+                f"stated padding vs real tokens: batches as fed {fix['batches_real_padding_overhead']:.1%} "
+                f"(exact {exact:.1%}, from {fix['real_lengths']['sampled_batches']} of "
+                f"{fix['real_lengths']['batches_seen']} batches), padded to the advised lengths "
+                f"{fix['real_padding_overhead']:.1%}, "
+                f"bucketed {fix['bucket_by_length']['real_padding_overhead']:.1%} "
+                f"(better: {fix['better_fix']})"
+            )
+    print(
+        f"{'configuration':10s} {'epoch 1 s':>10s} {'vs storm':>9s} {'compiles':>9s} "
+        f"{'step ms (ep 2+)':>16s} {'vs jit off':>11s} {'epoch s (ep 2+)':>16s} {'vs jit off':>11s} "
+        f"{'tokens/epoch':>13s} {'vs real':>8s}"
+    )
     for name, (times, report) in results.items():
         step = statistics.median(times.steps) if times.steps else float("nan")
         epoch = statistics.median(times.epochs[1:]) if len(times.epochs) > 1 else float("nan")
-        print(f"{name:10s} {times.epochs[0]:10.2f} {storm_epoch1 / times.epochs[0]:8.1f}x "
-              f"{report.total_compilations:9d} {step * 1e3:16.2f} {step / off_step:10.2f}x "
-              f"{epoch:16.2f} {epoch / off_epoch:10.2f}x {padded_tokens[name]:13d} "
-              f"{padded_tokens[name] / real_tokens:7.2f}x")
+        print(
+            f"{name:10s} {times.epochs[0]:10.2f} {storm_epoch1 / times.epochs[0]:8.1f}x "
+            f"{report.total_compilations:9d} {step * 1e3:16.2f} {step / off_step:10.2f}x "
+            f"{epoch:16.2f} {epoch / off_epoch:10.2f}x {padded_tokens[name]:13d} "
+            f"{padded_tokens[name] / real_tokens:7.2f}x"
+        )
     return results
 
 

@@ -29,6 +29,7 @@ CONFIGS = ("bare", "XlaMonitor()", "XlaMonitor() eager pull")
 def _eager_pull():
     """Swap the monitor's graph pull for an eager next() (benchmark only)."""
     from xla_keras.backends.tensorflow import steps
+
     graph_next = steps.graph_next
     steps.graph_next = lambda: next
     return lambda: setattr(steps, "graph_next", graph_next)
@@ -42,8 +43,14 @@ def measure(strategy, rounds, steps, batch=64):
     import xla_keras
 
     with strategy.scope():
-        model = keras.Sequential([keras.Input((32,)), keras.layers.Dense(64, activation="relu"),
-                                  keras.layers.Dense(64, activation="relu"), keras.layers.Dense(1)])
+        model = keras.Sequential(
+            [
+                keras.Input((32,)),
+                keras.layers.Dense(64, activation="relu"),
+                keras.layers.Dense(64, activation="relu"),
+                keras.layers.Dense(1),
+            ]
+        )
         model.compile("adam", "mse")
     rng = np.random.default_rng(0)
     x = rng.random((batch * steps, 32), dtype=np.float32)
@@ -80,10 +87,14 @@ def worker(spec):
     import tensorflow as tf
 
     from xla_keras.backends.tensorflow.multiworker import WORKAROUND
+
     exec(WORKAROUND, {})
     results = measure(tf.distribute.MultiWorkerMirroredStrategy(), spec["rounds"], spec["steps"])
-    print("XLA_KERAS_MW " + json.dumps({"task": json.loads(os.environ["TF_CONFIG"])["task"]["index"],
-                                        "results": results}), flush=True)
+    print(
+        "XLA_KERAS_MW "
+        + json.dumps({"task": json.loads(os.environ["TF_CONFIG"])["task"]["index"], "results": results}),
+        flush=True,
+    )
 
 
 def main(argv=None):
@@ -99,6 +110,7 @@ def main(argv=None):
         args.rounds, args.steps = 1, 10
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     import tensorflow as tf
+
     cpu = tf.config.list_physical_devices("CPU")[0]
     tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
 
@@ -108,8 +120,13 @@ def main(argv=None):
     _print("Mirrored (2 logical CPUs)", mirrored)
 
     from multiworker import run_workers
-    runs = run_workers(tempfile.mkdtemp(prefix="xla_keras_mw_bench_"), {"rounds": args.rounds, "steps": args.steps},
-                       script=os.path.abspath(__file__), timeout=1800)
+
+    runs = run_workers(
+        tempfile.mkdtemp(prefix="xla_keras_mw_bench_"),
+        {"rounds": args.rounds, "steps": args.steps},
+        script=os.path.abspath(__file__),
+        timeout=1800,
+    )
     for run in runs:
         if run.result is None:
             raise SystemExit(f"worker {run.index} failed:\n{run.stderr[-3000:]}")

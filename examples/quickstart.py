@@ -15,8 +15,7 @@ import xla_keras
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--log-dir", default="logs/quickstart")
     parser.add_argument("--jit", default="on", choices=["keep", "on", "off", "autoclustering"])
     parser.add_argument("--epochs", type=int, default=3)
@@ -34,12 +33,14 @@ def main():
     x = rng.normal(size=(2100, 20)).astype("float32")
     y = (x[:, :5].sum(axis=1, keepdims=True) > 0).astype("float32")
 
-    model = keras.Sequential([
-        keras.Input((20,)),
-        keras.layers.Dense(64, activation="relu"),
-        keras.layers.Dense(64, activation="relu"),
-        keras.layers.Dense(1, activation="sigmoid"),
-    ])
+    model = keras.Sequential(
+        [
+            keras.Input((20,)),
+            keras.layers.Dense(64, activation="relu"),
+            keras.layers.Dense(64, activation="relu"),
+            keras.layers.Dense(1, activation="sigmoid"),
+        ]
+    )
     model.compile("adam", "binary_crossentropy", metrics=["accuracy"])
 
     monitor = xla_keras.XlaMonitor(log_dir=args.log_dir, jit=args.jit)

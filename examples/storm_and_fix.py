@@ -38,12 +38,20 @@ def main():
         def gen():
             for n in lengths:
                 yield rng.integers(1, 5000, size=n).astype(np.int32), np.float32(n > 128)
-        return tf.data.Dataset.from_generator(gen, output_signature=(
-            tf.TensorSpec((None,), tf.int32), tf.TensorSpec((), tf.float32)))
+
+        return tf.data.Dataset.from_generator(
+            gen, output_signature=(tf.TensorSpec((None,), tf.int32), tf.TensorSpec((), tf.float32))
+        )
 
     def model():
-        m = keras.Sequential([keras.Input((None,), dtype="int32"), keras.layers.Embedding(5000, 32),
-                              keras.layers.GlobalAveragePooling1D(), keras.layers.Dense(1)])
+        m = keras.Sequential(
+            [
+                keras.Input((None,), dtype="int32"),
+                keras.layers.Embedding(5000, 32),
+                keras.layers.GlobalAveragePooling1D(),
+                keras.layers.Dense(1),
+            ]
+        )
         m.compile("adam", "binary_crossentropy")
         return m
 
@@ -70,17 +78,24 @@ def main():
         return
     storm = storm_report.storms[0]
     print("\nThe advice:\n" + storm.advice)
-    fixed_report, fixed_times = run(xla_keras.data.apply_fix(examples().padded_batch(args.batch_size), storm.fix),
-                                    "xla_keras.data.apply_fix(ds, storm.fix)")
+    fixed_report, fixed_times = run(
+        xla_keras.data.apply_fix(examples().padded_batch(args.batch_size), storm.fix),
+        "xla_keras.data.apply_fix(ds, storm.fix)",
+    )
     summary = [("apply_fix", fixed_report, fixed_times)]
     if "bucket_by_length" in storm.fix:
-        bucket_report, bucket_times = run(xla_keras.data.bucket_by_length(examples(), storm.fix),
-                                          "xla_keras.data.bucket_by_length(examples, storm.fix)")
+        bucket_report, bucket_times = run(
+            xla_keras.data.bucket_by_length(examples(), storm.fix),
+            "xla_keras.data.bucket_by_length(examples, storm.fix)",
+        )
         summary.append(("bucket_by_length", bucket_report, bucket_times))
     for name, report, times in summary:
-        print(f"\n{name}: epoch 1 {storm_times[0]:.2f} s with the storm, {times[0]:.2f} s with the fix "
-              f"({storm_times[0] / times[0]:.1f}x); compiles {storm_report.total_compilations} -> "
-              f"{report.total_compilations}")
+        print(
+            f"\n{name}: epoch 1 {storm_times[0]:.2f} s with the storm, {times[0]:.2f} s with the fix "
+            f"({storm_times[0] / times[0]:.1f}x); compiles {storm_report.total_compilations} -> "
+            f"{report.total_compilations}"
+        )
+
 
 if __name__ == "__main__":
     main()

@@ -41,11 +41,22 @@ from typing import Dict, List, Optional
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # The XLA tab's routes too: TensorBoard 2.16-2.20 serve them through the same data provider API.
-TIER_TESTS = ["tests/test_ground_truth.py", "tests/test_internals.py", "tests/test_compat.py", "tests/test_quiet.py",
-              "tests/test_tab_plugin.py"]
+TIER_TESTS = [
+    "tests/test_ground_truth.py",
+    "tests/test_internals.py",
+    "tests/test_compat.py",
+    "tests/test_quiet.py",
+    "tests/test_tab_plugin.py",
+]
 # Keras's JAX backend, in a venv without TensorFlow (tf.data scenarios skip themselves there).
-JAX_TIER_TESTS = ["tests/test_jax_parts.py", "tests/test_jax_ground_truth.py", "tests/test_data.py",
-                  "tests/test_lengths.py"]
+JAX_TIER_TESTS = [
+    "tests/test_jax_parts.py",
+    "tests/test_jax_ground_truth.py",
+    "tests/test_data.py",
+    "tests/test_lengths.py",
+]
+
+
 class Turns:
     """Tiers install side by side (downloads, unpacking), but their tests run alone: one tier at a
     time, and while no tier is installing. The ground truth compares compile seconds with
@@ -90,11 +101,11 @@ PIP_ENV = {"PIP_DISABLE_PIP_VERSION_CHECK": "1", "PIP_ROOT_USER_ACTION": "ignore
 @dataclass
 class Tier:
     name: str
-    python: str                      # "3.10"
-    tensorflow: str                  # the user's pin
-    keras: Optional[str] = None      # the Keras the tests run with (None: what pip paired with TensorFlow)
+    python: str  # "3.10"
+    tensorflow: str  # the user's pin
+    keras: Optional[str] = None  # the Keras the tests run with (None: what pip paired with TensorFlow)
     tests: bool = True
-    jax: Optional[str] = None        # a JAX tier: this JAX pinned, no TensorFlow (``tensorflow`` unused)
+    jax: Optional[str] = None  # a JAX tier: this JAX pinned, no TensorFlow (``tensorflow`` unused)
     results: Dict[str, str] = field(default_factory=dict)
 
 
@@ -121,19 +132,23 @@ def find_python(version: str) -> str:
     candidates = []
     roots = [os.environ.get("PYENV_ROOT", ""), os.path.expanduser("~/.pyenv")]
     for root in filter(None, roots):
-        candidates += sorted(glob.glob(os.path.join(root, "versions", f"{version}.*", "bin", f"python{version}")),
-                             reverse=True)
+        candidates += sorted(
+            glob.glob(os.path.join(root, "versions", f"{version}.*", "bin", f"python{version}")), reverse=True
+        )
     on_path = shutil.which(f"python{version}")
     candidates += [on_path] if on_path else []
     for candidate in candidates:  # a pyenv shim on PATH may exist and still not run
-        probe = subprocess.run([candidate, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
-                               capture_output=True, text=True)
+        probe = subprocess.run(
+            [candidate, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"], capture_output=True, text=True
+        )
         if probe.returncode == 0 and probe.stdout.strip() == version:
             return candidate
-    raise Failure(f"the compatibility tier needs Python {version}, and no working python{version} was found on "
-                  f"PATH or among pyenv's versions ({', '.join(filter(None, roots))}). Install it (e.g. "
-                  f"`pyenv install {version}`) and run again: no registry ships interpreters, so CI cannot fetch "
-                  "it itself")
+    raise Failure(
+        f"the compatibility tier needs Python {version}, and no working python{version} was found on "
+        f"PATH or among pyenv's versions ({', '.join(filter(None, roots))}). Install it (e.g. "
+        f"`pyenv install {version}`) and run again: no registry ships interpreters, so CI cannot fetch "
+        "it itself"
+    )
 
 
 def run(cmd: List[str], *, timeout: float = 1800, check: bool = True, **kwargs) -> subprocess.CompletedProcess:
@@ -154,8 +169,9 @@ def dry_run(python: str, requirements: List[str], report: str, timeout: float = 
     """What `pip install --dry-run` would install: [(name, version)]."""
     run([python, "-m", "pip", "install", "--dry-run", "--quiet", "--report", report, *requirements], timeout=timeout)
     with open(report) as f:
-        return [(i["metadata"]["name"].lower().replace("_", "-"), i["metadata"]["version"])
-                for i in json.load(f)["install"]]
+        return [
+            (i["metadata"]["name"].lower().replace("_", "-"), i["metadata"]["version"]) for i in json.load(f)["install"]
+        ]
 
 
 def jax_install_check(tier: Tier, python: str, work: str) -> None:
@@ -166,8 +182,9 @@ def jax_install_check(tier: Tier, python: str, work: str) -> None:
     added = sorted(name for name, _ in would if name not in before)
     tier.results["pip install .[jax] (dry run)"] = f"adds {', '.join(added)}; changes {len(changed)}"
     if changed or {"tensorflow", "tensorflow-cpu"} & set(added):
-        raise Failure(f"installing xla_keras[jax] would change {changed} / add {added} in a venv pinned to "
-                      f"jax=={tier.jax}")
+        raise Failure(
+            f"installing xla_keras[jax] would change {changed} / add {added} in a venv pinned to jax=={tier.jax}"
+        )
     run([python, "-m", "pip", "install", "--quiet", f"{ROOT}[jax]"])
     check = run([python, "-m", "pip", "check"], check=False)
     tier.results["pip check"] = "clean" if check.returncode == 0 else check.stdout.strip()
@@ -184,8 +201,9 @@ def install_check(tier: Tier, python: str, work: str) -> None:
     added = sorted(name for name, _ in would if name not in before)
     tier.results["pip install . (dry run)"] = f"adds {', '.join(added)}; changes {len(changed)}"
     if changed:
-        raise Failure(f"installing xla_keras would change {changed} in an environment pinned to "
-                      f"tensorflow=={tier.tensorflow}")
+        raise Failure(
+            f"installing xla_keras would change {changed} in an environment pinned to tensorflow=={tier.tensorflow}"
+        )
     run([python, "-m", "pip", "install", "--quiet", ROOT])
     after = installed(python)
     moved = {k: (before[k], after.get(k)) for k in before if after.get(k) != before[k]}
@@ -199,15 +217,17 @@ def install_check(tier: Tier, python: str, work: str) -> None:
     if imported.returncode != 0 or "protobuf" in imported.stderr.lower() or "GetPrototype" in imported.stderr:
         raise Failure(f"import tensorflow after installing xla_keras:\n{imported.stderr[-2000:]}")
     tier.results["import tensorflow"] = "no protobuf error"
-    line = run([python, "-c", "from xla_keras.doctor import profile_tab_install; print(profile_tab_install())"],
-               cwd=work).stdout.strip()
+    line = run(
+        [python, "-c", "from xla_keras.doctor import profile_tab_install; print(profile_tab_install())"], cwd=work
+    ).stdout.strip()
     requirements = line.split()[2:]  # after "pip install"
     start = time.monotonic()
     # Python 3.10 + xprof: pip backtracks through fsspec/aiohttp releases for minutes (measured up to ~10).
     would = dry_run(python, [r.strip('"') for r in requirements], os.path.join(work, "profile.json"), timeout=1800)
     moved = [(name, before.get(name), v) for name, v in would if name in before and before[name] != v]
-    tier.results["Profile tab line"] = (f"`{line}`: +{len(would)} packages, changes {len(moved)}, "
-                                        f"{time.monotonic() - start:.0f} s to resolve")
+    tier.results["Profile tab line"] = (
+        f"`{line}`: +{len(would)} packages, changes {len(moved)}, {time.monotonic() - start:.0f} s to resolve"
+    )
     if moved:
         raise Failure(f"the Profile-tab line doctor prints ({line}) would change {moved}")
 
@@ -226,16 +246,19 @@ def run_tier(tier: Tier, work_root: str) -> float:
         run([python, "-m", "venv", venv])
         run([vpy, "-m", "pip", "install", "--quiet", f"tensorflow=={tier.tensorflow}"])
         paired = installed(vpy)
-        tier.results["environment"] = (f"Python {tier.python}, tensorflow {paired['tensorflow']}, keras "
-                                       f"{paired['keras']}, protobuf {paired['protobuf']}")
+        tier.results["environment"] = (
+            f"Python {tier.python}, tensorflow {paired['tensorflow']}, keras "
+            f"{paired['keras']}, protobuf {paired['protobuf']}"
+        )
         install_check(tier, vpy, work)
         if tier.tests:
             extra = [f"keras=={tier.keras}"] if tier.keras and paired["keras"] != tier.keras else []
             run([vpy, "-m", "pip", "install", "--quiet", "pytest>=8", "pytest-timeout>=2.3", *extra])
     if tier.tests:
         with TURNS.testing():
-            tests = run([vpy, "-m", "pytest", "-q", "-p", "no:cacheprovider", *TIER_TESTS], cwd=ROOT, check=False,
-                        timeout=3600)
+            tests = run(
+                [vpy, "-m", "pytest", "-q", "-p", "no:cacheprovider", *TIER_TESTS], cwd=ROOT, check=False, timeout=3600
+            )
         summary = (tests.stdout.strip().splitlines() or ["(no output)"])[-1]
         tier.results["tests"] = f"keras {installed(vpy)['keras']}: {summary}"
         if tests.returncode != 0:
@@ -249,14 +272,20 @@ def run_jax_tier(tier: Tier, python: str, vpy: str, work: str, start: float) -> 
         run([python, "-m", "venv", os.path.dirname(os.path.dirname(vpy))])
         run([vpy, "-m", "pip", "install", "--quiet", f"jax[cpu]=={tier.jax}", f"jaxlib=={tier.jax}", *keras])
         paired = installed(vpy)
-        tier.results["environment"] = (f"Python {tier.python}, jax {paired['jax']}, keras {paired['keras']}, "
-                                       "no tensorflow")
+        tier.results["environment"] = (
+            f"Python {tier.python}, jax {paired['jax']}, keras {paired['keras']}, no tensorflow"
+        )
         jax_install_check(tier, vpy, work)
         run([vpy, "-m", "pip", "install", "--quiet", "pytest>=8", "pytest-timeout>=2.3", "hypothesis>=6"])
     env = {"KERAS_BACKEND": "jax"}
     with TURNS.testing():
-        tests = run([vpy, "-m", "pytest", "-q", "-p", "no:cacheprovider", *JAX_TIER_TESTS], cwd=ROOT, check=False,
-                    timeout=3600, env=env)
+        tests = run(
+            [vpy, "-m", "pytest", "-q", "-p", "no:cacheprovider", *JAX_TIER_TESTS],
+            cwd=ROOT,
+            check=False,
+            timeout=3600,
+            env=env,
+        )
     summary = (tests.stdout.strip().splitlines() or ["(no output)"])[-1]
     tier.results["tests"] = f"jax {paired['jax']}, keras {paired['keras']}: {summary}"
     if tests.returncode != 0:
@@ -266,20 +295,32 @@ def run_jax_tier(tier: Tier, python: str, vpy: str, work: str, start: float) -> 
 
 def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--tier", action="append", choices=[t.name for t in TIERS],
-                        help="run only this tier (repeatable); default: all")
+    parser.add_argument(
+        "--tier", action="append", choices=[t.name for t in TIERS], help="run only this tier (repeatable); default: all"
+    )
     parser.add_argument("--work-dir", default=None, help="where the venvs go (default: a temporary directory)")
     parser.add_argument("--jobs", type=int, default=3, help="tiers run side by side (default: 3)")
-    parser.add_argument("--pair", nargs="+", metavar=("PYTHON TENSORFLOW", "KERAS"), action="append",
-                        help="an extra tier: Python, TensorFlow and optionally Keras versions, e.g. "
-                             "--pair 3.11 2.17.1 (used to fill the README's matrix)")
+    parser.add_argument(
+        "--pair",
+        nargs="+",
+        metavar=("PYTHON TENSORFLOW", "KERAS"),
+        action="append",
+        help="an extra tier: Python, TensorFlow and optionally Keras versions, e.g. "
+        "--pair 3.11 2.17.1 (used to fill the README's matrix)",
+    )
     args = parser.parse_args(argv)
     tiers = [t for t in TIERS if not args.tier and not args.pair or args.tier and t.name in args.tier]
     for pair in args.pair or []:
         if len(pair) not in (2, 3):
             parser.error("--pair takes PYTHON TENSORFLOW [KERAS]")
-        tiers.append(Tier(f"py{pair[0]}-tf{pair[1]}" + (f"-keras{pair[2]}" if len(pair) == 3 else ""), pair[0],
-                          pair[1], keras=pair[2] if len(pair) == 3 else None))
+        tiers.append(
+            Tier(
+                f"py{pair[0]}-tf{pair[1]}" + (f"-keras{pair[2]}" if len(pair) == 3 else ""),
+                pair[0],
+                pair[1],
+                keras=pair[2] if len(pair) == 3 else None,
+            )
+        )
     work_root = args.work_dir or tempfile.mkdtemp(prefix="xla_keras_compat_")
     failed = []
     printing = threading.Lock()
@@ -303,8 +344,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     start = time.monotonic()
     with ThreadPoolExecutor(max(1, min(args.jobs, len(tiers)))) as pool:
         list(pool.map(one, tiers))
-    print(f"compatibility tier: {time.monotonic() - start:.0f} s for {len(tiers)} tier(s), "
-          f"{max(1, min(args.jobs, len(tiers)))} at a time")
+    print(
+        f"compatibility tier: {time.monotonic() - start:.0f} s for {len(tiers)} tier(s), "
+        f"{max(1, min(args.jobs, len(tiers)))} at a time"
+    )
     if not args.work_dir:
         shutil.rmtree(work_root, ignore_errors=True)
     if failed:

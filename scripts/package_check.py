@@ -29,8 +29,10 @@ ENV.pop("PYTHONPATH", None)
 def run(cmd, **kwargs):
     proc = subprocess.run(cmd, capture_output=True, text=True, env=ENV, timeout=1800, **kwargs)
     if proc.returncode != 0:
-        sys.exit(f"package check: {' '.join(map(str, cmd))} exited {proc.returncode}:\n{proc.stdout[-3000:]}\n"
-                 f"{proc.stderr[-3000:]}")
+        sys.exit(
+            f"package check: {' '.join(map(str, cmd))} exited {proc.returncode}:\n{proc.stdout[-3000:]}\n"
+            f"{proc.stderr[-3000:]}"
+        )
     return proc.stdout
 
 
@@ -111,13 +113,26 @@ def check_jax_venv(work: str, wheel: str) -> str:
     shutil.copy(os.path.join(ROOT, "examples", "quickstart.py"), outside)
     logs = os.path.join(outside, "logs")
     env = dict(ENV, KERAS_BACKEND="jax")
-    proc = subprocess.run([python, "-c", "import runpy, sys; sys.argv = ['quickstart.py', '--log-dir', sys.argv[1], "
-                           "'--epochs', '2']; runpy.run_path('quickstart.py', run_name='__main__'); "
-                           "assert 'tensorflow' not in sys.modules, 'the monitored fit imported TensorFlow'", logs],
-                          capture_output=True, text=True, env=env, cwd=outside, timeout=900)
+    proc = subprocess.run(
+        [
+            python,
+            "-c",
+            "import runpy, sys; sys.argv = ['quickstart.py', '--log-dir', sys.argv[1], "
+            "'--epochs', '2']; runpy.run_path('quickstart.py', run_name='__main__'); "
+            "assert 'tensorflow' not in sys.modules, 'the monitored fit imported TensorFlow'",
+            logs,
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=outside,
+        timeout=900,
+    )
     if proc.returncode != 0 or "XLA report" not in proc.stdout:
-        sys.exit(f"package check: the quick start under KERAS_BACKEND=jax failed:\n{proc.stdout[-3000:]}\n"
-                 f"{proc.stderr[-3000:]}")
+        sys.exit(
+            f"package check: the quick start under KERAS_BACKEND=jax failed:\n{proc.stdout[-3000:]}\n"
+            f"{proc.stderr[-3000:]}"
+        )
     line = run([python, "-c", JAX_CHECK, logs], cwd=outside).strip()
     tab = run([python, "-c", TAB_CHECK, logs], cwd=outside).strip()
     return f"{line}; {tab.replace('the XLA tab', 'its XLA tab')}"
@@ -140,10 +155,12 @@ def main() -> int:
         jax_result = pool.submit(check_jax_venv, work, wheels[0])
         from_wheel, from_module, tab = tf_result.result()
         jax_line = jax_result.result()
-    print(f"built {os.path.basename(wheels[0])} and {os.path.basename(sdists[0])}; in a clean venv: "
-          f"`xla-keras --version` -> {from_wheel!r}, `python -m xla_keras --version` -> {from_module!r}, the quick "
-          f"start printed its report and wrote xla_report.json; {tab}; {jax_line} "
-          f"({time.monotonic() - start:.0f} s)")
+    print(
+        f"built {os.path.basename(wheels[0])} and {os.path.basename(sdists[0])}; in a clean venv: "
+        f"`xla-keras --version` -> {from_wheel!r}, `python -m xla_keras --version` -> {from_module!r}, the quick "
+        f"start printed its report and wrote xla_report.json; {tab}; {jax_line} "
+        f"({time.monotonic() - start:.0f} s)"
+    )
     if not args.work_dir:
         shutil.rmtree(work, ignore_errors=True)
     return 0

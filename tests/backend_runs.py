@@ -23,11 +23,25 @@ def run_per_backend(script, root, what, timeout=900):
         if backend == "jax":
             pytest.importorskip("jax")
         out, dump = root / f"{backend}.json", root / f"dump-{backend}"
-        env = dict(os.environ, KERAS_BACKEND=backend, XLA_FLAGS=f"--xla_dump_to={dump}", CUDA_VISIBLE_DEVICES="",
-                   PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""), TF_CPP_MIN_LOG_LEVEL="2")
+        env = dict(
+            os.environ,
+            KERAS_BACKEND=backend,
+            XLA_FLAGS=f"--xla_dump_to={dump}",
+            CUDA_VISIBLE_DEVICES="",
+            PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""),
+            TF_CPP_MIN_LOG_LEVEL="2",
+        )
         env.pop("TF_XLA_FLAGS", None)
-        procs[backend] = (subprocess.Popen([sys.executable, os.path.join(HERE, script), str(out), str(dump)],
-                                           env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True), out)
+        procs[backend] = (
+            subprocess.Popen(
+                [sys.executable, os.path.join(HERE, script), str(out), str(dump)],
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            ),
+            out,
+        )
     results = {}
     for backend, (proc, out) in procs.items():
         stdout, stderr = proc.communicate(timeout=timeout)

@@ -22,10 +22,16 @@ RUNS = {
     "mirrored-on": ("mirrored", "on", {}),
     "storm-fallback": ("storm", "on", {"extra_args": ("--on-storm", "fallback", "--threshold", "4")}),
     "storm-warn": ("storm", "on", {"extra_args": ("--threshold", "4")}),
-    "partial_batch-off-env-auto-jit": ("partial_batch", "off",
-                                       {"env_flags": "--tf_xla_auto_jit=2 --tf_xla_cpu_global_jit"}),
-    "partial_batch-keep-env-auto-jit": ("partial_batch", "keep",
-                                        {"env_flags": "--tf_xla_auto_jit=2 --tf_xla_cpu_global_jit"}),
+    "partial_batch-off-env-auto-jit": (
+        "partial_batch",
+        "off",
+        {"env_flags": "--tf_xla_auto_jit=2 --tf_xla_cpu_global_jit"},
+    ),
+    "partial_batch-keep-env-auto-jit": (
+        "partial_batch",
+        "keep",
+        {"env_flags": "--tf_xla_auto_jit=2 --tf_xla_cpu_global_jit"},
+    ),
     "mirrored-auto-env": ("mirrored", "autoclustering", {"env_flags": "--tf_xla_cpu_global_jit"}),
     "mirrored-fastest": ("mirrored", "fastest", {}),
 }
@@ -44,8 +50,7 @@ def scenario_runs(tmp_path_factory):
         extra = tuple(kwargs.get("extra_args", ()))
         if "--profiler-busy" in extra:
             extra += ("--log-dir", str(tmp / "logs"))
-        return run_scenario(str(tmp), scenario, jit, env_flags=kwargs.get("env_flags", ""),
-                            extra_args=extra)
+        return run_scenario(str(tmp), scenario, jit, env_flags=kwargs.get("env_flags", ""), extra_args=extra)
 
     with ThreadPoolExecutor(max_workers=2) as pool:
         futures = {key: pool.submit(launch, key) for key in RUNS}

@@ -54,6 +54,7 @@ class Dumped:
 
 def mlp(seed=0):
     import keras
+
     keras.utils.set_random_seed(seed)
     model = keras.Sequential([keras.Input((16,)), keras.layers.Dense(32, activation="tanh"), keras.layers.Dense(1)])
     model.compile(keras.optimizers.Adam(1e-3), "mse")
@@ -73,6 +74,7 @@ def state_of(model):
 def forced_rules():
     """Exactly three rounds, then the default is kept (a tie): six switches on a fit of any length."""
     from xla_keras.jit import trial as fastest
+
     fastest.MIN_STEPS_LEFT, fastest.TRIAL_BUDGET = 0, math.inf
     fastest.EARLY_RATIO = fastest.FAR_APART = math.inf
     fastest.MIN_GAIN = math.inf
@@ -84,6 +86,7 @@ _DEFAULTS: dict = {}
 
 def default_rules():
     from xla_keras.jit import trial as fastest
+
     names = ("MIN_STEPS_LEFT", "TRIAL_BUDGET", "EARLY_RATIO", "FAR_APART", "MIN_GAIN", "MIN_ROUNDS", "MAX_ROUNDS")
     saved = _DEFAULTS
     if not saved:
@@ -95,13 +98,16 @@ def default_rules():
 
 def decide_on_after_one_round():
     from xla_keras.jit import trial as fastest
+
     forced_rules()
     fastest.Trial._after_block = lambda self, step, outlook: self._decide(
-        True, step, outlook, "measured", "forced by the scenario after one round")
+        True, step, outlook, "measured", "forced by the scenario after one round"
+    )
 
 
 def monitored(jit="fastest"):
     import xla_keras
+
     return xla_keras.XlaMonitor(log_dir=None, jit=jit, verbose=0)
 
 
@@ -123,6 +129,7 @@ def forced(dump_dir):
     import keras
 
     import xla_keras
+
     default_rules()
     forced_rules()
     x, y = data()
@@ -146,11 +153,21 @@ def forced(dump_dir):
         losses = losses_of(model, x, y, [Before(), monitor, After()])
     report = monitor.report.to_dict()
     switches = report["jit_decision"]["switch_steps"]
-    continuity = [{"step": s, "equal": all(np.array_equal(a, b) for a, b in zip(ends[s], begins[s]))}
-                  for s in switches if s in ends and s in begins]
-    return {"report": report, "dump": dumped.names, "losses": losses, "reference_losses": reference_losses,
-            "continuity": continuity, "iterations": int(np.array(model.optimizer.iterations)),
-            "decision_kept": xla_keras.jit_decision(model), "model": model}
+    continuity = [
+        {"step": s, "equal": all(np.array_equal(a, b) for a, b in zip(ends[s], begins[s]))}
+        for s in switches
+        if s in ends and s in begins
+    ]
+    return {
+        "report": report,
+        "dump": dumped.names,
+        "losses": losses,
+        "reference_losses": reference_losses,
+        "continuity": continuity,
+        "iterations": int(np.array(model.optimizer.iterations)),
+        "decision_kept": xla_keras.jit_decision(model),
+        "model": model,
+    }
 
 
 def reuse(dump_dir, model):
@@ -162,8 +179,12 @@ def reuse(dump_dir, model):
     override = monitored("on")
     with Dumped(dump_dir) as forced_on:
         model.fit(x, y, batch_size=BATCH, epochs=1, verbose=0, callbacks=[override])
-    return {"report": monitor.report.to_dict(), "dump": again.names, "on_report": override.report.to_dict(),
-            "on_dump": forced_on.names}
+    return {
+        "report": monitor.report.to_dict(),
+        "dump": again.names,
+        "on_report": override.report.to_dict(),
+        "on_dump": forced_on.names,
+    }
 
 
 def short(dump_dir):
@@ -182,18 +203,24 @@ def validation_after_decision(dump_dir):
     x, y = data(125)  # 100 train + 25 validation batches, no partial batch
     model, monitor = mlp(), monitored()
     with Dumped(dump_dir) as dumped:
-        model.fit(x, y, batch_size=BATCH, epochs=2, verbose=0, validation_split=0.2, shuffle=False,
-                  callbacks=[monitor])
+        model.fit(x, y, batch_size=BATCH, epochs=2, verbose=0, validation_split=0.2, shuffle=False, callbacks=[monitor])
     default_rules()
     import xla_keras
+
     after = monitored()  # a later evaluate under jit='fastest' runs the kept decision, no trial
     with Dumped(dump_dir) as evaluated:
-        model.evaluate(x[-25 * BATCH:], y[-25 * BATCH:], batch_size=BATCH, verbose=0, callbacks=[after])
+        model.evaluate(x[-25 * BATCH :], y[-25 * BATCH :], batch_size=BATCH, verbose=0, callbacks=[after])
     kept = xla_keras.jit_decision(model)
     forgot = xla_keras.forget_jit_decision(model)
-    return {"report": monitor.report.to_dict(), "dump": dumped.names, "evaluate_report": after.report.to_dict(),
-            "evaluate_dump": evaluated.names, "kept": kept, "forgot": forgot,
-            "after_forget": xla_keras.jit_decision(model)}
+    return {
+        "report": monitor.report.to_dict(),
+        "dump": dumped.names,
+        "evaluate_report": after.report.to_dict(),
+        "evaluate_dump": evaluated.names,
+        "kept": kept,
+        "forgot": forgot,
+        "after_forget": xla_keras.jit_decision(model),
+    }
 
 
 def validation_during_trial(dump_dir):
@@ -203,8 +230,9 @@ def validation_during_trial(dump_dir):
     x, y = data(40)  # 30 train + 10 validation batches
     model, monitor = mlp(), monitored()
     with Dumped(dump_dir) as dumped:
-        model.fit(x, y, batch_size=BATCH, epochs=6, verbose=0, validation_split=0.25, shuffle=False,
-                  callbacks=[monitor])
+        model.fit(
+            x, y, batch_size=BATCH, epochs=6, verbose=0, validation_split=0.25, shuffle=False, callbacks=[monitor]
+        )
     return {"report": monitor.report.to_dict(), "dump": dumped.names}
 
 
@@ -218,10 +246,11 @@ def unknown_length(dump_dir):
 
     def batches():
         for i in range(60):
-            yield x[i * BATCH:(i + 1) * BATCH], y[i * BATCH:(i + 1) * BATCH]
+            yield x[i * BATCH : (i + 1) * BATCH], y[i * BATCH : (i + 1) * BATCH]
 
-    unsized = tf.data.Dataset.from_generator(batches, output_signature=(
-        tf.TensorSpec((BATCH, 16), tf.float32), tf.TensorSpec((BATCH, 1), tf.float32)))
+    unsized = tf.data.Dataset.from_generator(
+        batches, output_signature=(tf.TensorSpec((BATCH, 16), tf.float32), tf.TensorSpec((BATCH, 1), tf.float32))
+    )
 
     model, monitor = mlp(), monitored()
     model.fit(unsized, epochs=4, verbose=0, callbacks=[monitor])
@@ -233,18 +262,26 @@ def storm(dump_dir):
     import keras
 
     from xla_keras.jit import trial as fastest
+
     default_rules()
     fastest.MIN_STEPS_LEFT, fastest.TRIAL_BUDGET = 0, math.inf
     rng = np.random.default_rng(3)
     batches = []
     for _ in range(200):
         length = 4 + 4 * int(rng.integers(0, 16))
-        batches.append((rng.integers(1, 50, size=(BATCH, length)).astype(np.int32),
-                        rng.random((BATCH, 1), dtype=np.float32)))
+        batches.append(
+            (rng.integers(1, 50, size=(BATCH, length)).astype(np.int32), rng.random((BATCH, 1), dtype=np.float32))
+        )
 
     keras.utils.set_random_seed(0)
-    model = keras.Sequential([keras.Input((None,), dtype="int32"), keras.layers.Embedding(50, 8),
-                              keras.layers.GlobalAveragePooling1D(), keras.layers.Dense(1)])
+    model = keras.Sequential(
+        [
+            keras.Input((None,), dtype="int32"),
+            keras.layers.Embedding(50, 8),
+            keras.layers.GlobalAveragePooling1D(),
+            keras.layers.Dense(1),
+        ]
+    )
     model.compile("adam", "mse")
     monitor = monitored()
     with Dumped(dump_dir) as dumped:
@@ -258,6 +295,7 @@ def drift(dump_dir):
     import keras
 
     from xla_keras.jit import trial as fastest
+
     default_rules()
     forced_rules()
 
@@ -269,23 +307,37 @@ def drift(dump_dir):
     fastest.Trial._after_block = decide_on_and_watch
     rng = np.random.default_rng(4)
     lengths = [8] * 100 + [9 + i for i in range(30)]
-    batches = [(rng.integers(1, 50, size=(BATCH, n)).astype(np.int32), rng.random((BATCH, 1), dtype=np.float32))
-               for n in lengths]
+    batches = [
+        (rng.integers(1, 50, size=(BATCH, n)).astype(np.int32), rng.random((BATCH, 1), dtype=np.float32))
+        for n in lengths
+    ]
     keras.utils.set_random_seed(0)
-    model = keras.Sequential([keras.Input((None,), dtype="int32"), keras.layers.Embedding(50, 8),
-                              keras.layers.GlobalAveragePooling1D(), keras.layers.Dense(1)])
+    model = keras.Sequential(
+        [
+            keras.Input((None,), dtype="int32"),
+            keras.layers.Embedding(50, 8),
+            keras.layers.GlobalAveragePooling1D(),
+            keras.layers.Dense(1),
+        ]
+    )
     model.compile("adam", "mse")
     import tensorflow as tf  # a PyDataset would fix the length axis from its first batches
 
-    varying = tf.data.Dataset.from_generator(lambda: iter(batches), output_signature=(
-        tf.TensorSpec((BATCH, None), tf.int32), tf.TensorSpec((BATCH, 1), tf.float32))).apply(
-        tf.data.experimental.assert_cardinality(len(batches)))
+    varying = tf.data.Dataset.from_generator(
+        lambda: iter(batches),
+        output_signature=(tf.TensorSpec((BATCH, None), tf.int32), tf.TensorSpec((BATCH, 1), tf.float32)),
+    ).apply(tf.data.experimental.assert_cardinality(len(batches)))
     monitor = monitored()
     with Dumped(dump_dir) as dumped:
         model.fit(varying, epochs=1, verbose=0, callbacks=[monitor])
     default_rules()
-    return {"report": monitor.report.to_dict(), "dump": dumped.names, "batches": len(batches),
-            "iterations": int(np.array(model.optimizer.iterations)), "kept": model.jit_compile}
+    return {
+        "report": monitor.report.to_dict(),
+        "dump": dumped.names,
+        "batches": len(batches),
+        "iterations": int(np.array(model.optimizer.iterations)),
+        "kept": model.jit_compile,
+    }
 
 
 def fallback_steps(dump_dir):
@@ -296,19 +348,28 @@ def fallback_steps(dump_dir):
     import keras
 
     import xla_keras
+
     rng = np.random.default_rng(0)
     batches = [(rng.random((8, 4 + i), dtype=np.float32), rng.random((8, 1), dtype=np.float32)) for i in range(12)]
 
     keras.utils.set_random_seed(0)
-    model = keras.Sequential([keras.Input((None,)), keras.layers.Lambda(
-        lambda t: keras.ops.mean(t, axis=1, keepdims=True)), keras.layers.Dense(1)])
+    model = keras.Sequential(
+        [
+            keras.Input((None,)),
+            keras.layers.Lambda(lambda t: keras.ops.mean(t, axis=1, keepdims=True)),
+            keras.layers.Dense(1),
+        ]
+    )
     model.compile("adam", "mse", jit_compile=True)
     monitor = xla_keras.XlaMonitor(log_dir=None, jit="on", on_storm="fallback", storm_threshold=3, verbose=0)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         model.fit(Batches(batches), epochs=1, verbose=0, callbacks=[monitor])
-    return {"fallback": monitor.report.fallback is not None, "iterations": int(np.array(model.optimizer.iterations)),
-            "batches": len(batches)}
+    return {
+        "fallback": monitor.report.fallback is not None,
+        "iterations": int(np.array(model.optimizer.iterations)),
+        "batches": len(batches),
+    }
 
 
 def main():

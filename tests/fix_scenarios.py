@@ -42,8 +42,10 @@ def unbatched(examples):
     if BACKEND != "tensorflow":
         return list(examples)
     import tensorflow as tf
-    return tf.data.Dataset.from_generator(lambda: iter(examples), output_signature=(
-        tf.TensorSpec((None,), tf.int32), tf.TensorSpec((), tf.float32)))
+
+    return tf.data.Dataset.from_generator(
+        lambda: iter(examples), output_signature=(tf.TensorSpec((None,), tf.int32), tf.TensorSpec((), tf.float32))
+    )
 
 
 def batched(examples, size):
@@ -52,20 +54,27 @@ def batched(examples, size):
         return unbatched(examples).padded_batch(size)
     out = []
     for i in range(0, len(examples), size):
-        part = examples[i:i + size]
+        part = examples[i : i + size]
         x = np.zeros((len(part), max(len(s) for s, _ in part)), np.int32)
         for row, (s, _) in enumerate(part):
-            x[row, :len(s)] = s
+            x[row, : len(s)] = s
         out.append((x, np.array([y for _, y in part], np.float32)))
     return Batches(out)
 
 
 def text_model():
     import keras
+
     keras.utils.set_random_seed(0)
     # mask_zero: padding is invisible to the model, so the fixed pipelines score like the original
-    model = keras.Sequential([keras.Input((None,), dtype="int32"), keras.layers.Embedding(100, 8, mask_zero=True),
-                              keras.layers.GlobalAveragePooling1D(), keras.layers.Dense(1)])
+    model = keras.Sequential(
+        [
+            keras.Input((None,), dtype="int32"),
+            keras.layers.Embedding(100, 8, mask_zero=True),
+            keras.layers.GlobalAveragePooling1D(),
+            keras.layers.Dense(1),
+        ]
+    )
     # weighted_metrics: the padded rows of a fixed validation pipeline weigh 0 there
     model.compile("adam", "mse", weighted_metrics=["mae"], jit_compile=True)
     return model
@@ -79,6 +88,7 @@ def fit(model, data, monitor, **kwargs):
 
 def monitored(**kwargs):
     import xla_keras
+
     kwargs.setdefault("log_dir", None)
     return xla_keras.XlaMonitor(verbose=0, **kwargs)
 
@@ -94,6 +104,7 @@ def main(out_path, dump_dir):
     import warnings
 
     import xla_keras
+
     warnings.simplefilter("ignore")
     rng = np.random.default_rng(0)
     results = {}
@@ -102,7 +113,7 @@ def main(out_path, dump_dir):
     examples, lengths = sequences(rng, 400, 5, 91)
     storming = fit(text_model(), batched(examples, 16), monitored(storm_threshold=4), epochs=1)
     fix = storming["storms"][0]["fix"]
-    fed = sum(len(examples[i:i + 16]) * max(lengths[i:i + 16]) for i in range(0, 400, 16))
+    fed = sum(len(examples[i : i + 16]) * max(lengths[i : i + 16]) for i in range(0, 400, 16))
     results["storm"] = {"report": storming, "real_tokens": int(lengths.sum()), "fed_tokens": int(fed)}
     results["pad"] = fixed_fit(dump_dir, xla_keras.data.apply_fix(batched(examples, 16), fix))
     results["bucket"] = fixed_fit(dump_dir, xla_keras.data.bucket_by_length(unbatched(examples), fix))
@@ -114,8 +125,11 @@ def main(out_path, dump_dir):
         sized.append((x, np.ones(size, np.float32)))
     if BACKEND == "tensorflow":
         import tensorflow as tf
-        sized_data = tf.data.Dataset.from_generator(lambda: iter(sized), output_signature=(
-            tf.TensorSpec((None, 12), tf.int32), tf.TensorSpec((None,), tf.float32)))
+
+        sized_data = tf.data.Dataset.from_generator(
+            lambda: iter(sized),
+            output_signature=(tf.TensorSpec((None, 12), tf.int32), tf.TensorSpec((None,), tf.float32)),
+        )
     else:
         sized_data = Batches(sized)
     storming = fit(text_model(), sized_data, monitored(storm_threshold=4), epochs=1)
@@ -137,8 +151,10 @@ def main(out_path, dump_dir):
         # The padded rows weigh nothing: the same model scores the same on both pipelines.
         model = text_model()
         model.fit(train, epochs=1, verbose=0)
-        run["mae"] = {"original": model.evaluate(batched(val_examples, 16), verbose=0, return_dict=True)["mae"],
-                      "fixed": model.evaluate(fixed_val, verbose=0, return_dict=True)["mae"]}
+        run["mae"] = {
+            "original": model.evaluate(batched(val_examples, 16), verbose=0, return_dict=True)["mae"],
+            "fixed": model.evaluate(fixed_val, verbose=0, return_dict=True)["mae"],
+        }
         results["budget_fixed"] = run
 
     results["tensorflow_imported"] = "tensorflow" in sys.modules

@@ -19,6 +19,7 @@ sys.path.insert(0, ROOT)
 
 def mlp(jit="auto", run_eagerly=False):
     import keras
+
     model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(16, activation="relu"), keras.layers.Dense(1)])
     model.compile("adam", "mse", jit_compile=jit, run_eagerly=run_eagerly)
     return model
@@ -39,6 +40,7 @@ def error_text(call):
 
 def check_modes():
     import xla_keras
+
     x, y = data()
     out = {}
     for jit in ("keep", "on", "off"):
@@ -46,13 +48,20 @@ def check_modes():
         monitor = xla_keras.XlaMonitor(log_dir=None, jit=jit, verbose=0)
         model.fit(x, y, batch_size=32, epochs=1, verbose=0, callbacks=[monitor])
         report = monitor.report
-        out[jit] = {"jit_active": report.jit_active, "reason": report.jit_reason,
-                    "compiles": report.total_compilations, "model_jit_after": bool(model.jit_compile)}
+        out[jit] = {
+            "jit_active": report.jit_active,
+            "reason": report.jit_reason,
+            "compiles": report.total_compilations,
+            "model_jit_after": bool(model.jit_compile),
+        }
     model = mlp(run_eagerly=True)
     monitor = xla_keras.XlaMonitor(log_dir=None, jit="on", verbose=0)
     model.fit(x, y, batch_size=32, epochs=1, verbose=0, callbacks=[monitor])
-    out["run_eagerly"] = {"jit_active": monitor.report.jit_active, "reason": monitor.report.jit_reason,
-                          "compiles": monitor.report.total_compilations}
+    out["run_eagerly"] = {
+        "jit_active": monitor.report.jit_active,
+        "reason": monitor.report.jit_reason,
+        "compiles": monitor.report.total_compilations,
+    }
     out["autoclustering"] = error_text(lambda: xla_keras.XlaMonitor(jit="autoclustering"))
     out["configure_autoclustering"] = error_text(lambda: xla_keras.configure(cpu_autoclustering=True))
     return out
@@ -60,6 +69,7 @@ def check_modes():
 
 def check_tensorboard(log_dir):
     import xla_keras
+
     x, y = data(640)
     model = mlp()
     monitor = xla_keras.XlaMonitor(log_dir=log_dir, profile=(3, 6), update_freq="batch", verbose=0)
@@ -69,16 +79,20 @@ def check_tensorboard(log_dir):
 
 def check_compare(log_dir):
     import xla_keras
+
     x, y = data(256)
     table = xla_keras.compare(lambda: mlp(), (x, y), steps=8, log_dir=log_dir)
-    return {"table": table.to_dict(), "text": str(table),
-            "bad_mode": error_text(lambda: xla_keras.compare(lambda: mlp(), (x, y), steps=8,
-                                                             modes=("autoclustering",)))}
+    return {
+        "table": table.to_dict(),
+        "text": str(table),
+        "bad_mode": error_text(lambda: xla_keras.compare(lambda: mlp(), (x, y), steps=8, modes=("autoclustering",))),
+    }
 
 
 def quiet_fit(mode, log_dir):
     """A storm workload with validation and a trace window: every source of lines."""
     import keras
+
     rng = np.random.default_rng(0)
     batches = []
     for _ in range(12):
@@ -92,12 +106,19 @@ def quiet_fit(mode, log_dir):
         def __getitem__(self, i):
             return batches[i]
 
-    model = keras.Sequential([keras.Input((None,), dtype="int32"), keras.layers.Embedding(100, 8),
-                              keras.layers.GlobalAveragePooling1D(), keras.layers.Dense(1)])
+    model = keras.Sequential(
+        [
+            keras.Input((None,), dtype="int32"),
+            keras.layers.Embedding(100, 8),
+            keras.layers.GlobalAveragePooling1D(),
+            keras.layers.Dense(1),
+        ]
+    )
     model.compile("adam", "mse")
     callbacks = []
     if mode == "monitored":
         import xla_keras
+
         callbacks = [xla_keras.XlaMonitor(log_dir=log_dir, storm_threshold=4, verbose=0, profile=(2, 4))]
     model.fit(Data(), epochs=2, validation_data=Data(), verbose=0, callbacks=callbacks)
     print("FIT_DONE", file=sys.stderr)
@@ -108,8 +129,11 @@ def main():
         quiet_fit(sys.argv[2], sys.argv[3])
         return
     out, log_dir = sys.argv[1], sys.argv[2]
-    results = {"modes": check_modes(), "tensorboard": check_tensorboard(os.path.join(log_dir, "fit")),
-               "compare": check_compare(os.path.join(log_dir, "compare"))}
+    results = {
+        "modes": check_modes(),
+        "tensorboard": check_tensorboard(os.path.join(log_dir, "fit")),
+        "compare": check_compare(os.path.join(log_dir, "compare")),
+    }
     with open(out, "w") as f:
         json.dump(results, f)
 

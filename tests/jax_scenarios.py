@@ -86,6 +86,7 @@ def make_hooks(dump_dir):
         def on_train_begin(self, logs=None):
             self._dumped_at_begin = dumped(self.dump_dir)
             from xla_keras.backends.jax import _internals
+
             callbacks = _internals.running_callback_list(self.model)
             self.async_train = bool(getattr(callbacks, "_async_train", False))
 
@@ -123,16 +124,23 @@ def make_hooks(dump_dir):
 
 def mlp(inputs=8, spe=1):
     import keras
-    model = keras.Sequential([keras.Input((inputs,)), keras.layers.Dense(32, activation="relu"),
-                              keras.layers.Dense(1)])
+
+    model = keras.Sequential([keras.Input((inputs,)), keras.layers.Dense(32, activation="relu"), keras.layers.Dense(1)])
     model.compile("adam", "mse", steps_per_execution=spe)
     return model
 
 
 def text_model():
     import keras
-    model = keras.Sequential([keras.Input((None,), dtype="int32"), keras.layers.Embedding(100, 8),
-                              keras.layers.GlobalAveragePooling1D(), keras.layers.Dense(1)])
+
+    model = keras.Sequential(
+        [
+            keras.Input((None,), dtype="int32"),
+            keras.layers.Embedding(100, 8),
+            keras.layers.GlobalAveragePooling1D(),
+            keras.layers.Dense(1),
+        ]
+    )
     model.compile("adam", "mse")
     return model
 
@@ -192,14 +200,17 @@ class Batches:
 def scenario(name, rng, log_dir):
     """(model, fit args, fit kwargs, monitor kwargs, then: a callable run after the fit or None)."""
     import keras
+
     fit = {"epochs": 2, "verbose": 0, "shuffle": False}  # Keras shuffles a PyDataset's batches otherwise
     monitor = {"verbose": 0, "log_dir": log_dir}
     after = None
     if name == "batch_sizes":
+
         def gen():
             while True:
                 for size in range(16, 24):
                     yield rng.random((size, 8), dtype=np.float32), rng.random((size, 1), dtype=np.float32)
+
         model, args = mlp(), (gen(),)
         fit.update(steps_per_epoch=8)
     elif name == "partial_batch":
@@ -217,8 +228,10 @@ def scenario(name, rng, log_dir):
         model = keras.Model({"a": a, "b": b}, out)
         model.compile("adam", "mse")
         n = 230
-        args = ({"a": rng.random((n, 4), dtype=np.float32), "b": rng.random((n, 6), dtype=np.float32)},
-                rng.random((n, 1), dtype=np.float32))
+        args = (
+            {"a": rng.random((n, 4), dtype=np.float32), "b": rng.random((n, 6), dtype=np.float32)},
+            rng.random((n, 1), dtype=np.float32),
+        )
         fit.update(batch_size=50, sample_weight=rng.random((n,), dtype=np.float32))
     elif name == "steps_per_execution":
         x, y = rng.random((1000, 8), dtype=np.float32), rng.random((1000, 1), dtype=np.float32)
@@ -241,10 +254,12 @@ def scenario(name, rng, log_dir):
         monitor.update(storm_threshold=4, on_storm="raise")
     elif name == "tf_data":
         import tensorflow as tf
+
         x, y = rng.random((300, 8), dtype=np.float32), rng.random((300, 1), dtype=np.float32)
         model, args = mlp(), (tf.data.Dataset.from_tensor_slices((x, y)).batch(64),)
     elif name == "data_parallel":
         import jax
+
         devices = jax.devices()
         keras.distribution.set_distribution(keras.distribution.DataParallel(devices=devices))
         x, y = rng.random((512, 8), dtype=np.float32), rng.random((512, 1), dtype=np.float32)
@@ -268,6 +283,7 @@ def scenario(name, rng, log_dir):
 
 def run(name, dump_dir, log_lines, log_dir=None):
     import xla_keras
+
     rng = np.random.default_rng(0)
     model, args, fit, monitor_kwargs, after = scenario(name, rng, log_dir)
     monitor = xla_keras.XlaMonitor(**monitor_kwargs)
@@ -282,10 +298,17 @@ def run(name, dump_dir, log_lines, log_dir=None):
     except Exception as error:  # noqa: BLE001 - reported to the test
         raised = repr(error)
     new = sorted(dumped(dump_dir) - before)
-    return {"report": monitor.report.to_dict(), "dump": [module_name(f) for f in new],
-            "log": log_lines.lines[lines_before:], "hooks": hooks.events, "fit_window": hooks.window,
-            "async_train": hooks.async_train, "raised": raised, "jit_compile_after": bool(model.jit_compile),
-            "observer_seconds": list(OBSERVER_SECONDS)}
+    return {
+        "report": monitor.report.to_dict(),
+        "dump": [module_name(f) for f in new],
+        "log": log_lines.lines[lines_before:],
+        "hooks": hooks.events,
+        "fit_window": hooks.window,
+        "async_train": hooks.async_train,
+        "raised": raised,
+        "jit_compile_after": bool(model.jit_compile),
+        "observer_seconds": list(OBSERVER_SECONDS),
+    }
 
 
 OBSERVER_SECONDS = []  # seconds spent in the monitor's per-step work, call by call
@@ -311,6 +334,7 @@ def time_step_path(canary=False):
                 return method(self, *args, **kwargs)
             finally:
                 OBSERVER_SECONDS.append((method.__name__, time.perf_counter() - start))
+
         return run
 
     for name in ("call_due", "call_began", "call_ran"):
@@ -320,6 +344,7 @@ def time_step_path(canary=False):
 def main():
     out, names = sys.argv[1], sys.argv[2:]
     import jax
+
     jax.config.update("jax_log_compiles", True)
     log_lines = LogLines()
     logging.getLogger("jax").addHandler(log_lines)
@@ -329,6 +354,7 @@ def main():
     cache_dir = os.environ.get("XLA_KERAS_TEST_CACHE")
     if cache_dir:
         import xla_keras
+
         xla_keras.configure(cache_dir=cache_dir)
     dump_dir = re.search(r"--xla_dump_to=(\S+)", os.environ.get("XLA_FLAGS", "")).group(1)
     results = {name: run(name, dump_dir, log_lines, os.environ.get("XLA_KERAS_TEST_LOG_DIR")) for name in names}

@@ -1,6 +1,6 @@
 """Small TensorFlow programs whose stderr the explain tests read (real lines, not hand-written).
 
-    python tests/log_sources.py retrace|refused|autojit
+python tests/log_sources.py retrace|refused|autojit
 """
 
 import sys

@@ -24,9 +24,12 @@ class WorkerRun:
     def __init__(self, index, returncode, stdout, stderr, dump_dir):
         self.index, self.returncode, self.stdout, self.stderr = index, returncode, stdout, stderr
         lines = [ln for ln in stdout.splitlines() if ln.startswith("XLA_KERAS_MW ")]
-        self.result = json.loads(lines[-1][len("XLA_KERAS_MW "):]) if lines else None
-        self.dump_modules = sum(1 for f in os.listdir(dump_dir) if f.endswith("before_optimizations.txt")) \
-            if os.path.isdir(dump_dir) else 0
+        self.result = json.loads(lines[-1][len("XLA_KERAS_MW ") :]) if lines else None
+        self.dump_modules = (
+            sum(1 for f in os.listdir(dump_dir) if f.endswith("before_optimizations.txt"))
+            if os.path.isdir(dump_dir)
+            else 0
+        )
 
 
 def _free_ports(n):
@@ -47,16 +50,25 @@ def run_workers(tmp_root, spec, workers=2, timeout=300, env_extra=None, script=S
     for index in range(workers):
         env = dict(os.environ)
         env.pop("TF_XLA_FLAGS", None)
-        env.update({
-            "TF_CONFIG": json.dumps({"cluster": cluster, "task": {"type": "worker", "index": index}}),
-            "XLA_FLAGS": f"--xla_dump_to={os.path.join(tmp_root, f'dump{index}')}",
-            "CUDA_VISIBLE_DEVICES": "",
-            "TF_CPP_MIN_LOG_LEVEL": "1",
-            "PYTHONPATH": ROOT + os.pathsep + env.get("PYTHONPATH", ""),
-            **(env_extra or {}),
-        })
-        procs.append(subprocess.Popen([sys.executable, script, "--spec", json.dumps(spec)], env=env,
-                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+        env.update(
+            {
+                "TF_CONFIG": json.dumps({"cluster": cluster, "task": {"type": "worker", "index": index}}),
+                "XLA_FLAGS": f"--xla_dump_to={os.path.join(tmp_root, f'dump{index}')}",
+                "CUDA_VISIBLE_DEVICES": "",
+                "TF_CPP_MIN_LOG_LEVEL": "1",
+                "PYTHONPATH": ROOT + os.pathsep + env.get("PYTHONPATH", ""),
+                **(env_extra or {}),
+            }
+        )
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, script, "--spec", json.dumps(spec)],
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+        )
     deadline = time.monotonic() + timeout
     runs = []
     for index, proc in enumerate(procs):
@@ -79,18 +91,21 @@ def comparable(report):
         "compilation_count": report["compilation_count"],
         "distinct_signatures": report["distinct_signatures"],
         "steps": report["steps"],
-        "compiled_signatures": sorted((c["phase"], c["step"], json.dumps(c["signature"]))
-                                      for c in report["compilations"]),
+        "compiled_signatures": sorted(
+            (c["phase"], c["step"], json.dumps(c["signature"])) for c in report["compilations"]
+        ),
     }
 
 
 # ----------------------------------------------------------------- the worker
+
 
 def _data(spec, task):
     """Fixed shapes, or (``lengths``) sequences whose padded length varies on
     worker 1 only: each worker reads its own data (no auto-sharding)."""
     import numpy as np
     import tensorflow as tf
+
     rng = np.random.default_rng(task)
     steps = spec.get("steps", 12)
     if spec.get("data") == "lengths":
@@ -99,8 +114,10 @@ def _data(spec, task):
         def gen():
             for length in lengths:
                 yield (rng.integers(1, 50, size=(16, length)).astype("int32"), rng.random((16, 1), dtype=np.float32))
-        ds = tf.data.Dataset.from_generator(gen, output_signature=(
-            tf.TensorSpec((16, None), tf.int32), tf.TensorSpec((16, 1), tf.float32)))
+
+        ds = tf.data.Dataset.from_generator(
+            gen, output_signature=(tf.TensorSpec((16, None), tf.int32), tf.TensorSpec((16, 1), tf.float32))
+        )
     else:
         x = rng.random((steps * 16, 8), dtype=np.float32)
         ds = tf.data.Dataset.from_tensor_slices((x, x.sum(1, keepdims=True))).batch(16)
@@ -111,9 +128,14 @@ def _data(spec, task):
 
 def _model(spec):
     import keras
+
     if spec.get("data") == "lengths":
-        layers = [keras.Input((None,), dtype="int32"), keras.layers.Embedding(50, 8),
-                  keras.layers.GlobalAveragePooling1D(), keras.layers.Dense(1)]
+        layers = [
+            keras.Input((None,), dtype="int32"),
+            keras.layers.Embedding(50, 8),
+            keras.layers.GlobalAveragePooling1D(),
+            keras.layers.Dense(1),
+        ]
     else:
         layers = [keras.Input((8,)), keras.layers.Dense(16, activation="relu"), keras.layers.Dense(1)]
     model = keras.Sequential(layers)
@@ -124,6 +146,7 @@ def _model(spec):
 def _inject_internal_error(at_call):
     """The monitor's own code fails on this worker only, at its at_call-th batch."""
     from xla_keras.backends.tensorflow import TensorFlowBackend
+
     real, calls = TensorFlowBackend.signature, []
 
     def failing(self, batch):
@@ -137,12 +160,15 @@ def _inject_internal_error(at_call):
 
 def worker(spec):
     import xla_keras
+
     if spec.get("configure"):
         xla_keras.configure(cpu_autoclustering=True)
     import tensorflow as tf
+
     task = json.loads(os.environ["TF_CONFIG"])["task"]["index"]
     if spec.get("workaround"):
         from xla_keras.backends.tensorflow.multiworker import WORKAROUND
+
         exec(WORKAROUND, {})  # the patch `xla-keras doctor` prints, verbatim
     strategy = tf.distribute.MultiWorkerMirroredStrategy()
     with strategy.scope():
@@ -155,8 +181,7 @@ def worker(spec):
                 _inject_internal_error(spec.get("fail_at_call", 3))
             monitor = xla_keras.XlaMonitor(verbose=0, **kwargs.pop("monitor", {}))
             validation = _data(spec, task) if kwargs.pop("validation", False) else None
-            history = model.fit(_data(spec, task), validation_data=validation, verbose=0, callbacks=[monitor],
-                                **kwargs)
+            history = model.fit(_data(spec, task), validation_data=validation, verbose=0, callbacks=[monitor], **kwargs)
             result["fits"].append({"report": monitor.report.to_dict(), "loss": history.history["loss"]})
     except Exception as error:  # noqa: BLE001 - reported to the test
         result["failed"] = f"{type(error).__name__}: {error}"[:2000]

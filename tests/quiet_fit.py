@@ -17,6 +17,7 @@ def fastest_fit(mode, log_dir):
     import math
 
     import keras
+
     rng = np.random.default_rng(0)
     x, y = rng.random((32 * 120, 16), dtype=np.float32), rng.random((32 * 120, 1), dtype=np.float32)
     model = keras.Sequential([keras.Input((16,)), keras.layers.Dense(8), keras.layers.Dense(1)])
@@ -25,6 +26,7 @@ def fastest_fit(mode, log_dir):
     if mode == "fastest":
         import xla_keras
         from xla_keras.jit import trial as fastest
+
         fastest.MIN_STEPS_LEFT, fastest.TRIAL_BUDGET = 0, math.inf
         fastest.EARLY_RATIO = fastest.FAR_APART = fastest.MIN_GAIN = math.inf
         fastest.MIN_ROUNDS = fastest.MAX_ROUNDS = 3
@@ -40,6 +42,7 @@ def main(mode, log_dir):
         return fastest_fit(mode, log_dir)
     import keras
     import tensorflow as tf
+
     rng = np.random.default_rng(0)
     lengths = rng.integers(4, 80, size=96)
 
@@ -47,14 +50,22 @@ def main(mode, log_dir):
         for n in lengths:
             yield np.arange(n, dtype=np.int32) % 97 + 1, np.float32(n % 2)
 
-    data = tf.data.Dataset.from_generator(gen, output_signature=(
-        tf.TensorSpec((None,), tf.int32), tf.TensorSpec((), tf.float32))).padded_batch(8)
-    model = keras.Sequential([keras.Input((None,), dtype="int32"), keras.layers.Embedding(100, 8),
-                              keras.layers.GlobalAveragePooling1D(), keras.layers.Dense(1)])
+    data = tf.data.Dataset.from_generator(
+        gen, output_signature=(tf.TensorSpec((None,), tf.int32), tf.TensorSpec((), tf.float32))
+    ).padded_batch(8)
+    model = keras.Sequential(
+        [
+            keras.Input((None,), dtype="int32"),
+            keras.layers.Embedding(100, 8),
+            keras.layers.GlobalAveragePooling1D(),
+            keras.layers.Dense(1),
+        ]
+    )
     model.compile("adam", "mse", jit_compile=True)
     callbacks = []
     if mode == "monitored":
         import xla_keras
+
         callbacks = [xla_keras.XlaMonitor(log_dir=log_dir, storm_threshold=4, verbose=0)]
     model.fit(data, epochs=3, validation_data=data.take(4), verbose=0, callbacks=callbacks)
     print("FIT_DONE", file=sys.stderr)

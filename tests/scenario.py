@@ -27,8 +27,10 @@ _UNIT_SECONDS = {"h": 3600.0, "min": 60.0, "s": 1.0, "ms": 1e-3, "us": 1e-6}
 
 def tf_compile_seconds(stderr):
     """Every compile TensorFlow's device_compiler logged, in seconds (exact when it prints microseconds)."""
-    return [int(us) / 1e6 if us else float(value) * _UNIT_SECONDS[unit]
-            for value, unit, us in _TF_COMPILE_LINE.findall(stderr)]
+    return [
+        int(us) / 1e6 if us else float(value) * _UNIT_SECONDS[unit]
+        for value, unit, us in _TF_COMPILE_LINE.findall(stderr)
+    ]
 
 
 class ScenarioRun:
@@ -36,7 +38,7 @@ class ScenarioRun:
 
     def __init__(self, report, dump_modules, tf_compile_seconds, stderr):
         self.report = report
-        self.dump_modules = dump_modules          # *before_optimizations.txt files
+        self.dump_modules = dump_modules  # *before_optimizations.txt files
         self.tf_compile_seconds = tf_compile_seconds  # TF's own device_compiler lines
         self.stderr = stderr
 
@@ -44,28 +46,29 @@ class ScenarioRun:
 def run_scenario(tmp_root, scenario, jit, *, env_flags="", extra_args=()):
     dump = os.path.join(tmp_root, "dump")
     env = dict(os.environ)
-    env.update({
-        "XLA_FLAGS": f"--xla_dump_to={dump}",
-        "TF_CPP_MIN_LOG_LEVEL": "0",
-        "TF_CPP_VMODULE": "device_compiler=1",
-        "PYTHONPATH": ROOT + os.pathsep + env.get("PYTHONPATH", ""),
-        "CUDA_VISIBLE_DEVICES": "",
-    })
+    env.update(
+        {
+            "XLA_FLAGS": f"--xla_dump_to={dump}",
+            "TF_CPP_MIN_LOG_LEVEL": "0",
+            "TF_CPP_VMODULE": "device_compiler=1",
+            "PYTHONPATH": ROOT + os.pathsep + env.get("PYTHONPATH", ""),
+            "CUDA_VISIBLE_DEVICES": "",
+        }
+    )
     env.pop("TF_XLA_FLAGS", None)
     if env_flags:
         env["TF_XLA_FLAGS"] = env_flags
-    proc = subprocess.run([sys.executable, SCENARIO, scenario, jit, *extra_args], env=env,
-                          capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, SCENARIO, scenario, jit, *extra_args], env=env, capture_output=True, text=True, timeout=600
+    )
     if proc.returncode != 0:
-        raise AssertionError(
-            f"scenario {scenario}/{jit} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}")
+        raise AssertionError(f"scenario {scenario}/{jit} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}")
     line = [ln for ln in proc.stdout.splitlines() if ln.startswith("XLA_KERAS_REPORT ")][-1]
-    report = json.loads(line[len("XLA_KERAS_REPORT "):])
+    report = json.loads(line[len("XLA_KERAS_REPORT ") :])
     modules = 0
     if os.path.isdir(dump):
         modules = sum(1 for f in os.listdir(dump) if f.endswith("before_optimizations.txt"))
     return ScenarioRun(report, modules, tf_compile_seconds(proc.stderr), proc.stderr)
-
 
 
 SCENARIOS = ("batch_sizes", "partial_batch", "padded", "steps_per_execution", "nested", "mirrored", "storm")
@@ -73,8 +76,8 @@ SCENARIOS = ("batch_sizes", "partial_batch", "padded", "steps_per_execution", "n
 
 def mlp(inputs=8):
     import keras
-    model = keras.Sequential([keras.Input((inputs,)), keras.layers.Dense(32, activation="relu"),
-                              keras.layers.Dense(1)])
+
+    model = keras.Sequential([keras.Input((inputs,)), keras.layers.Dense(32, activation="relu"), keras.layers.Dense(1)])
     model.compile("adam", "mse")
     return model
 
@@ -82,20 +85,29 @@ def mlp(inputs=8):
 def padded_sequences(rng):
     """96 sequences of 4..79 tokens in batches of 8, each padded to its longest."""
     import tensorflow as tf
+
     lengths = rng.integers(4, 80, size=96)
 
     def gen():
         for n in lengths:
             yield np.arange(n, dtype=np.int32) % 97 + 1, np.float32(n % 2)
 
-    return tf.data.Dataset.from_generator(gen, output_signature=(
-        tf.TensorSpec((None,), tf.int32), tf.TensorSpec((), tf.float32))).padded_batch(8)
+    return tf.data.Dataset.from_generator(
+        gen, output_signature=(tf.TensorSpec((None,), tf.int32), tf.TensorSpec((), tf.float32))
+    ).padded_batch(8)
 
 
 def text_model():
     import keras
-    model = keras.Sequential([keras.Input((None,), dtype="int32"), keras.layers.Embedding(100, 8),
-                              keras.layers.GlobalAveragePooling1D(), keras.layers.Dense(1)])
+
+    model = keras.Sequential(
+        [
+            keras.Input((None,), dtype="int32"),
+            keras.layers.Embedding(100, 8),
+            keras.layers.GlobalAveragePooling1D(),
+            keras.layers.Dense(1),
+        ]
+    )
     model.compile("adam", "mse")
     return model
 
@@ -121,6 +133,7 @@ class FlagSpy:
 def run(name, jit, log_dir, profiler_busy, on_storm="warn", threshold=8, extra=None):
     import keras
     import tensorflow as tf
+
     rng = np.random.default_rng(0)
     fit_kwargs = {"epochs": 2, "verbose": 0}
     if name == "batch_sizes":
@@ -128,8 +141,10 @@ def run(name, jit, log_dir, profiler_busy, on_storm="warn", threshold=8, extra=N
         def gen():
             for size in range(16, 24):
                 yield rng.random((size, 8), dtype=np.float32), rng.random((size, 1), dtype=np.float32)
-        data = tf.data.Dataset.from_generator(gen, output_signature=(
-            tf.TensorSpec((None, 8), tf.float32), tf.TensorSpec((None, 1), tf.float32)))
+
+        data = tf.data.Dataset.from_generator(
+            gen, output_signature=(tf.TensorSpec((None, 8), tf.float32), tf.TensorSpec((None, 1), tf.float32))
+        )
         model, args = mlp(), (data,)
     elif name == "partial_batch":
         # 1000 rows at batch 64: 15 full batches and one of 40; validation 300 rows: 64 and 44.
@@ -154,8 +169,10 @@ def run(name, jit, log_dir, profiler_busy, on_storm="warn", threshold=8, extra=N
         model = keras.Model({"a": a, "b": b}, out)
         model.compile("adam", "mse")
         n = 230
-        args = ({"a": rng.random((n, 4), dtype=np.float32), "b": rng.random((n, 6), dtype=np.float32)},
-                rng.random((n, 1), dtype=np.float32))
+        args = (
+            {"a": rng.random((n, 4), dtype=np.float32), "b": rng.random((n, 6), dtype=np.float32)},
+            rng.random((n, 1), dtype=np.float32),
+        )
         fit_kwargs.update(batch_size=50, sample_weight=rng.random((n,), dtype=np.float32))
     elif name == "storm":
         # 3 epochs of 12 batches of 8 sequences of 4..79 tokens, padded per batch.
@@ -176,8 +193,8 @@ def run(name, jit, log_dir, profiler_busy, on_storm="warn", threshold=8, extra=N
     if profiler_busy:
         tf.profiler.experimental.start(log_dir or "/tmp/xla_keras_busy_profiler")
     import xla_keras
-    monitor = xla_keras.XlaMonitor(log_dir=log_dir, jit=jit, verbose=0, on_storm=on_storm,
-                                   storm_threshold=threshold)
+
+    monitor = xla_keras.XlaMonitor(log_dir=log_dir, jit=jit, verbose=0, on_storm=on_storm, storm_threshold=threshold)
     spy = FlagSpy()
     try:
         model.fit(*args, callbacks=[monitor, spy], **fit_kwargs)
@@ -191,11 +208,13 @@ def run(name, jit, log_dir, profiler_busy, on_storm="warn", threshold=8, extra=N
 
 def main():
     import xla_keras
+
     parser = argparse.ArgumentParser()
     parser.add_argument("scenario", choices=SCENARIOS)
     parser.add_argument("jit")
-    parser.add_argument("--configure", action="store_true",
-                        help="call xla_keras.configure(cpu_autoclustering=True) before any model")
+    parser.add_argument(
+        "--configure", action="store_true", help="call xla_keras.configure(cpu_autoclustering=True) before any model"
+    )
     parser.add_argument("--profiler-busy", action="store_true")
     parser.add_argument("--log-dir", default=None)
     parser.add_argument("--cache-dir", default=None, help="xla_keras.configure(cache_dir=...) before any model")
@@ -207,13 +226,13 @@ def main():
         xla_keras.configure(cpu_autoclustering=True)
     if args.cache_dir:
         import keras  # noqa: F401 - like a user script: configure right after the imports
+
         xla_keras.configure(cache_dir=args.cache_dir)
     if args.cache_dir_late:
         mlp()  # TensorFlow creates its devices here
         xla_keras.configure(cache_dir=args.cache_dir_late)
     extra = {}
-    report = run(args.scenario, args.jit, args.log_dir, args.profiler_busy, args.on_storm, args.threshold,
-                 extra)
+    report = run(args.scenario, args.jit, args.log_dir, args.profiler_busy, args.on_storm, args.threshold, extra)
     sys.stdout.write("XLA_KERAS_REPORT " + json.dumps({**report.to_dict(), "_scenario": extra}) + "\n")
 
 

@@ -41,8 +41,11 @@ def running_tensorboard(log_dir, work_dir, ready=None, timeout=120, args=()):
     server_log = os.path.join(str(work_dir), "tensorboard.log")
     log_file = open(server_log, "w")
     port = free_port()
-    proc = subprocess.Popen([binary, "--logdir", str(log_dir), "--host", "127.0.0.1", "--port", str(port), *args],
-                            stdout=log_file, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(
+        [binary, "--logdir", str(log_dir), "--host", "127.0.0.1", "--port", str(port), *args],
+        stdout=log_file,
+        stderr=subprocess.STDOUT,
+    )
     base = f"http://127.0.0.1:{port}"
     try:
         deadline = time.time() + timeout

@@ -13,8 +13,15 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 EXPECT = {
     "overhead.py": ["XlaMonitor()", "keras TensorBoard(update_freq='batch')", "vs bare"],
-    "storm_payoff.py": ["storm", "fallback", "jit off", "vs storm", "bucket ", "tokens/epoch",
-                        "stated padding vs real"],
+    "storm_payoff.py": [
+        "storm",
+        "fallback",
+        "jit off",
+        "vs storm",
+        "bucket ",
+        "tokens/epoch",
+        "stated padding vs real",
+    ],
     "accuracy.py": ["batch sizes 16..23, jit on", "timing fallback (profiler busy)", "dumped"],
     "import_time.py": ["import xla_keras", "loads TensorFlow/Keras: no"],
     "memory.py": ["100 distinct signatures (reported: 100)", "bound:"],
@@ -25,8 +32,13 @@ EXPECT = {
     "fastest.py": ["backend=tensorflow", "fastest / better", "mlp", "cnn", "storm", "rounds: off"],
     # Keras's JAX backend: the overhead beside a bare JAX fit, and the accelerator check run on CPU.
     "overhead.py --backend jax --model mlp": ["backend=jax", "XlaMonitor()", "vs bare"],
-    "gpu_check.py": ["devices: 1 x cpu", "train: monitor 8, dump 8  ok", "test : monitor 2, dump 2  ok",
-                     "x vs bare", "RESULT ok"],
+    "gpu_check.py": [
+        "devices: 1 x cpu",
+        "train: monitor 8, dump 8  ok",
+        "test : monitor 2, dump 2  ok",
+        "x vs bare",
+        "RESULT ok",
+    ],
 }
 
 
@@ -36,13 +48,29 @@ def quick_runs():
 
     def run(script):
         name, *args = script.split()
-        return subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", name), "--quick", *args],
-                              capture_output=True, text=True, timeout=600, env=env)
+        return subprocess.run(
+            [sys.executable, os.path.join(ROOT, "benchmarks", name), "--quick", *args],
+            capture_output=True,
+            text=True,
+            timeout=600,
+            env=env,
+        )
 
     # The slowest first, so that the pairs finish together.
-    order = ["cold_start.py", "strategy_overhead.py", "storm_payoff.py", "fastest.py", "accuracy.py", "overhead.py",
-             "gpu_check.py", "overhead.py --backend jax --model mlp", "import_time.py", "memory.py", "step_path.py",
-             "tab_backend.py"]
+    order = [
+        "cold_start.py",
+        "strategy_overhead.py",
+        "storm_payoff.py",
+        "fastest.py",
+        "accuracy.py",
+        "overhead.py",
+        "gpu_check.py",
+        "overhead.py --backend jax --model mlp",
+        "import_time.py",
+        "memory.py",
+        "step_path.py",
+        "tab_backend.py",
+    ]
     with ThreadPoolExecutor(2) as pool:
         return dict(zip(order, pool.map(run, order)))
 
@@ -56,14 +84,21 @@ def test_benchmark_quick_mode_runs(quick_runs, script):
     assert "COUNT MISMATCH" not in result.stdout  # accuracy.py: counts must equal XLA's dump
 
 
-@pytest.mark.parametrize("args, words", [
-    (["--workload", "mlp,rnn"], ["unknown ['rnn']", "mlp, cnn, wide, storm"]),
-    (["--steps", "0"], ["--steps", "a positive number of train steps, not 0"]),
-])
+@pytest.mark.parametrize(
+    "args, words",
+    [
+        (["--workload", "mlp,rnn"], ["unknown ['rnn']", "mlp, cnn, wide, storm"]),
+        (["--steps", "0"], ["--steps", "a positive number of train steps, not 0"]),
+    ],
+)
 def test_fastest_names_the_valid_choices(args, words):
     """Bad arguments stop the benchmark before any fit, saying what is accepted."""
-    result = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "fastest.py"), *args],
-                            capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, os.path.join(ROOT, "benchmarks", "fastest.py"), *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode != 0
     for word in words:
         assert word in result.stderr

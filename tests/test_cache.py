@@ -63,7 +63,9 @@ def test_configure_cache_dir_works_and_a_late_call_says_so(tmp_path):
 
 def test_sidecar_holds_fresh_compile_seconds(env_runs):
     from xla_keras.core.cache import ENTRIES
+
     cache, first, _ = env_runs
     entries = [json.loads(path.read_text()) for path in (cache / ENTRIES).glob("*.json")]
     assert sorted(e["seconds"] for e in entries) == pytest.approx(
-        sorted(c["seconds"] for c in first.report["compilations"]))
+        sorted(c["seconds"] for c in first.report["compilations"])
+    )

@@ -31,8 +31,12 @@ print("WROTE")
 def test_two_processes_writing_at_once_lose_no_entry(tmp_path):
     n = 300
     env = dict(os.environ, PYTHONPATH=ROOT)
-    procs = [subprocess.Popen([sys.executable, "-c", WRITER, str(tmp_path), name, str(n)], env=env,
-                              stdout=subprocess.PIPE, text=True) for name in ("a", "b")]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", WRITER, str(tmp_path), name, str(n)], env=env, stdout=subprocess.PIPE, text=True
+        )
+        for name in ("a", "b")
+    ]
     assert [p.communicate(timeout=120)[0].strip() for p in procs] == ["WROTE", "WROTE"]
     times = CompileTimes(str(tmp_path))
     for name in ("a", "b"):
@@ -84,10 +88,10 @@ def test_the_single_file_sidecar_of_0_1_is_still_read(tmp_path):
 
 def test_a_load_is_credited_with_what_the_fresh_compile_cost(tmp_path):
     account = CacheAccount(CompileTimes(str(tmp_path)), "model", "on")
-    account.record("train", "x:float32[8,4]", 0, 0.40, cached=False)   # process 1 compiles
-    account.record("train", "x:float32[8,4]", 0, 0.10, cached=True)    # process 2 loads
-    account.record("train", "x:float32[9,4]", 0, 0.10, cached=True)    # a load with no fresh time on record
-    account.record("train", "x:float32[7,4]", 0, 0.30, cached=None)    # compile or load: unknown, not learnt
+    account.record("train", "x:float32[8,4]", 0, 0.40, cached=False)  # process 1 compiles
+    account.record("train", "x:float32[8,4]", 0, 0.10, cached=True)  # process 2 loads
+    account.record("train", "x:float32[9,4]", 0, 0.10, cached=True)  # a load with no fresh time on record
+    account.record("train", "x:float32[7,4]", 0, 0.30, cached=None)  # compile or load: unknown, not learnt
     assert account.saved_seconds == pytest.approx(0.30)
     assert (account.loads_known, account.loads_unknown) == (1, 1)
     assert CompileTimes(str(tmp_path)).get("model|train|on|x:float32[7,4]|0") is None

@@ -11,15 +11,19 @@ from xla_keras.tensorboard.sink import write_report_json
 
 
 def xla_keras_cli(*args):
-    return subprocess.run([sys.executable, "-m", "xla_keras", *args], capture_output=True, text=True,
-                          timeout=120)
+    return subprocess.run([sys.executable, "-m", "xla_keras", *args], capture_output=True, text=True, timeout=120)
 
 
 @pytest.fixture
 def log_dir(tmp_path):
-    report = XlaReport(jit_mode="on", jit_active=True, jit_reason="because", compile_seconds=1.5,
-                       steps={"train": 10, "test": 0, "predict": 0},
-                       compilation_count={"train": 3, "test": 0, "predict": 0})
+    report = XlaReport(
+        jit_mode="on",
+        jit_active=True,
+        jit_reason="because",
+        compile_seconds=1.5,
+        steps={"train": 10, "test": 0, "predict": 0},
+        compilation_count={"train": 3, "test": 0, "predict": 0},
+    )
     write_report_json(str(tmp_path / "run1"), report.to_dict())
     return tmp_path
 
@@ -42,12 +46,15 @@ def test_report_finds_every_run_under_a_parent(log_dir):
     assert result.stdout.count("XLA report") == 2 and "run2" in result.stdout
 
 
-@pytest.mark.parametrize("args, code, words", [
-    (("bogus",), 2, ["must be one of report, doctor, explain", "'bogus'"]),
-    ((), 2, ["must be one of report"]),
-    (("report",), 2, ["usage"]),
-    (("report", "/does/not/exist"), 2, ["not a directory"]),
-])
+@pytest.mark.parametrize(
+    "args, code, words",
+    [
+        (("bogus",), 2, ["must be one of report, doctor, explain", "'bogus'"]),
+        ((), 2, ["must be one of report"]),
+        (("report",), 2, ["usage"]),
+        (("report", "/does/not/exist"), 2, ["not a directory"]),
+    ],
+)
 def test_bad_input_gets_a_clear_error(args, code, words):
     result = xla_keras_cli(*args)
     assert result.returncode == code
@@ -73,6 +80,7 @@ def test_help_lists_the_commands(flag):
 
 def test_version():
     import xla_keras
+
     result = xla_keras_cli("--version")
     assert result.returncode == 0 and result.stdout.strip() == f"xla-keras {xla_keras.__version__}"
 
@@ -92,6 +100,7 @@ def test_one_broken_report_does_not_hide_the_others(log_dir, as_json):
 
 def test_the_report_file_is_as_readable_as_the_event_files(tmp_path):
     import os
+
     path = write_report_json(str(tmp_path / "run"), XlaReport(jit_mode="off").to_dict())
     umask = os.umask(0o022)
     os.umask(umask)

@@ -60,6 +60,7 @@ def test_table_numbers_are_consistent(table):
 
 def test_each_mode_is_a_tensorboard_run_and_global_flags_are_restored(table):
     import os
+
     _, log_dir = table
     assert sorted(os.listdir(log_dir)) == ["autoclustering", "off", "on"]
     assert os.path.exists(os.path.join(log_dir, "on", "xla_report.json"))
@@ -91,13 +92,16 @@ def test_copies_start_from_the_same_weights():
     assert first_losses[1] == pytest.approx(first_losses[2], rel=1e-4)
 
 
-@pytest.mark.parametrize("kwargs, error, words", [
-    ({"modes": ("fast",)}, ValueError, ["'off'", "'autoclustering'", "'on'"]),
-    ({"modes": ("keep",)}, ValueError, ["'off'"]),
-    ({"modes": "on"}, ValueError, ["sequence of modes", "('on',)", "the string 'on'"]),
-    ({"steps": 1}, ValueError, ["steps must be an int >= 3"]),
-    ({"data": "x.npy"}, TypeError, ["tf.data.Dataset"]),
-])
+@pytest.mark.parametrize(
+    "kwargs, error, words",
+    [
+        ({"modes": ("fast",)}, ValueError, ["'off'", "'autoclustering'", "'on'"]),
+        ({"modes": ("keep",)}, ValueError, ["'off'"]),
+        ({"modes": "on"}, ValueError, ["sequence of modes", "('on',)", "the string 'on'"]),
+        ({"steps": 1}, ValueError, ["steps must be an int >= 3"]),
+        ({"data": "x.npy"}, TypeError, ["tf.data.Dataset"]),
+    ],
+)
 def test_bad_input_names_the_choices(kwargs, error, words):
     args = {"model_or_builder": _build, "data": _data(), **kwargs}
     with pytest.raises(error) as info:

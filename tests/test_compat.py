@@ -36,25 +36,39 @@ print("ACTIVE", monitor.report.jit_active)
 def _target(tmp_path_factory, requirement):
     """``requirement`` alone (no dependencies) in a directory of its own."""
     target = tmp_path_factory.mktemp("target")
-    proc = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--target",
-                           str(target), requirement], capture_output=True, text=True, timeout=600,
-                          env=dict(os.environ, PIP_ROOT_USER_ACTION="ignore", PIP_DISABLE_PIP_VERSION_CHECK="1"))
+    proc = subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--target", str(target), requirement],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=dict(os.environ, PIP_ROOT_USER_ACTION="ignore", PIP_DISABLE_PIP_VERSION_CHECK="1"),
+    )
     assert proc.returncode == 0, f"could not install {requirement} from the registry:\n{proc.stderr[-2000:]}"
     return str(target)
 
 
 def _run(code, first_on_path, **env):
     path = os.pathsep.join([first_on_path, ROOT, os.environ.get("PYTHONPATH", "")])
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600,
-                          env=dict(os.environ, PYTHONPATH=path, CUDA_VISIBLE_DEVICES="", **env))
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=dict(os.environ, PYTHONPATH=path, CUDA_VISIBLE_DEVICES="", **env),
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return dict(line.split(" ", 1) for line in proc.stdout.splitlines() if " " in line)
 
 
 def test_keras_older_than_3_7_steps_aside_with_one_warning_and_the_fit_goes_on(tmp_path_factory):
     target = _target(tmp_path_factory, "keras==3.6.0")
-    out = _run(FIT.format(imports="import keras, xla_keras\nassert keras.__version__ == '3.6.0'",
-                          model="keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])"), target)
+    out = _run(
+        FIT.format(
+            imports="import keras, xla_keras\nassert keras.__version__ == '3.6.0'",
+            model="keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])",
+        ),
+        target,
+    )
     assert out["EPOCHS"] == "2"  # the user's fit ran to the end
     assert out["WARNINGS"] == "1"
     for words in ("Keras 3.6.0", "one_step_on_iterator", 'pip install "keras>=3.7"', "TensorFlow 2.16"):
@@ -65,9 +79,14 @@ def test_keras_older_than_3_7_steps_aside_with_one_warning_and_the_fit_goes_on(t
 def test_a_tf_keras_model_is_refused_naming_the_cause_and_its_fit_goes_on(tmp_path_factory):
     major, minor = tf.__version__.split(".")[:2]
     target = _target(tmp_path_factory, f"tf_keras=={major}.{minor}.*")
-    out = _run(FIT.format(imports="import tensorflow as tf, xla_keras",
-                          model="tf.keras.Sequential([tf.keras.Input((4,)), tf.keras.layers.Dense(1)])"),
-               target, TF_USE_LEGACY_KERAS="1")
+    out = _run(
+        FIT.format(
+            imports="import tensorflow as tf, xla_keras",
+            model="tf.keras.Sequential([tf.keras.Input((4,)), tf.keras.layers.Dense(1)])",
+        ),
+        target,
+        TF_USE_LEGACY_KERAS="1",
+    )
     assert out["EPOCHS"] == "2"
     assert out["WARNINGS"] == "1"
     assert "tf_keras" in out["WARNING"] and "TF_USE_LEGACY_KERAS" in out["WARNING"]
@@ -75,9 +94,11 @@ def test_a_tf_keras_model_is_refused_naming_the_cause_and_its_fit_goes_on(tmp_pa
 
 
 def test_python_dash_m_xla_keras_is_the_command_line():
-    proc = subprocess.run([sys.executable, "-m", "xla_keras", "--version"], capture_output=True, text=True,
-                          cwd=ROOT, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "xla_keras", "--version"], capture_output=True, text=True, cwd=ROOT, timeout=120
+    )
     assert proc.returncode == 0 and proc.stdout.startswith("xla-keras ")
-    proc = subprocess.run([sys.executable, "-m", "xla_keras", "nonsense"], capture_output=True, text=True,
-                          cwd=ROOT, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "xla_keras", "nonsense"], capture_output=True, text=True, cwd=ROOT, timeout=120
+    )
     assert proc.returncode == 2 and "report, doctor, explain" in proc.stderr

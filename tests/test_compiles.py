@@ -33,16 +33,16 @@ def test_trace_event_end():
 def tf221_jit_on_trace():
     """One jit_compile=True step as measured on TF 2.21 CPU."""
     return [
-        ev("__inference_one_step_on_data_1429", 120, 355),          # 120 .. 475
-        ev("HLO passes through layout assignment", 209, 5),          # 209 .. 214
-        ev("CpuCompiler::RunBackend", 213, 242),                     # 213 .. 455
-        ev("CpuCompiler::CompileCpuExecutable", 213.2, 241.6),       # 213.2 .. 454.8
-        ev("JitCompiler::Compile", 335, 100),                        # 335 .. 435
-        ev("CpuExecutable::ExecuteAsyncOnStream", 458, 4),           # runs after the compile
+        ev("__inference_one_step_on_data_1429", 120, 355),  # 120 .. 475
+        ev("HLO passes through layout assignment", 209, 5),  # 209 .. 214
+        ev("CpuCompiler::RunBackend", 213, 242),  # 213 .. 455
+        ev("CpuCompiler::CompileCpuExecutable", 213.2, 241.6),  # 213.2 .. 454.8
+        ev("JitCompiler::Compile", 335, 100),  # 335 .. 435
+        ev("CpuExecutable::ExecuteAsyncOnStream", 458, 4),  # runs after the compile
         # Parallel fusion compiles on worker threads: no extra modules, not part of MAIN's span.
         ev("FusionCompiler::Compile", 250, 30, thread=(1, 202)),
         ev("FusionCompiler::Compile", 300, 40, thread=(1, 203)),
-        ev("FusionCompiler::Compile", 440, 30, thread=(1, 204)),     # ends at 470, after RunBackend
+        ev("FusionCompiler::Compile", 440, 30, thread=(1, 204)),  # ends at 470, after RunBackend
     ]
 
 
@@ -60,11 +60,11 @@ def test_tf221_trace_order_does_not_matter():
 
 def two_modules_under_one_op(with_second_hlo_passes=False):
     events = [
-        ev("_XlaCompile", 0, 500),                      # 0 .. 500
-        ev("CpuCompiler::RunBackend", 10, 190),         # 10 .. 200
-        ev("JitCompiler::Compile", 100, 90),            # 100 .. 190
-        ev("CpuCompiler::RunBackend", 250, 200),        # 250 .. 450
-        ev("JitCompiler::Compile", 300, 120),           # 300 .. 420
+        ev("_XlaCompile", 0, 500),  # 0 .. 500
+        ev("CpuCompiler::RunBackend", 10, 190),  # 10 .. 200
+        ev("JitCompiler::Compile", 100, 90),  # 100 .. 190
+        ev("CpuCompiler::RunBackend", 250, 200),  # 250 .. 450
+        ev("JitCompiler::Compile", 300, 120),  # 300 .. 420
         ev("_XlaRun", 510, 10),
     ]
     if with_second_hlo_passes:
@@ -92,10 +92,10 @@ def test_two_modules_with_passes_between_them_still_sum_to_the_span():
 def test_separate_threads_give_separate_modules_in_compile_order():
     t1, t2 = (0, 1), (0, 2)
     events = [
-        ev("__inference_a", 100, 300, thread=t1),                # 100 .. 400
-        ev("CpuCompiler::RunBackend", 150, 200, thread=t1),      # 150 .. 350
-        ev("__inference_b", 0, 250, thread=t2),                  # 0 .. 250
-        ev("CpuCompiler::RunBackend", 20, 200, thread=t2),       # 20 .. 220
+        ev("__inference_a", 100, 300, thread=t1),  # 100 .. 400
+        ev("CpuCompiler::RunBackend", 150, 200, thread=t1),  # 150 .. 350
+        ev("__inference_b", 0, 250, thread=t2),  # 0 .. 250
+        ev("CpuCompiler::RunBackend", 20, 200, thread=t2),  # 20 .. 220
     ]
     # t2's module (0 .. 220) started first; t1's (100 .. 350) overlaps it in time
     # but is on another thread, so it is not clipped.
@@ -104,23 +104,27 @@ def test_separate_threads_give_separate_modules_in_compile_order():
 
 def test_innermost_enclosing_event_is_the_start():
     events = [
-        ev("__inference_train_function_9", 0, 1000),             # 0 .. 1000
-        ev("__inference_one_step_on_data_7", 100, 500),          # 100 .. 600 (innermost)
-        ev("CpuCompiler::RunBackend", 200, 200),                 # 200 .. 400
+        ev("__inference_train_function_9", 0, 1000),  # 0 .. 1000
+        ev("__inference_one_step_on_data_7", 100, 500),  # 100 .. 600 (innermost)
+        ev("CpuCompiler::RunBackend", 200, 200),  # 200 .. 400
     ]
     assert seconds(events) == approx_list([0.3])
 
 
-@pytest.mark.parametrize("extra, expected", [
-    (ev("FusionCompiler::Compile", 260, 30), 0.29),   # 260 .. 290: inside the kernel, counts
-    (ev("FusionCompiler::Compile", 280, 70), 0.25),   # 280 .. 350: past the kernel's end, ignored
-    (ev("FusionCompiler::Compile", 40, 20), 0.25),    # 40 .. 60: before the anchor, ignored
-    (ev("CpuExecutable::ExecuteAsyncOnStream", 260, 30), 0.25),  # not a compiler event
-], ids=["compiler-event-inside", "compiler-event-past-kernel", "before-anchor", "execution"])
+@pytest.mark.parametrize(
+    "extra, expected",
+    [
+        (ev("FusionCompiler::Compile", 260, 30), 0.29),  # 260 .. 290: inside the kernel, counts
+        (ev("FusionCompiler::Compile", 280, 70), 0.25),  # 280 .. 350: past the kernel's end, ignored
+        (ev("FusionCompiler::Compile", 40, 20), 0.25),  # 40 .. 60: before the anchor, ignored
+        (ev("CpuExecutable::ExecuteAsyncOnStream", 260, 30), 0.25),  # not a compiler event
+    ],
+    ids=["compiler-event-inside", "compiler-event-past-kernel", "before-anchor", "execution"],
+)
 def test_end_is_last_compiler_event_within_the_enclosing_event(extra, expected):
     events = [
-        ev("__inference_f", 0, 300),                  # 0 .. 300
-        ev("CpuCompiler::RunBackend", 50, 200),       # 50 .. 250
+        ev("__inference_f", 0, 300),  # 0 .. 300
+        ev("CpuCompiler::RunBackend", 50, 200),  # 50 .. 250
         extra,
     ]
     assert seconds(events) == approx_list([expected])
@@ -131,9 +135,9 @@ def test_end_is_last_compiler_event_within_the_enclosing_event(extra, expected):
 
 def fallback_trace():
     return [
-        ev("__inference_f", 0, 400),                             # 0 .. 400
-        ev("CpuCompiler::CompileCpuExecutable", 50, 250),        # 50 .. 300
-        ev("JitCompiler::Compile", 100, 150),                    # 100 .. 250
+        ev("__inference_f", 0, 400),  # 0 .. 400
+        ev("CpuCompiler::CompileCpuExecutable", 50, 250),  # 50 .. 300
+        ev("JitCompiler::Compile", 100, 150),  # 100 .. 250
         ev("CpuExecutable::ExecuteAsyncOnStream", 320, 5),
     ]
 
@@ -150,36 +154,40 @@ def test_run_backend_takes_precedence_over_the_fallback_anchor():
     # CompileCpuExecutable nested in RunBackend must not count as a second module.
     events = [
         ev("__inference_f", 0, 400),
-        ev("CpuCompiler::RunBackend", 50, 250),                  # 50 .. 300
-        ev("CpuCompiler::CompileCpuExecutable", 60, 230),        # 60 .. 290
+        ev("CpuCompiler::RunBackend", 50, 250),  # 50 .. 300
+        ev("CpuCompiler::CompileCpuExecutable", 60, 230),  # 60 .. 290
     ]
     assert seconds(events) == approx_list([0.3])
 
 
-@pytest.mark.parametrize("events", [
-    [],
-    [ev("__inference_f", 0, 10), ev("CpuExecutable::ExecuteAsyncOnStream", 2, 5), ev("_XlaRun", 11, 1)],
-    [ev("__inference_f", 0, 10), ev("CpuCompiler::RunBackend", 2, 0)],
-], ids=["empty", "no-compiler-events", "zero-duration-anchor"])
+@pytest.mark.parametrize(
+    "events",
+    [
+        [],
+        [ev("__inference_f", 0, 10), ev("CpuExecutable::ExecuteAsyncOnStream", 2, 5), ev("_XlaRun", 11, 1)],
+        [ev("__inference_f", 0, 10), ev("CpuCompiler::RunBackend", 2, 0)],
+    ],
+    ids=["empty", "no-compiler-events", "zero-duration-anchor"],
+)
 def test_no_module_compiled(events):
     assert seconds(events) == []
 
 
 def test_zero_duration_compiler_events_are_ignored():
     events = [
-        ev("__inference_f", 0, 1000),                 # 0 .. 1000
-        ev("CpuCompiler::RunBackend", 100, 200),      # 100 .. 300
-        ev("TaskDispatcher::Dispatch", 700, 0),       # would stretch the end to 700 ms
+        ev("__inference_f", 0, 1000),  # 0 .. 1000
+        ev("CpuCompiler::RunBackend", 100, 200),  # 100 .. 300
+        ev("TaskDispatcher::Dispatch", 700, 0),  # would stretch the end to 700 ms
     ]
     assert seconds(events) == approx_list([0.3])
 
 
 def test_without_enclosing_non_compiler_event_start_is_the_anchor():
     events = [
-        ev("CpuCompiler::Compile", 50, 300),          # encloses, but is a compiler event
-        ev("CpuCompiler::RunBackend", 100, 200),      # 100 .. 300
-        ev("JitCompiler::Compile", 150, 100),         # 150 .. 250
-        ev("__inference_late", 120, 400),             # overlaps but does not enclose
+        ev("CpuCompiler::Compile", 50, 300),  # encloses, but is a compiler event
+        ev("CpuCompiler::RunBackend", 100, 200),  # 100 .. 300
+        ev("JitCompiler::Compile", 150, 100),  # 150 .. 250
+        ev("__inference_late", 120, 400),  # overlaps but does not enclose
     ]
     assert seconds(events) == approx_list([0.2])
 

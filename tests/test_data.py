@@ -108,9 +108,19 @@ def pad_fix(case):
     targets = [{"path": path(name), "axis": 1, "lengths": list(lengths)} for name, lengths in varying(case)]
     # Another replica's view of a leaf: must be ignored.
     targets.append({"path": path(varying(case)[0][0]) + "@1", "axis": 1, "lengths": [1]})
-    return {"kind": "pad_to_lengths", "targets": targets, "batch_size": case.batch_size,
-            "remainder": case.remainder, "path": targets[0]["path"], "axis": 1, "lengths": case.lengths,
-            "padding_overhead": 0.1, "compiles": 3, "drop_remainder": True, "code": "ds = ds.map(...)"}
+    return {
+        "kind": "pad_to_lengths",
+        "targets": targets,
+        "batch_size": case.batch_size,
+        "remainder": case.remainder,
+        "path": targets[0]["path"],
+        "axis": 1,
+        "lengths": case.lengths,
+        "padding_overhead": 0.1,
+        "compiles": 3,
+        "drop_remainder": True,
+        "code": "ds = ds.map(...)",
+    }
 
 
 def bucket_fix(case):
@@ -118,15 +128,21 @@ def bucket_fix(case):
         targets = [{"path": "x/tokens", "axis": 1}, {"path": "x/mask", "axis": 1}]
     else:  # two_inputs: "x/b" is not a target, padded to its batch's longest only
         targets = [{"path": path(varying(case)[0][0]), "axis": 1}]
-    return {"kind": "bucket_by_length", "length_of": dict(targets[0]), "lengths": list(case.lengths),
-            "targets": targets, "batch_size": case.batch_size, "remainder": case.remainder}
+    return {
+        "kind": "bucket_by_length",
+        "length_of": dict(targets[0]),
+        "lengths": list(case.lengths),
+        "targets": targets,
+        "batch_size": case.batch_size,
+        "remainder": case.remainder,
+    }
 
 
 def padded_batches(elements, batch_size):
     """What a user's padded_batch(batch_size) gives, in numpy: each leaf padded to its batch's longest."""
     out = []
     for start in range(0, len(elements), batch_size):
-        group = elements[start:start + batch_size]
+        group = elements[start : start + batch_size]
 
         def stack(*leaves):
             if np.ndim(leaves[0]) == 0:
@@ -177,8 +193,8 @@ def check_row(case, x_out, k, element):
     for name, _ in varying(case):
         original = leaf(x, name)
         row = leaf(x_out, name)[k]
-        np.testing.assert_array_equal(row[:len(original)], original)
-        assert not row[len(original):].any()
+        np.testing.assert_array_equal(row[: len(original)], original)
+        assert not row[len(original) :].any()
 
 
 def check_rows_padding(case, batch, real):
@@ -203,9 +219,9 @@ def check_weights(case, batch, group):
         expected_parts = 3  # every batch gets the weights, so all keep one structure
     assert len(p) == expected_parts
     if case.labels != "none":
-        np.testing.assert_array_equal(p[1][:len(group)], [e[1] for e in group])
+        np.testing.assert_array_equal(p[1][: len(group)], [e[1] for e in group])
     if case.labels == "y_sw":
-        np.testing.assert_array_equal(p[2][:len(group)], [e[2] for e in group])
+        np.testing.assert_array_equal(p[2][: len(group)], [e[2] for e in group])
     elif len(p) == 3:
         np.testing.assert_array_equal(p[2], [1.0] * len(group) + [0.0] * (len(p[2]) - len(group)))
 
@@ -214,7 +230,7 @@ def check_padded(case, out):
     batches = collect(out)
     n, bs = len(case.elements), case.batch_size
     kept = n - n % bs if case.remainder == "drop" else n
-    groups = [case.elements[i:i + bs] for i in range(0, kept, bs)]
+    groups = [case.elements[i : i + bs] for i in range(0, kept, bs)]
     assert len(batches) == len(groups)
     assert sum(len(g) for g in groups) == kept  # "drop" loses exactly n mod batch_size
     for batch, group in zip(batches, groups):
@@ -262,8 +278,10 @@ def check_bucketed(case, out):
         real = min(rows, len(by_bucket.get(tokens.shape[1], ())) - len(seen[tokens.shape[1]]))
         assert real >= 1
         if case.labels == "none":  # no index: find the example by its content (equal ones are alike)
-            group = [next(e for e in case.elements if content(case, x_of(e)) == row_content(case, x_out, k))
-                     for k in range(real)]
+            group = [
+                next(e for e in case.elements if content(case, x_of(e)) == row_content(case, x_out, k))
+                for k in range(real)
+            ]
         else:
             group = [case.elements[int(i)] for i in parts(batch)[1][:real]]
         length = {bucket(e) for e in group}
@@ -285,8 +303,9 @@ def check_bucketed(case, out):
         keep = len(members) - len(members) % bs if case.remainder == "drop" else len(members)
         dropped += len(members) - keep
         if case.labels == "none":  # no index to follow: the same examples, whatever order
-            assert sorted(content(case, x_of(e)) for e in seen[length]) == \
-                sorted(content(case, x_of(e)) for e in members[:keep])
+            assert sorted(content(case, x_of(e)) for e in seen[length]) == sorted(
+                content(case, x_of(e)) for e in members[:keep]
+            )
         else:  # in order within a bucket, each bucket's final partial batch dropped or kept
             assert [e[1] for e in seen[length]] == [e[1] for e in members[:keep]]
     assert sum(len(v) for v in seen.values()) == len(case.elements) - dropped
@@ -386,7 +405,7 @@ def test_fixed_batch_size_tf_data(case):
 
 def remainder_batches():
     x = np.arange(21 * 2, dtype=np.float32).reshape(21, 2) + 1
-    return [(x[i:i + 8], x[i:i + 8, 0]) for i in range(0, 21, 8)]  # 8, 8, 5 rows
+    return [(x[i : i + 8], x[i : i + 8, 0]) for i in range(0, 21, 8)]  # 8, 8, 5 rows
 
 
 @pytest.mark.parametrize("kind", ["drop_remainder", "pad_remainder"])
@@ -413,8 +432,12 @@ def test_remainder_kinds_tf_data():
 
 
 def test_remainder_none_leaves_rows():
-    fix = {"kind": "pad_to_lengths", "targets": [{"path": "x", "axis": 1, "lengths": [4]}], "batch_size": None,
-           "remainder": "drop"}  # no batch size: nothing to hold rows to
+    fix = {
+        "kind": "pad_to_lengths",
+        "targets": [{"path": "x", "axis": 1, "lengths": [4]}],
+        "batch_size": None,
+        "remainder": "drop",
+    }  # no batch size: nothing to hold rows to
     out = collect(xd.apply_fix(remainder_batches(), fix))
     assert [b[0].shape for b in out] == [(8, 4), (8, 4), (5, 4)]
 
@@ -430,9 +453,18 @@ def test_sequence_with_short_middle_batch_drop_is_refused():
 
 def test_pre_padded_elements_are_not_cut():
     elements = [(np.pad(np.arange(1, n + 1), (0, 30 - n)), np.float32(n)) for n in (3, 4, 20, 5)]
-    fix = {"kind": "pad_to_lengths", "targets": [], "batch_size": 2, "remainder": "pad",
-           "bucket_by_length": {"kind": "bucket_by_length", "length_of": {"path": "x", "axis": 1},
-                                "lengths": [8, 16], "targets": [{"path": "x", "axis": 1}]}}
+    fix = {
+        "kind": "pad_to_lengths",
+        "targets": [],
+        "batch_size": 2,
+        "remainder": "pad",
+        "bucket_by_length": {
+            "kind": "bucket_by_length",
+            "length_of": {"path": "x", "axis": 1},
+            "lengths": [8, 16],
+            "targets": [{"path": "x", "axis": 1}],
+        },
+    }
     out = collect(xd.bucket_by_length(elements, fix))  # batch size and remainder from the outer fix
     # Buckets 8 (3, 4 | 5) and 32 (20, beyond 16): never cut below the elements' 30.
     assert sorted(b[0].shape for b in out) == [(2, 30), (2, 30), (2, 32)]
@@ -445,8 +477,14 @@ def test_pre_padded_elements_are_not_cut_tf_data():
     tf = pytest.importorskip("tensorflow")
     x = np.stack([np.pad(np.arange(1, n + 1), (0, 30 - n)) for n in (3, 4, 20, 5)])
     ds = tf.data.Dataset.from_tensor_slices((x, np.arange(4, dtype=np.float32)))
-    fix = {"kind": "bucket_by_length", "length_of": {"path": "x", "axis": 1}, "lengths": [8, 16],
-           "targets": [{"path": "x", "axis": 1}], "batch_size": 2, "remainder": "drop"}
+    fix = {
+        "kind": "bucket_by_length",
+        "length_of": {"path": "x", "axis": 1},
+        "lengths": [8, 16],
+        "targets": [{"path": "x", "axis": 1}],
+        "batch_size": 2,
+        "remainder": "drop",
+    }
     out = collect(xd.bucket_by_length(ds, fix))
     assert [b[0].shape for b in out] == [(2, 30)]  # the 8-bucket's pair; the 20 is dropped alone
 
@@ -454,8 +492,12 @@ def test_pre_padded_elements_are_not_cut_tf_data():
 def test_tf_padding_keeps_static_dims():
     tf = pytest.importorskip("tensorflow")
     ds = tf.data.Dataset.from_tensor_slices((np.ones((10, 5, 8), np.float32), np.ones(10, np.float32))).batch(4)
-    fix = {"kind": "pad_to_lengths", "targets": [{"path": "x", "axis": 1, "lengths": [16]}], "batch_size": 4,
-           "remainder": "pad"}
+    fix = {
+        "kind": "pad_to_lengths",
+        "targets": [{"path": "x", "axis": 1, "lengths": [16]}],
+        "batch_size": 4,
+        "remainder": "pad",
+    }
     out = xd.apply_fix(ds, fix)
     # The padded axis is unknown (or folded to 16); the others stay: Dense layers build on the 8.
     assert out.element_spec[0].shape.as_list() in ([None, None, 8], [None, 16, 8])
@@ -467,8 +509,10 @@ def test_tf_one_tuple_and_namedtuple_elements_keep_their_structure():
     Pair = collections.namedtuple("Pair", "tokens mask")
     x = np.ones((5, 3), np.int32)
     # A namedtuple of 1..3 fields is split like a tuple (x, y): as Keras unpacks it.
-    fix = {"kind": "pad_to_lengths", "targets": [{"path": "x", "axis": 1, "lengths": [4]},
-                                                 {"path": "y", "axis": 1, "lengths": [4]}]}
+    fix = {
+        "kind": "pad_to_lengths",
+        "targets": [{"path": "x", "axis": 1, "lengths": [4]}, {"path": "y", "axis": 1, "lengths": [4]}],
+    }
     out = xd.apply_fix(tf.data.Dataset.from_tensor_slices(Pair(x, x)).batch(2), fix)
     assert type(out.element_spec).__name__ == "Pair"
     assert [(b.tokens.shape, b.mask.shape) for b in collect(out)] == [((2, 4), (2, 4))] * 2 + [((1, 4), (1, 4))]
@@ -478,16 +522,19 @@ def test_tf_one_tuple_and_namedtuple_elements_keep_their_structure():
     assert [(b[0].tokens.shape, b[0].mask.shape) for b in collect(out)] == [((2, 4), (2, 3))] * 2 + [((1, 4), (1, 3))]
 
 
-@pytest.mark.parametrize("batch", [
-    np.zeros((2, 3)),
-    (np.zeros((2, 3)),),
-    ({"b": np.zeros(2), "a": {"z": np.zeros(2), "k": [np.zeros(2), np.zeros(2)]}}, np.zeros(2)),
-    (np.zeros(2), np.zeros(2), np.zeros(2)),
-    (np.zeros(2),) * 4,
-    [np.zeros(2), {"m": np.zeros(2)}],
-    collections.namedtuple("P", "tokens mask")(np.zeros(2), np.zeros(2)),
-    {"x": (np.zeros(2), collections.namedtuple("Q", "u")(np.zeros(2)))},
-])
+@pytest.mark.parametrize(
+    "batch",
+    [
+        np.zeros((2, 3)),
+        (np.zeros((2, 3)),),
+        ({"b": np.zeros(2), "a": {"z": np.zeros(2), "k": [np.zeros(2), np.zeros(2)]}}, np.zeros(2)),
+        (np.zeros(2), np.zeros(2), np.zeros(2)),
+        (np.zeros(2),) * 4,
+        [np.zeros(2), {"m": np.zeros(2)}],
+        collections.namedtuple("P", "tokens mask")(np.zeros(2), np.zeros(2)),
+        {"x": (np.zeros(2), collections.namedtuple("Q", "u")(np.zeros(2)))},
+    ],
+)
 def test_paths_match_the_monitors_signatures(batch):
     assert [p for p, _ in xd._leaves(batch)] == [leaf.path for leaf in signature_of(batch)]
 
@@ -503,8 +550,12 @@ def test_pydataset_output_pickles_and_keeps_workers():
         def __getitem__(self, i):
             return np.ones((4, 3 + i), np.int32), np.ones(4, np.float32)
 
-    fix = {"kind": "pad_to_lengths", "targets": [{"path": "x", "axis": 1, "lengths": [8]}], "batch_size": 4,
-           "remainder": "pad"}
+    fix = {
+        "kind": "pad_to_lengths",
+        "targets": [{"path": "x", "axis": 1, "lengths": [8]}],
+        "batch_size": 4,
+        "remainder": "pad",
+    }
     out = xd.apply_fix(Source(), fix)
     assert (out.workers, out.max_queue_size) == (2, 3)
     assert [b[0].shape for b in collect(out)] == [(4, 8)] * 2
@@ -516,27 +567,44 @@ def test_pydataset_output_pickles_and_keeps_workers():
 # ------------------------------------------------------------------ errors
 
 
-@pytest.mark.parametrize("fix, message", [
-    ({"kind": "consistent_structure"}, r"cannot be applied mechanically.*same structure and dtypes.*cast.*"
-                                       r"'pad_to_lengths', 'fixed_batch_size', 'drop_remainder', 'pad_remainder'"),
-    ({"kind": "unknown"}, r"'unknown' cannot be applied mechanically.*apply_fix accepts the kinds"),
-    ({"kind": "reshuffle"}, r"kind 'reshuffle' cannot be applied mechanically.*apply_fix accepts the kinds"),
-    ({"kind": "bucket_by_length", "length_of": {"path": "x", "axis": 1}, "lengths": [4], "targets": []},
-     r"xla_keras\.data\.bucket_by_length\(unbatched, fix, batch_size\)"),
-    ([("kind", "pad_to_lengths")], r"A fix is a dict.*got list"),
-    ({"targets": []}, r"no 'kind' key"),
-    ({"kind": "pad_to_lengths", "lengths": [4]}, r"pad_to_lengths fix has no 'targets' key"),
-    ({"kind": "pad_to_lengths", "targets": [{"path": "x", "axis": 1}]}, r"target 0 has no 'lengths' key"),
-    ({"kind": "pad_to_lengths", "targets": [{"path": "x", "lengths": [4]}]}, r"target 0 has no 'axis' key"),
-    ({"kind": "pad_to_lengths", "targets": [{"path": "x", "axis": 1, "lengths": []}]}, r"non-empty list"),
-    ({"kind": "pad_to_lengths", "targets": [{"path": "x", "axis": 1, "lengths": [4]}], "batch_size": 8,
-      "remainder": "trim"}, r"'remainder' must be 'drop', 'pad' or None"),
-    ({"kind": "fixed_batch_size", "batch_size": 32}, r"fixed_batch_size fix has no 'size' key"),
-    ({"kind": "drop_remainder", "rows": 5}, r"drop_remainder fix has no 'batch_size' key"),
-    ({"kind": "pad_to_lengths", "targets": [{"path": "x/tokens", "axis": 1, "lengths": [4]}]},
-     r"None of the fix's inputs \('x/tokens'\) is in the data \(its inputs: 'x', 'y'\)"),
-    ({"kind": "pad_to_lengths", "targets": [{"path": "x", "axis": 2, "lengths": [4]}]}, r"has no axis 2"),
-])
+@pytest.mark.parametrize(
+    "fix, message",
+    [
+        (
+            {"kind": "consistent_structure"},
+            r"cannot be applied mechanically.*same structure and dtypes.*cast.*"
+            r"'pad_to_lengths', 'fixed_batch_size', 'drop_remainder', 'pad_remainder'",
+        ),
+        ({"kind": "unknown"}, r"'unknown' cannot be applied mechanically.*apply_fix accepts the kinds"),
+        ({"kind": "reshuffle"}, r"kind 'reshuffle' cannot be applied mechanically.*apply_fix accepts the kinds"),
+        (
+            {"kind": "bucket_by_length", "length_of": {"path": "x", "axis": 1}, "lengths": [4], "targets": []},
+            r"xla_keras\.data\.bucket_by_length\(unbatched, fix, batch_size\)",
+        ),
+        ([("kind", "pad_to_lengths")], r"A fix is a dict.*got list"),
+        ({"targets": []}, r"no 'kind' key"),
+        ({"kind": "pad_to_lengths", "lengths": [4]}, r"pad_to_lengths fix has no 'targets' key"),
+        ({"kind": "pad_to_lengths", "targets": [{"path": "x", "axis": 1}]}, r"target 0 has no 'lengths' key"),
+        ({"kind": "pad_to_lengths", "targets": [{"path": "x", "lengths": [4]}]}, r"target 0 has no 'axis' key"),
+        ({"kind": "pad_to_lengths", "targets": [{"path": "x", "axis": 1, "lengths": []}]}, r"non-empty list"),
+        (
+            {
+                "kind": "pad_to_lengths",
+                "targets": [{"path": "x", "axis": 1, "lengths": [4]}],
+                "batch_size": 8,
+                "remainder": "trim",
+            },
+            r"'remainder' must be 'drop', 'pad' or None",
+        ),
+        ({"kind": "fixed_batch_size", "batch_size": 32}, r"fixed_batch_size fix has no 'size' key"),
+        ({"kind": "drop_remainder", "rows": 5}, r"drop_remainder fix has no 'batch_size' key"),
+        (
+            {"kind": "pad_to_lengths", "targets": [{"path": "x/tokens", "axis": 1, "lengths": [4]}]},
+            r"None of the fix's inputs \('x/tokens'\) is in the data \(its inputs: 'x', 'y'\)",
+        ),
+        ({"kind": "pad_to_lengths", "targets": [{"path": "x", "axis": 2, "lengths": [4]}]}, r"has no axis 2"),
+    ],
+)
 def test_apply_fix_errors(fix, message):
     with pytest.raises(ValueError, match=message):
         xd.apply_fix(remainder_batches(), fix)
@@ -544,8 +612,12 @@ def test_apply_fix_errors(fix, message):
 
 def test_bucket_errors():
     elements = [(np.ones(3), np.float32(0))]
-    bucket = {"kind": "bucket_by_length", "length_of": {"path": "x", "axis": 1}, "lengths": [4],
-              "targets": [{"path": "x", "axis": 1}]}
+    bucket = {
+        "kind": "bucket_by_length",
+        "length_of": {"path": "x", "axis": 1},
+        "lengths": [4],
+        "targets": [{"path": "x", "axis": 1}],
+    }
     with pytest.raises(ValueError, match="needs a batch size"):
         xd.bucket_by_length(elements, bucket)
     with pytest.raises(ValueError, match="has no 'bucket_by_length' part.*apply_fix"):
@@ -609,24 +681,36 @@ NO_TF_SCRIPT = textwrap.dedent("""
 
 def test_numpy_path_needs_no_tensorflow():
     pytest.importorskip("jax")
-    env = dict(os.environ, KERAS_BACKEND="jax", JAX_PLATFORMS="cpu",
-               PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    result = subprocess.run([sys.executable, "-c", NO_TF_SCRIPT], env=env, cwd=REPO, capture_output=True,
-                            text=True, timeout=300)
+    env = dict(
+        os.environ,
+        KERAS_BACKEND="jax",
+        JAX_PLATFORMS="cpu",
+        PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""),
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", NO_TF_SCRIPT], env=env, cwd=REPO, capture_output=True, text=True, timeout=300
+    )
     assert result.returncode == 0 and result.stdout.strip().endswith("OK"), result.stderr[-3000:]
 
 
 def test_bucket_by_length_refuses_batched_data_when_the_fix_knows_the_rank():
-    fix = {"kind": "bucket_by_length", "length_of": {"path": "x", "axis": 1, "rank": 2}, "lengths": [8, 16],
-           "targets": [{"path": "x", "axis": 1}], "batch_size": 2, "remainder": "drop"}
+    fix = {
+        "kind": "bucket_by_length",
+        "length_of": {"path": "x", "axis": 1, "rank": 2},
+        "lengths": [8, 16],
+        "targets": [{"path": "x", "axis": 1}],
+        "batch_size": 2,
+        "remainder": "drop",
+    }
     batched = [(np.ones((2, 5), np.int32), np.ones((2,), np.float32))]
     with pytest.raises(ValueError, match="takes single examples: input 'x' has 2 axes here.*before you batch"):
         xd.bucket_by_length(batched, fix)
     examples = [(np.ones((n,), np.int32), np.float32(1)) for n in (3, 5, 9, 12)]
     assert len(xd.bucket_by_length(examples, fix)) == 2
     tf = pytest.importorskip("tensorflow")
-    ds = tf.data.Dataset.from_generator(lambda: iter(examples), output_signature=(
-        tf.TensorSpec((None,), tf.int32), tf.TensorSpec((), tf.float32)))
+    ds = tf.data.Dataset.from_generator(
+        lambda: iter(examples), output_signature=(tf.TensorSpec((None,), tf.int32), tf.TensorSpec((), tf.float32))
+    )
     with pytest.raises(ValueError, match="takes single examples"):
         xd.bucket_by_length(ds.padded_batch(2), fix)
     assert len(list(xd.bucket_by_length(ds, fix))) == 2

@@ -21,8 +21,7 @@ def _env(**extra):
 
 
 def _stderr_of(*cmd, **env):
-    return subprocess.run([sys.executable, *cmd], capture_output=True, text=True, timeout=300,
-                          env=_env(**env)).stderr
+    return subprocess.run([sys.executable, *cmd], capture_output=True, text=True, timeout=300, env=_env(**env)).stderr
 
 
 def _keys(text):
@@ -59,28 +58,55 @@ def test_explain_warnings_from_real_runs(kind, key):
     assert f"[{key}]" in text and "fix" in text
 
 
-@pytest.mark.parametrize("line, key", [
-    # These two need TensorFlow's verbose logging to appear; written as TensorFlow prints them.
-    ("I0000 00:00:1 mark_for_compilation_pass.cc:1798] Not using XLA:CPU for cluster because envvar "
-     "TF_XLA_FLAGS=--tf_xla_cpu_global_jit was not set.", "not_using_xla_cpu"),
-    ("W0000 device_compilation_profiler.cc:140] Cluster cluster_3 is megamorphic: compiled 11 times", "megamorphic"),
-])
+@pytest.mark.parametrize(
+    "line, key",
+    [
+        # These two need TensorFlow's verbose logging to appear; written as TensorFlow prints them.
+        (
+            "I0000 00:00:1 mark_for_compilation_pass.cc:1798] Not using XLA:CPU for cluster because envvar "
+            "TF_XLA_FLAGS=--tf_xla_cpu_global_jit was not set.",
+            "not_using_xla_cpu",
+        ),
+        (
+            "W0000 device_compilation_profiler.cc:140] Cluster cluster_3 is megamorphic: compiled 11 times",
+            "megamorphic",
+        ),
+    ],
+)
 def test_explain_lines_that_need_verbose_logging(line, key):
     assert _keys(line) == [key]
 
 
 def test_explain_cli_reads_stdin_and_files(tmp_path):
     log = tmp_path / "train.log"
-    log.write_text("noise\nI0000 device_compiler.h:538] Compilation of XLA executable time: 250 ms (x)\n"
-                   "I0000 device_compiler.h:538] Compilation of XLA executable time: 1.5 s (x)\n")
-    result = subprocess.run([sys.executable, "-m", "xla_keras", "explain", str(log)], capture_output=True,
-                            text=True, env=_env(), timeout=120)
+    log.write_text(
+        "noise\nI0000 device_compiler.h:538] Compilation of XLA executable time: 250 ms (x)\n"
+        "I0000 device_compiler.h:538] Compilation of XLA executable time: 1.5 s (x)\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-m", "xla_keras", "explain", str(log)],
+        capture_output=True,
+        text=True,
+        env=_env(),
+        timeout=120,
+    )
     assert result.returncode == 0 and "2 compiles, 1.75 s in all" in result.stdout
-    result = subprocess.run([sys.executable, "-m", "xla_keras", "explain", "-"], input="nothing here\n",
-                            capture_output=True, text=True, env=_env(), timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-m", "xla_keras", "explain", "-"],
+        input="nothing here\n",
+        capture_output=True,
+        text=True,
+        env=_env(),
+        timeout=120,
+    )
     assert result.returncode == 0 and "No TensorFlow/XLA lines found" in result.stdout
-    result = subprocess.run([sys.executable, "-m", "xla_keras", "explain", str(tmp_path / "missing.log")],
-                            capture_output=True, text=True, env=_env(), timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-m", "xla_keras", "explain", str(tmp_path / "missing.log")],
+        capture_output=True,
+        text=True,
+        env=_env(),
+        timeout=120,
+    )
     assert result.returncode == 2 and "cannot read" in result.stderr
 
 
@@ -88,23 +114,32 @@ def test_explain_cli_reads_stdin_and_files(tmp_path):
 
 
 def _doctor(**env):
-    return subprocess.run([sys.executable, "-m", "xla_keras", "doctor"], capture_output=True, text=True,
-                          env=_env(**env), timeout=600)
+    return subprocess.run(
+        [sys.executable, "-m", "xla_keras", "doctor"], capture_output=True, text=True, env=_env(**env), timeout=600
+    )
 
 
 def test_doctor_on_a_cpu_machine_is_informational_and_exits_0():
     result = _doctor()
     assert result.returncode == 0, result.stdout + result.stderr
-    for words in ("versions: tensorflow 2.", "devices: CPU", "resolves to False here", "Profile tab",
-                  "persistent compilation cache"):
+    for words in (
+        "versions: tensorflow 2.",
+        "devices: CPU",
+        "resolves to False here",
+        "Profile tab",
+        "persistent compilation cache",
+    ):
         assert words in result.stdout
 
 
-@pytest.mark.parametrize("env, words", [
-    ({"TF_XLA_FLAGS": "--tf_xla_auto_jit=2 --no_such_flag"}, "Unknown flag in TF_XLA_FLAGS: --no_such_flag"),
-    ({"XLA_FLAGS": "--xla_no_such_flag=1"}, "Unknown flag in XLA_FLAGS"),
-    ({"TF_XLA_FLAGS": "--tf_xla_auto_jit=2"}, "the CPU global-jit flag is not set"),
-])
+@pytest.mark.parametrize(
+    "env, words",
+    [
+        ({"TF_XLA_FLAGS": "--tf_xla_auto_jit=2 --no_such_flag"}, "Unknown flag in TF_XLA_FLAGS: --no_such_flag"),
+        ({"XLA_FLAGS": "--xla_no_such_flag=1"}, "Unknown flag in XLA_FLAGS"),
+        ({"TF_XLA_FLAGS": "--tf_xla_auto_jit=2"}, "the CPU global-jit flag is not set"),
+    ],
+)
 def test_doctor_exits_non_zero_for_what_will_not_work(env, words):
     result = _doctor(**env)
     assert result.returncode == 1
@@ -120,19 +155,23 @@ def test_doctor_accepts_valid_flags():
 
 
 def test_doctor_in_process_does_not_create_devices():
-    code = ("import xla_keras, sys\n"
-            "from xla_keras.backends.tensorflow import _internals\n"
-            "findings = xla_keras.doctor(check_flags=False)\n"
-            "assert any(f.topic == 'devices' for f in findings)\n"
-            "print(_internals.devices_initialized())\n")
+    code = (
+        "import xla_keras, sys\n"
+        "from xla_keras.backends.tensorflow import _internals\n"
+        "findings = xla_keras.doctor(check_flags=False)\n"
+        "assert any(f.topic == 'devices' for f in findings)\n"
+        "print(_internals.devices_initialized())\n"
+    )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=_env(), timeout=300)
     assert result.stdout.strip().splitlines()[-1] == "False", result.stderr[-2000:]
 
 
 def test_explain_uses_the_exact_microseconds_and_long_units():
-    lines = ["Compilation of XLA executable time: 1.5 min (90000000 us) (cumulative: 1.5 min)",
-             "Compilation of XLA executable time: 456 us (456 us) (cumulative: 1.5 min)",
-             "Compilation of XLA executable time: 1.23 s (1234567 us) (cumulative: 1.5 min)"]
+    lines = [
+        "Compilation of XLA executable time: 1.5 min (90000000 us) (cumulative: 1.5 min)",
+        "Compilation of XLA executable time: 456 us (456 us) (cumulative: 1.5 min)",
+        "Compilation of XLA executable time: 1.23 s (1234567 us) (cumulative: 1.5 min)",
+    ]
     (finding,) = explain(lines)
     assert finding.count == 3 and finding.total_ms == pytest.approx(90000 + 0.456 + 1234.567)
 
@@ -144,12 +183,19 @@ def test_doctor_single_gpu_auto_jit_on_cpu_is_informational():
 
 
 def test_doctor_counts_configure_as_the_cpu_flag():
-    code = ("import xla_keras\n"
-            "xla_keras.configure(cpu_autoclustering=True)\n"
-            "from xla_keras.doctor import doctor, exit_code\n"
-            "print('EXIT', exit_code(doctor(check_flags=False)))\n")
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
-                            env=_env(TF_XLA_FLAGS="--tf_xla_auto_jit=2"))
+    code = (
+        "import xla_keras\n"
+        "xla_keras.configure(cpu_autoclustering=True)\n"
+        "from xla_keras.doctor import doctor, exit_code\n"
+        "print('EXIT', exit_code(doctor(check_flags=False)))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=_env(TF_XLA_FLAGS="--tf_xla_auto_jit=2"),
+    )
     assert "EXIT 0" in result.stdout, result.stdout + result.stderr[-2000:]
 
 
@@ -158,26 +204,32 @@ def test_doctor_reports_the_persistent_cache(tmp_path):
     result = _doctor(TF_XLA_FLAGS=f"--tf_xla_persistent_cache_directory={tmp_path}")
     assert result.returncode == 0, result.stdout
     assert f"[ok   ] persistent compilation cache: {tmp_path}: 1 executable(s)" in result.stdout
-    code = ("import xla_keras, keras, warnings\n"
-            "keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])\n"
-            "warnings.simplefilter('ignore')\n"
-            f"xla_keras.configure(cache_dir={str(tmp_path / 'late')!r})\n"
-            "print([str(f) for f in xla_keras.doctor(check_flags=False) if 'cache' in f.topic])\n")
+    code = (
+        "import xla_keras, keras, warnings\n"
+        "keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])\n"
+        "warnings.simplefilter('ignore')\n"
+        f"xla_keras.configure(cache_dir={str(tmp_path / 'late')!r})\n"
+        "print([str(f) for f in xla_keras.doctor(check_flags=False) if 'cache' in f.topic])\n"
+    )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=_env())
     assert "configured after TensorFlow read its flags" in result.stdout, result.stderr[-2000:]
 
 
-@pytest.mark.parametrize("tensorflow, protobuf, line", [
-    ("2.16.2", "4.25.9", 'pip install "tensorboard-plugin-profile==2.16.0"'),
-    ("2.17.1", "4.25.9", 'pip install "tensorboard-plugin-profile==2.17.0"'),
-    ("2.19.1", "4.21.0", 'pip install "tensorboard-plugin-profile==2.19.0"'),
-    ("2.18.1", "5.29.6", 'pip install tensorboard-plugin-profile "tensorflow==2.18.1" "protobuf==5.29.6"'),
-    ("2.21.0", "7.36.2", 'pip install tensorboard-plugin-profile "tensorflow==2.21.0" "protobuf==7.36.2"'),
-])
+@pytest.mark.parametrize(
+    "tensorflow, protobuf, line",
+    [
+        ("2.16.2", "4.25.9", 'pip install "tensorboard-plugin-profile==2.16.0"'),
+        ("2.17.1", "4.25.9", 'pip install "tensorboard-plugin-profile==2.17.0"'),
+        ("2.19.1", "4.21.0", 'pip install "tensorboard-plugin-profile==2.19.0"'),
+        ("2.18.1", "5.29.6", 'pip install tensorboard-plugin-profile "tensorflow==2.18.1" "protobuf==5.29.6"'),
+        ("2.21.0", "7.36.2", 'pip install tensorboard-plugin-profile "tensorflow==2.21.0" "protobuf==7.36.2"'),
+    ],
+)
 def test_the_profile_tab_line_keeps_the_users_pins(monkeypatch, tensorflow, protobuf, line):
     """scripts/compat.py runs the line for real (pip --dry-run) in pinned venvs: no version changes."""
     from xla_keras.backends.tensorflow import _internals
     from xla_keras.tools.doctor import profile_tab_install
+
     versions = {"tensorflow": tensorflow, "protobuf": protobuf}
     monkeypatch.setattr(_internals, "_version", lambda name: versions.get(name, "unknown"))
     assert profile_tab_install() == line

@@ -45,11 +45,14 @@ def test_ratio_interval_is_students_t_on_the_logs():
     assert not Ratio.of([0.1, -0.1]).excludes_one and Ratio.of([0.01, -0.01, 0.0]).within(0.03)
 
 
-@pytest.mark.parametrize("weights", [
-    [1] * 50,                                         # 50 equally likely shapes
-    [1 / k for k in range(1, 81)],                    # Zipf over 80 shapes
-    [10] * 5 + [1] * 30,                              # a few common shapes, many rare
-])
+@pytest.mark.parametrize(
+    "weights",
+    [
+        [1] * 50,  # 50 equally likely shapes
+        [1 / k for k in range(1, 81)],  # Zipf over 80 shapes
+        [10] * 5 + [1] * 30,  # a few common shapes, many rare
+    ],
+)
 def test_expected_new_signatures_match_simulation(weights):
     """Chao's extrapolation against the mean number of new shapes a simulated sampler shows."""
     rng = np.random.default_rng(1)
@@ -79,8 +82,22 @@ def test_expected_compiles_counts_seen_shapes_the_xla_function_has_not_compiled(
 class Fit:
     """A simulated fit: true median step times per mode (seconds), multiplicative noise, first calls."""
 
-    def __init__(self, on=1e-3, off=1e-3, noise=0.03, steps=5000, first_on=0.01, first_off=0.01, default_on=False,
-                 factor=2.5, ahead=0.0, validation=0.0, seed=0, compile_seconds=0.3, known_first_call=None):
+    def __init__(
+        self,
+        on=1e-3,
+        off=1e-3,
+        noise=0.03,
+        steps=5000,
+        first_on=0.01,
+        first_off=0.01,
+        default_on=False,
+        factor=2.5,
+        ahead=0.0,
+        validation=0.0,
+        seed=0,
+        compile_seconds=0.3,
+        known_first_call=None,
+    ):
         self.times = {True: on, False: off}
         self.first = {True: first_on, False: first_off}
         self.noise, self.steps, self.ahead, self.validation = noise, steps, ahead, validation
@@ -122,8 +139,9 @@ class ShapeFit:
     its step; its first call costs ``first_on``); the non-XLA function pays nothing per shape. The
     outlook is the one ``FastestRun`` builds: ``expected_compiles`` from the counts seen so far."""
 
-    def __init__(self, epoch, epochs, on, off, compile_seconds, first_on, first_off=0.3, noise=0.03, seed=0,
-                 storm=None):
+    def __init__(
+        self, epoch, epochs, on, off, compile_seconds, first_on, first_off=0.3, noise=0.03, seed=0, storm=None
+    ):
         storm = storm or StormRule()
         self.shapes = list(epoch) * epochs
         self.times = {True: on, False: off}
@@ -176,18 +194,23 @@ class ShapeFit:
         """The whole fit in one mode, without noise: (seconds off, seconds on)."""
         shapes = list(epoch) * epochs
         distinct = len(set(shapes))
-        return (first_off + (len(shapes) - 1) * off,
-                first_on + (distinct - 1) * compile_seconds + (len(shapes) - 1) * on)
+        return (
+            first_off + (len(shapes) - 1) * off,
+            first_on + (distinct - 1) * compile_seconds + (len(shapes) - 1) * on,
+        )
 
 
-@pytest.mark.parametrize("on, off, default_on, kept, basis", [
-    (0.5e-3, 1e-3, False, "on", "measured"),     # XLA 2x faster (CPU default off)
-    (1.3e-3, 1e-3, False, "off", "measured"),    # XLA 1.3x slower
-    (1.0e-3, 1.08e-3, False, "on", "measured"),  # XLA 8% faster, little noise
-    (1.0e-3, 1.0e-3, False, "off", "within_noise"),
-    (1.0e-3, 1.0e-3, True, "on", "within_noise"),  # within noise keeps the default (JAX: on)
-    (0.25e-3, 20e-3, True, "on", "measured"),    # JAX: op by op 80x slower
-])
+@pytest.mark.parametrize(
+    "on, off, default_on, kept, basis",
+    [
+        (0.5e-3, 1e-3, False, "on", "measured"),  # XLA 2x faster (CPU default off)
+        (1.3e-3, 1e-3, False, "off", "measured"),  # XLA 1.3x slower
+        (1.0e-3, 1.08e-3, False, "on", "measured"),  # XLA 8% faster, little noise
+        (1.0e-3, 1.0e-3, False, "off", "within_noise"),
+        (1.0e-3, 1.0e-3, True, "on", "within_noise"),  # within noise keeps the default (JAX: on)
+        (0.25e-3, 20e-3, True, "on", "measured"),  # JAX: op by op 80x slower
+    ],
+)
 def test_the_trial_keeps_the_truly_faster_mode(on, off, default_on, kept, basis):
     noise = 0.01 if abs(on - off) / min(on, off) < 0.1 else 0.05
     decision = Fit(on=on, off=off, default_on=default_on, noise=noise).run()
@@ -221,8 +244,9 @@ def test_the_trial_costs_little_when_xla_is_slower():
     fit = Fit(on=1.5e-3, off=1e-3, noise=0.03, steps=20000, first_on=1.2)
     fit.run()
     default_only = Fit(on=1.5e-3, off=1e-3, noise=0.03, steps=20000)
-    default_only.trial.decision = Decision("off", "too_short", "", "off", {}, {}, {}, {}, 0.0, {}, None, None, 0,
-                                           0, 0, 0)
+    default_only.trial.decision = Decision(
+        "off", "too_short", "", "off", {}, {}, {}, {}, 0.0, {}, None, None, 0, 0, 0, 0
+    )
     default_only.run()
     assert fit.trial.decision.mode == "off"
     assert fit.seconds - default_only.seconds < 1.2 + 0.5e-3 * 3 * (fit.trial.block_steps + 8)
@@ -242,10 +266,13 @@ def test_a_7_percent_gain_in_noisy_1ms_steps_is_found_in_a_long_fit(seed):
     assert (decision.mode, decision.basis) == ("on", "measured"), decision.why
 
 
-@pytest.mark.parametrize("steps, first, basis", [
-    (MIN_STEPS_LEFT // 2, 0.5, "too_short"),        # fewer steps left than a decision needs
-    (5000, 60.0, "too_short"),                      # the other mode's first call would cost > 3% of 5 s
-])
+@pytest.mark.parametrize(
+    "steps, first, basis",
+    [
+        (MIN_STEPS_LEFT // 2, 0.5, "too_short"),  # fewer steps left than a decision needs
+        (5000, 60.0, "too_short"),  # the other mode's first call would cost > 3% of 5 s
+    ],
+)
 def test_a_fit_too_short_keeps_the_default_and_never_switches(steps, first, basis):
     fit = Fit(on=0.5e-3, off=1e-3, steps=steps, first_off=first)
     decision = fit.run()
@@ -320,12 +347,25 @@ def test_decision_round_trip_and_reuse():
 # ------------------------------------------------------------------ where it acts as 'keep'
 
 
-@pytest.mark.parametrize("facts, words", [
-    ({"name": "MultiWorkerMirroredStrategy", "default": False, "replicas": 1, "multi_worker": True, "chief": True},
-     "under MultiWorkerMirroredStrategy with 1 replicas across workers"),
-    ({"name": "MirroredStrategy", "default": False, "replicas": 2, "multi_worker": False, "chief": True},
-     "under MirroredStrategy with 2 replicas"),
-])
+@pytest.mark.parametrize(
+    "facts, words",
+    [
+        (
+            {
+                "name": "MultiWorkerMirroredStrategy",
+                "default": False,
+                "replicas": 1,
+                "multi_worker": True,
+                "chief": True,
+            },
+            "under MultiWorkerMirroredStrategy with 1 replicas across workers",
+        ),
+        (
+            {"name": "MirroredStrategy", "default": False, "replicas": 2, "multi_worker": False, "chief": True},
+            "under MirroredStrategy with 2 replicas",
+        ),
+    ],
+)
 def test_tensorflow_fastest_acts_as_keep_where_only_one_mode_can_run(monkeypatch, facts, words):
     pytest.importorskip("tensorflow")
     from xla_keras.backends.tensorflow import _internals
@@ -351,8 +391,11 @@ def test_jax_fastest_acts_as_keep_over_several_devices_or_processes(monkeypatch)
         run_eagerly = False
         _jit_compile = True
 
-    monkeypatch.setattr(_internals, "distribution_facts", lambda: {
-        "name": "DataParallel", "default": False, "replicas": 2, "multi_worker": True, "chief": True})
+    monkeypatch.setattr(
+        _internals,
+        "distribution_facts",
+        lambda: {"name": "DataParallel", "default": False, "replicas": 2, "multi_worker": True, "chief": True},
+    )
     controller = JitController("fastest")
     assert controller.apply(Model()) is False
     assert "acts as 'keep' under DataParallel over 2 devices in several processes" in controller.refusal

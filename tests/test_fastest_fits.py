@@ -85,7 +85,10 @@ def test_a_short_fit_keeps_the_default_and_says_so(runs, backend):
     run = runs[backend]["short"]
     decision = run["report"]["jit_decision"]
     assert (decision["basis"], decision["switches"], decision["mode"]) == (
-        "too_short", 0, "on" if backend == "jax" else "off")
+        "too_short",
+        0,
+        "on" if backend == "jax" else "off",
+    )
     assert "too short" in run["report"]["jit_reason"] and "1000" in run["report"]["jit_reason"]
     assert step_modules(run, backend) == (1 if backend == "jax" else 0)  # XLA off on TensorFlow: never compiled
 

@@ -29,26 +29,38 @@ from xla_keras.report.schema import REPORT_FILE, TAG_REPORT  # noqa: E402
 from xla_keras.tensorboard.sink import SummaryWriters  # noqa: E402
 
 BATCH, EPOCH_STEPS = 8, 8
-K = 11                   # the faulting train step (global, 1-based): epoch 2, its 3rd batch
+K = 11  # the faulting train step (global, 1-based): epoch 2, its 3rd batch
 WINDOW = (K - 1, K + 2)  # profile=(start, stop): a trace window open when the fault hits
 
 # Regressions these tests guard against (each was a real bug, found and fixed for issue 8).
-BUG_LOG_DIR_EMPTY = ("log_dir='' is accepted: the monitor writes a 'train' dir into the cwd, then "
-                     "os.makedirs('') fails mid-epoch and it disables itself")
+BUG_LOG_DIR_EMPTY = (
+    "log_dir='' is accepted: the monitor writes a 'train' dir into the cwd, then "
+    "os.makedirs('') fails mid-epoch and it disables itself"
+)
 BUG_BOOL_INT = "a bool/float passes the int check (True == 1, 1.0 == 1)"
 BUG_CONFIGURE_TRUTHY = "configure(cpu_autoclustering='no') turns CPU auto-clustering ON (truthiness)"
-BUG_UNWRITABLE = ("an unwritable log_dir is found only when the first event is written, after step 1 ran; "
-                  "the monitor then disables itself with a logged FailedPreconditionError")
-BUG_CALLBACK_FAULT = ("an exception from another callback (or a Ctrl-C landing in one) ends the fit "
-                      "without on_train_end and outside the monitor's step wrapper: the trace window "
-                      "stays open (profiler busy), the global jit level is not restored, "
-                      "xla_report.json and the last events are stale until the next fit or exit")
-BUG_PROFILER_CTRL_C = ("a Ctrl-C landing inside tf.profiler.experimental.start/stop leaves TF's "
-                       "module-level profiler session set: the profiler is busy for the whole process")
-BUG_DISABLE_TRACE = ("_disable() does not stop the monitor's open trace window (the profiler stays busy "
-                     "after the fit) and does not rewrite xla_report.json, which never says it disabled itself")
-BUG_NO_TEXT_REPORT = ("a fit interrupted in its first epoch leaves no xla/report text summary: the "
-                      "error path flushes without text=True, so TensorBoard's Text tab is empty")
+BUG_UNWRITABLE = (
+    "an unwritable log_dir is found only when the first event is written, after step 1 ran; "
+    "the monitor then disables itself with a logged FailedPreconditionError"
+)
+BUG_CALLBACK_FAULT = (
+    "an exception from another callback (or a Ctrl-C landing in one) ends the fit "
+    "without on_train_end and outside the monitor's step wrapper: the trace window "
+    "stays open (profiler busy), the global jit level is not restored, "
+    "xla_report.json and the last events are stale until the next fit or exit"
+)
+BUG_PROFILER_CTRL_C = (
+    "a Ctrl-C landing inside tf.profiler.experimental.start/stop leaves TF's "
+    "module-level profiler session set: the profiler is busy for the whole process"
+)
+BUG_DISABLE_TRACE = (
+    "_disable() does not stop the monitor's open trace window (the profiler stays busy "
+    "after the fit) and does not rewrite xla_report.json, which never says it disabled itself"
+)
+BUG_NO_TEXT_REPORT = (
+    "a fit interrupted in its first epoch leaves no xla/report text summary: the "
+    "error path flushes without text=True, so TensorBoard's Text tab is empty"
+)
 
 
 # ------------------------------------------------------------------ helpers
@@ -66,6 +78,7 @@ def _leave_tensorflow_as_found():
 
 def _free_the_profiler():
     from tensorflow.python.profiler import profiler_v2
+
     if profiler_v2._profiler is not None:
         try:
             tf.profiler.experimental.stop()
@@ -98,13 +111,14 @@ def _dataset(at=None, fault=None):
     def gen():
         for i in range(EPOCH_STEPS):
             produced[0] += 1
-            xb = x[i * BATCH:(i + 1) * BATCH]
+            xb = x[i * BATCH : (i + 1) * BATCH]
             if produced[0] == at:
                 xb = fault(xb)
-            yield xb, y[i * BATCH:(i + 1) * BATCH]
+            yield xb, y[i * BATCH : (i + 1) * BATCH]
 
-    return tf.data.Dataset.from_generator(gen, output_signature=(
-        tf.TensorSpec((None, None), tf.float32), tf.TensorSpec((None, 1), tf.float32)))
+    return tf.data.Dataset.from_generator(
+        gen, output_signature=(tf.TensorSpec((None, None), tf.float32), tf.TensorSpec((None, 1), tf.float32))
+    )
 
 
 class _AtRun(keras.layers.Layer):
@@ -156,8 +170,9 @@ class _BatchBegins(keras.callbacks.Callback):
 
 
 def _model(layers=()):
-    model = keras.Sequential([keras.Input((4,)), *layers, keras.layers.Dense(8, activation="relu"),
-                              keras.layers.Dense(1)])
+    model = keras.Sequential(
+        [keras.Input((4,)), *layers, keras.layers.Dense(8, activation="relu"), keras.layers.Dense(1)]
+    )
     model.compile("sgd", "mse")
     return model
 
@@ -165,11 +180,13 @@ def _model(layers=()):
 def _raiser(error):
     def fault(*_):
         raise error
+
     return fault
 
 
 def _accumulator(run_dir):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
     acc = EventAccumulator(run_dir, size_guidance={"tensors": 0, "scalars": 0})
     acc.Reload()
     return acc
@@ -193,8 +210,11 @@ def _sessions(log_dir):
     profile_dir = os.path.join(log_dir, "train", "plugins", "profile")
     if not os.path.isdir(profile_dir):
         return []
-    return [os.path.join(profile_dir, d) for d in sorted(os.listdir(profile_dir))
-            if any(f.endswith(".xplane.pb") for f in os.listdir(os.path.join(profile_dir, d)))]
+    return [
+        os.path.join(profile_dir, d)
+        for d in sorted(os.listdir(profile_dir))
+        if any(f.endswith(".xplane.pb") for f in os.listdir(os.path.join(profile_dir, d)))
+    ]
 
 
 # ------------------------------------------------------------ 1. bad arguments
@@ -202,56 +222,58 @@ def _sessions(log_dir):
 
 def _case(kwargs, error, words, bug=None):
     # bug: the regression this case guards against (it once passed unchecked).
-    return pytest.param(kwargs, error, words,
-                        id=",".join(f"{k}={v!r}" for k, v in kwargs.items()))
+    return pytest.param(kwargs, error, words, id=",".join(f"{k}={v!r}" for k, v in kwargs.items()))
 
 
-@pytest.mark.parametrize("kwargs, error, words", [
-    _case({"jit": "ON"}, ValueError, ["'keep'", "'on'", "'off'", "'autoclustering'", "'ON'"]),
-    _case({"jit": None}, ValueError, ["'keep'", "'autoclustering'", "None"]),
-    _case({"jit": ["on"]}, ValueError, ["'keep'", "['on']"]),
-    _case({"storm_threshold": 1}, ValueError, ["storm_threshold", "int >= 2", "1"]),
-    _case({"storm_threshold": 2.5}, ValueError, ["storm_threshold", "int >= 2"]),
-    _case({"storm_threshold": "8"}, ValueError, ["storm_threshold", "int >= 2", "'8'"]),
-    _case({"storm_threshold": True}, ValueError, ["storm_threshold", "int >= 2"]),
-    _case({"storm_threshold": None}, ValueError, ["storm_threshold", "int >= 2"]),
-    _case({"storm_window": 0}, ValueError, ["storm_window", "int >= 1"]),
-    _case({"storm_window": -5}, ValueError, ["storm_window", "int >= 1"]),
-    _case({"storm_window": 1.5}, ValueError, ["storm_window", "int >= 1"]),
-    _case({"storm_window": False}, ValueError, ["storm_window", "int >= 1"]),
-    _case({"storm_window": None}, ValueError, ["storm_window", "int >= 1"]),
-    _case({"on_storm": "ignore"}, ValueError, ["'warn'", "'raise'", "'fallback'", "'ignore'"]),
-    _case({"on_storm": "WARN"}, ValueError, ["'warn'", "'raise'", "'fallback'"]),
-    _case({"on_storm": None}, ValueError, ["'warn'", "'raise'", "'fallback'"]),
-    _case({"on_storm": True}, ValueError, ["'warn'", "'raise'", "'fallback'"]),
-    _case({"profile": True}, ValueError, ["'auto', None or (start, stop)"]),
-    _case({"profile": False}, ValueError, ["'auto', None or (start, stop)"]),
-    _case({"profile": 3}, ValueError, ["'auto', None or (start, stop)"]),
-    _case({"profile": (1, True)}, ValueError, ["'auto', None or (start, stop)"]),
-    _case({"profile": (None, None)}, ValueError, ["'auto', None or (start, stop)"]),
-    _case({"profile": "none"}, ValueError, ["'auto', None or (start, stop)"]),
-    _case({"update_freq": -1}, ValueError, ["'epoch'", "'batch'", "int >= 1"]),
-    _case({"update_freq": 1.5}, ValueError, ["'epoch'", "'batch'", "int >= 1"]),
-    _case({"update_freq": None}, ValueError, ["'epoch'", "'batch'", "int >= 1"]),
-    _case({"update_freq": "Batch"}, ValueError, ["'epoch'", "'batch'", "int >= 1"]),
-    _case({"verbose": -1}, ValueError, ["0, 1 or 2"]),
-    _case({"verbose": "1"}, ValueError, ["0, 1 or 2"]),
-    _case({"verbose": None}, ValueError, ["0, 1 or 2"]),
-    _case({"max_records": -1}, ValueError, ["max_records", "int >= 1"]),
-    _case({"max_records": 1.5}, ValueError, ["max_records", "int >= 1"]),
-    _case({"max_records": "10"}, ValueError, ["max_records", "int >= 1"]),
-    _case({"max_records": None}, ValueError, ["max_records", "int >= 1"]),
-    _case({"max_records": False}, ValueError, ["max_records", "int >= 1"]),
-    _case({"compile_budget": 0}, ValueError, ["compile_budget", "(0, 1)", "None"]),
-    _case({"compile_budget": 1.5}, ValueError, ["compile_budget", "(0, 1)", "None"]),
-    _case({"compile_budget": "10%"}, ValueError, ["compile_budget", "(0, 1)", "None"]),
-    _case({"compile_budget": True}, ValueError, ["compile_budget", "(0, 1)", "None"]),
-    _case({"log_dir": b"logs"}, TypeError, ["log_dir", "os.PathLike", "bytes"]),
-    _case({"log_dir": ["logs"]}, TypeError, ["log_dir", "os.PathLike", "list"]),
-    _case({"log_dir": ""}, ValueError, ["log_dir"], bug=BUG_LOG_DIR_EMPTY),
-    _case({"max_records": True}, ValueError, ["max_records", "int >= 1"], bug=BUG_BOOL_INT),
-    _case({"verbose": 1.0}, ValueError, ["0, 1 or 2"], bug=BUG_BOOL_INT),
-])
+@pytest.mark.parametrize(
+    "kwargs, error, words",
+    [
+        _case({"jit": "ON"}, ValueError, ["'keep'", "'on'", "'off'", "'autoclustering'", "'ON'"]),
+        _case({"jit": None}, ValueError, ["'keep'", "'autoclustering'", "None"]),
+        _case({"jit": ["on"]}, ValueError, ["'keep'", "['on']"]),
+        _case({"storm_threshold": 1}, ValueError, ["storm_threshold", "int >= 2", "1"]),
+        _case({"storm_threshold": 2.5}, ValueError, ["storm_threshold", "int >= 2"]),
+        _case({"storm_threshold": "8"}, ValueError, ["storm_threshold", "int >= 2", "'8'"]),
+        _case({"storm_threshold": True}, ValueError, ["storm_threshold", "int >= 2"]),
+        _case({"storm_threshold": None}, ValueError, ["storm_threshold", "int >= 2"]),
+        _case({"storm_window": 0}, ValueError, ["storm_window", "int >= 1"]),
+        _case({"storm_window": -5}, ValueError, ["storm_window", "int >= 1"]),
+        _case({"storm_window": 1.5}, ValueError, ["storm_window", "int >= 1"]),
+        _case({"storm_window": False}, ValueError, ["storm_window", "int >= 1"]),
+        _case({"storm_window": None}, ValueError, ["storm_window", "int >= 1"]),
+        _case({"on_storm": "ignore"}, ValueError, ["'warn'", "'raise'", "'fallback'", "'ignore'"]),
+        _case({"on_storm": "WARN"}, ValueError, ["'warn'", "'raise'", "'fallback'"]),
+        _case({"on_storm": None}, ValueError, ["'warn'", "'raise'", "'fallback'"]),
+        _case({"on_storm": True}, ValueError, ["'warn'", "'raise'", "'fallback'"]),
+        _case({"profile": True}, ValueError, ["'auto', None or (start, stop)"]),
+        _case({"profile": False}, ValueError, ["'auto', None or (start, stop)"]),
+        _case({"profile": 3}, ValueError, ["'auto', None or (start, stop)"]),
+        _case({"profile": (1, True)}, ValueError, ["'auto', None or (start, stop)"]),
+        _case({"profile": (None, None)}, ValueError, ["'auto', None or (start, stop)"]),
+        _case({"profile": "none"}, ValueError, ["'auto', None or (start, stop)"]),
+        _case({"update_freq": -1}, ValueError, ["'epoch'", "'batch'", "int >= 1"]),
+        _case({"update_freq": 1.5}, ValueError, ["'epoch'", "'batch'", "int >= 1"]),
+        _case({"update_freq": None}, ValueError, ["'epoch'", "'batch'", "int >= 1"]),
+        _case({"update_freq": "Batch"}, ValueError, ["'epoch'", "'batch'", "int >= 1"]),
+        _case({"verbose": -1}, ValueError, ["0, 1 or 2"]),
+        _case({"verbose": "1"}, ValueError, ["0, 1 or 2"]),
+        _case({"verbose": None}, ValueError, ["0, 1 or 2"]),
+        _case({"max_records": -1}, ValueError, ["max_records", "int >= 1"]),
+        _case({"max_records": 1.5}, ValueError, ["max_records", "int >= 1"]),
+        _case({"max_records": "10"}, ValueError, ["max_records", "int >= 1"]),
+        _case({"max_records": None}, ValueError, ["max_records", "int >= 1"]),
+        _case({"max_records": False}, ValueError, ["max_records", "int >= 1"]),
+        _case({"compile_budget": 0}, ValueError, ["compile_budget", "(0, 1)", "None"]),
+        _case({"compile_budget": 1.5}, ValueError, ["compile_budget", "(0, 1)", "None"]),
+        _case({"compile_budget": "10%"}, ValueError, ["compile_budget", "(0, 1)", "None"]),
+        _case({"compile_budget": True}, ValueError, ["compile_budget", "(0, 1)", "None"]),
+        _case({"log_dir": b"logs"}, TypeError, ["log_dir", "os.PathLike", "bytes"]),
+        _case({"log_dir": ["logs"]}, TypeError, ["log_dir", "os.PathLike", "list"]),
+        _case({"log_dir": ""}, ValueError, ["log_dir"], bug=BUG_LOG_DIR_EMPTY),
+        _case({"max_records": True}, ValueError, ["max_records", "int >= 1"], bug=BUG_BOOL_INT),
+        _case({"verbose": 1.0}, ValueError, ["0, 1 or 2"], bug=BUG_BOOL_INT),
+    ],
+)
 def test_constructor_rejects_more_bad_input_naming_the_choices(kwargs, error, words):
     with pytest.raises(error) as info:
         xla_keras.XlaMonitor(**{"verbose": 0, **kwargs})
@@ -270,17 +292,28 @@ def isolated_configure(monkeypatch):
     return calls
 
 
-@pytest.mark.parametrize("kwargs, error, words", [
-    _case({"cache_dir": 3}, (TypeError, ValueError), ["cache_dir", "directory path"]),
-    _case({"cache_dir": ""}, (TypeError, ValueError), ["cache_dir", "directory path"]),
-    _case({"cache_dir": b"cache"}, (TypeError, ValueError), ["cache_dir", "directory path"]),
-    _case({"cache_dir": ["cache"]}, (TypeError, ValueError), ["cache_dir", "directory path"]),
-    _case({"no_such_option": True}, TypeError, ["no_such_option"]),
-    _case({"cpu_autoclustering": "no"}, (TypeError, ValueError), ["cpu_autoclustering", "True", "False"],
-          bug=BUG_CONFIGURE_TRUTHY),
-    _case({"cpu_autoclustering": 1}, (TypeError, ValueError), ["cpu_autoclustering", "True", "False"],
-          bug=BUG_CONFIGURE_TRUTHY),
-])
+@pytest.mark.parametrize(
+    "kwargs, error, words",
+    [
+        _case({"cache_dir": 3}, (TypeError, ValueError), ["cache_dir", "directory path"]),
+        _case({"cache_dir": ""}, (TypeError, ValueError), ["cache_dir", "directory path"]),
+        _case({"cache_dir": b"cache"}, (TypeError, ValueError), ["cache_dir", "directory path"]),
+        _case({"cache_dir": ["cache"]}, (TypeError, ValueError), ["cache_dir", "directory path"]),
+        _case({"no_such_option": True}, TypeError, ["no_such_option"]),
+        _case(
+            {"cpu_autoclustering": "no"},
+            (TypeError, ValueError),
+            ["cpu_autoclustering", "True", "False"],
+            bug=BUG_CONFIGURE_TRUTHY,
+        ),
+        _case(
+            {"cpu_autoclustering": 1},
+            (TypeError, ValueError),
+            ["cpu_autoclustering", "True", "False"],
+            bug=BUG_CONFIGURE_TRUTHY,
+        ),
+    ],
+)
 def test_configure_rejects_bad_input_and_changes_nothing(isolated_configure, kwargs, error, words):
     flags = os.environ["TF_XLA_FLAGS"]
     opt_in = dict(jit_module._opt_in)
@@ -325,14 +358,22 @@ def _ctrl_c(*_):
 # kind: (jit, where the fault is, what reaches the user, train steps completed before the fault)
 FAULTS = {
     "ctrl_c_during_step": ("autoclustering", "layer", KeyboardInterrupt, None, K - 1),
-    "keyboard_interrupt_in_layer": ("autoclustering", "layer", tf.errors.UnknownError,
-                                    "KeyboardInterrupt: raised in a layer", K - 1),
-    "keyboard_interrupt_in_data": ("on", "data", tf.errors.UnknownError,
-                                   "KeyboardInterrupt: raised in the data", K - 1),
-    "xla_compile_error_at_new_shape": ("on", "data", tf.errors.InvalidArgumentError,
-                                       "Matrix size-incompatible", K - 1),
-    "assert_in_model": ("autoclustering", "data", tf.errors.InvalidArgumentError, "boom: input out of range",
-                        K - 1),
+    "keyboard_interrupt_in_layer": (
+        "autoclustering",
+        "layer",
+        tf.errors.UnknownError,
+        "KeyboardInterrupt: raised in a layer",
+        K - 1,
+    ),
+    "keyboard_interrupt_in_data": (
+        "on",
+        "data",
+        tf.errors.UnknownError,
+        "KeyboardInterrupt: raised in the data",
+        K - 1,
+    ),
+    "xla_compile_error_at_new_shape": ("on", "data", tf.errors.InvalidArgumentError, "Matrix size-incompatible", K - 1),
+    "assert_in_model": ("autoclustering", "data", tf.errors.InvalidArgumentError, "boom: input out of range", K - 1),
     "ctrl_c_in_a_later_callback": ("autoclustering", "callback_after", KeyboardInterrupt, None, K),
     "ctrl_c_in_an_earlier_callback": ("on", "callback_before", KeyboardInterrupt, None, K),
 }
@@ -358,8 +399,10 @@ def _fault_setup(kind):
 
 
 CASES = [pytest.param(kind, True, id=f"{kind}-in_trace_window") for kind in FAULTS]
-CASES += [pytest.param("xla_compile_error_at_new_shape", False, id="xla_compile_error_at_new_shape-probe_open"),
-          pytest.param("ctrl_c_in_a_later_callback", False, id="ctrl_c_in_a_later_callback-no_window")]
+CASES += [
+    pytest.param("xla_compile_error_at_new_shape", False, id="xla_compile_error_at_new_shape-probe_open"),
+    pytest.param("ctrl_c_in_a_later_callback", False, id="ctrl_c_in_a_later_callback-no_window"),
+]
 
 
 @pytest.mark.parametrize("kind, in_window", CASES)
@@ -369,8 +412,9 @@ def test_fault_mid_epoch_leaves_everything_usable(kind, in_window, tmp_path, wri
     log_dir = str(tmp_path / "logs")
     level = tf.config.optimizer.get_jit()
     model = _model(layers)
-    monitor = xla_keras.XlaMonitor(log_dir=log_dir, jit=jit, profile=WINDOW if in_window else None,
-                                   update_freq="batch", verbose=0)
+    monitor = xla_keras.XlaMonitor(
+        log_dir=log_dir, jit=jit, profile=WINDOW if in_window else None, update_freq="batch", verbose=0
+    )
     callbacks = {"callback_after": [monitor, callback], "callback_before": [callback, monitor]}.get(where, [monitor])
     with caplog.at_level(logging.ERROR, logger="xla_keras"):
         with pytest.raises(BaseException) as info:
@@ -403,13 +447,15 @@ def test_fault_mid_epoch_leaves_everything_usable(kind, in_window, tmp_path, wri
     for tag, points in train_written.items():
         got = [(e.step, e.value) for e in acc.Scalars(tag)] if tag in on_disk else []
         if [s for s, _ in got] != [s for s, _ in points] or any(
-                g != pytest.approx(p, rel=1e-6) for (_, g), (_, p) in zip(got, points)):
+            g != pytest.approx(p, rel=1e-6) for (_, g), (_, p) in zip(got, points)
+        ):
             problems.append(f"{tag}: on disk {got}, written {points}")
     with open(os.path.join(log_dir, REPORT_FILE)) as f:
         saved = json.load(f)
     if saved["steps"]["train"] != completed or monitor.report.steps["train"] != completed:
-        problems.append(f"steps['train']: json {saved['steps']['train']}, report {monitor.report.steps['train']}, "
-                        f"ran {completed}")
+        problems.append(
+            f"steps['train']: json {saved['steps']['train']}, report {monitor.report.steps['train']}, ran {completed}"
+        )
     sessions = _sessions(log_dir)
     if in_window and not (sessions and any(t.startswith("range: ") for t in saved["traces"])):
         problems.append(f"no saved trace session for the open window (json traces {saved['traces']})")
@@ -435,6 +481,7 @@ def test_ctrl_c_landing_inside_the_profiler_frees_it(during, tmp_path, monkeypat
     writes the trace): a Ctrl-C lands there sooner or later. Simulated: the
     real profiler call completes, then KeyboardInterrupt."""
     from tensorflow.python.profiler import profiler_v2
+
     real = profiler_v2._pywrap_profiler
 
     pending = [during]  # one Ctrl-C only
@@ -461,8 +508,7 @@ def test_ctrl_c_landing_inside_the_profiler_frees_it(during, tmp_path, monkeypat
     monkeypatch.setattr(profiler_v2, "_pywrap_profiler", type("Module", (), {"ProfilerSession": Session}))
     level = tf.config.optimizer.get_jit()
     model = _model()
-    monitor = xla_keras.XlaMonitor(log_dir=str(tmp_path / "logs"), jit="autoclustering", profile=(4, 6),
-                                   verbose=0)
+    monitor = xla_keras.XlaMonitor(log_dir=str(tmp_path / "logs"), jit="autoclustering", profile=(4, 6), verbose=0)
     with pytest.raises(KeyboardInterrupt):
         model.fit(*_xy(), batch_size=BATCH, epochs=2, callbacks=[monitor], verbose=0)
     monkeypatch.undo()
@@ -481,8 +527,9 @@ def interrupted_tensorboard(tmp_path_factory):
     root = tmp_path_factory.mktemp("interrupted")
     log_dir = str(root / "logs")
     model = _model([_AtRun(5, _ctrl_c)])
-    monitor = xla_keras.XlaMonitor(log_dir=log_dir, jit="autoclustering", profile=(4, 6), update_freq="batch",
-                                   verbose=0)
+    monitor = xla_keras.XlaMonitor(
+        log_dir=log_dir, jit="autoclustering", profile=(4, 6), update_freq="batch", verbose=0
+    )
     with pytest.raises(KeyboardInterrupt):
         model.fit(*_xy(), batch_size=BATCH, epochs=2, callbacks=[monitor], verbose=0)
     _free_the_profiler()
@@ -578,15 +625,20 @@ def injected(request, tmp_path_factory):
             monitor_box.append(monitor)
             history = model.fit(x, y, batch_size=BATCH, epochs=3, callbacks=[monitor], verbose=0)
             result = {
-                "words": words, "epochs": len(history.history["loss"]), "notes": monitor.report.notes,
+                "words": words,
+                "epochs": len(history.history["loss"]),
+                "notes": monitor.report.notes,
                 "errors": [r for r in records if r.levelno >= logging.ERROR],
-                "jit_before": jit_level, "jit_after": tf.config.optimizer.get_jit(),
+                "jit_before": jit_level,
+                "jit_after": tf.config.optimizer.get_jit(),
                 "wrapped": hasattr(model.train_function, "_xla_keras_original"),
-                "profiler_free": _profiler_is_free(tmp), "log_dir": log_dir,
+                "profiler_free": _profiler_is_free(tmp),
+                "log_dir": log_dir,
             }
             # And the next fit is not broken by a disabled monitor.
-            result["next_epochs"] = len(model.fit(x, y, batch_size=BATCH, epochs=1, callbacks=[monitor],
-                                                  verbose=0).history["loss"])
+            result["next_epochs"] = len(
+                model.fit(x, y, batch_size=BATCH, epochs=1, callbacks=[monitor], verbose=0).history["loss"]
+            )
     finally:
         logger.removeHandler(handler)
         _free_the_profiler()
@@ -668,13 +720,16 @@ def _run_and_forget_the_traceback(call, error):
     return False
 
 
-@pytest.mark.parametrize("hook, order, call", [
-    ("on_train_begin", "monitor_first", "fit"),      # a hook of the monitor's own kind, after it ran
-    ("on_train_end", "monitor_last", "fit"),         # the monitor's on_train_end never runs
-    ("on_predict_batch_end", "monitor_last", "predict"),
-    ("on_predict_end", "monitor_last", "predict"),
-    ("on_test_batch_end", "monitor_last", "evaluate"),
-])
+@pytest.mark.parametrize(
+    "hook, order, call",
+    [
+        ("on_train_begin", "monitor_first", "fit"),  # a hook of the monitor's own kind, after it ran
+        ("on_train_end", "monitor_last", "fit"),  # the monitor's on_train_end never runs
+        ("on_predict_batch_end", "monitor_last", "predict"),
+        ("on_predict_end", "monitor_last", "predict"),
+        ("on_test_batch_end", "monitor_last", "evaluate"),
+    ],
+)
 def test_an_error_in_any_callback_hook_gives_everything_back(hook, order, call, tmp_path):
     log_dir = str(tmp_path / "logs")
     model = _model()
@@ -683,9 +738,11 @@ def test_an_error_in_any_callback_hook_gives_everything_back(hook, order, call, 
     other = _RaiseIn(hook)
     callbacks = [monitor, other] if order == "monitor_first" else [other, monitor]
     x, y = _xy()
-    run = {"fit": lambda: model.fit(x, y, batch_size=BATCH, epochs=1, callbacks=callbacks, verbose=0),
-           "predict": lambda: model.predict(x, batch_size=BATCH, callbacks=callbacks, verbose=0),
-           "evaluate": lambda: model.evaluate(x, y, batch_size=BATCH, callbacks=callbacks, verbose=0)}[call]
+    run = {
+        "fit": lambda: model.fit(x, y, batch_size=BATCH, epochs=1, callbacks=callbacks, verbose=0),
+        "predict": lambda: model.predict(x, batch_size=BATCH, callbacks=callbacks, verbose=0),
+        "evaluate": lambda: model.evaluate(x, y, batch_size=BATCH, callbacks=callbacks, verbose=0),
+    }[call]
     assert _run_and_forget_the_traceback(run, RuntimeError)
     assert tf.config.optimizer.get_jit() == before
     for attr in ("train_function", "test_function", "predict_function"):
@@ -698,6 +755,7 @@ def test_an_error_in_any_callback_hook_gives_everything_back(hook, order, call, 
 def test_ctrl_c_in_keras_own_loop_code_is_cleaned_up_once_the_fit_is_gone(tmp_path, monkeypatch):
     """Ctrl-C while Keras creates the validation iterator: no hook and no step sees it."""
     from tensorflow.python.data.ops import dataset_ops
+
     real_iter, armed = dataset_ops.DatasetV2.__iter__, [False]
 
     def iterate(self):
@@ -717,9 +775,12 @@ def test_ctrl_c_in_keras_own_loop_code_is_cleaned_up_once_the_fit_is_gone(tmp_pa
     before = tf.config.optimizer.get_jit()
     monitor = xla_keras.XlaMonitor(log_dir=log_dir, jit="autoclustering", verbose=0)
     x, y = _xy()
-    assert _run_and_forget_the_traceback(lambda: model.fit(
-        x, y, batch_size=BATCH, epochs=2, validation_split=0.25, callbacks=[monitor, Arm()], verbose=0),
-        KeyboardInterrupt)
+    assert _run_and_forget_the_traceback(
+        lambda: model.fit(
+            x, y, batch_size=BATCH, epochs=2, validation_split=0.25, callbacks=[monitor, Arm()], verbose=0
+        ),
+        KeyboardInterrupt,
+    )
     assert tf.config.optimizer.get_jit() == before  # a plain fit next would not auto-cluster
     assert not hasattr(model.train_function, "_xla_keras_original")
     with open(os.path.join(log_dir, REPORT_FILE)) as f:
@@ -741,7 +802,8 @@ def test_an_unfinished_first_step_still_counts_its_compile_when_it_runs_again():
     x, _ = _xy()
     CtrlCWhileTracing.armed = True
     assert _run_and_forget_the_traceback(
-        lambda: model.predict(x, batch_size=BATCH, callbacks=[monitor], verbose=0), KeyboardInterrupt)
+        lambda: model.predict(x, batch_size=BATCH, callbacks=[monitor], verbose=0), KeyboardInterrupt
+    )
     model.predict(x, batch_size=BATCH, callbacks=[monitor], verbose=0)
     report = monitor.report
     # XLA compiled once, in the second predict (a control without the interrupt compiles once too).
@@ -755,7 +817,8 @@ def test_an_internal_error_after_a_storm_fallback_lets_the_fit_finish(monkeypatc
     sizes = [4 + i % 10 for i in range(30)]
     data = tf.data.Dataset.from_generator(
         lambda: ((np.ones((n, 4), np.float32), np.ones((n, 1), np.float32)) for n in sizes),
-        output_signature=(tf.TensorSpec((None, 4), tf.float32), tf.TensorSpec((None, 1), tf.float32)))
+        output_signature=(tf.TensorSpec((None, 4), tf.float32), tf.TensorSpec((None, 1), tf.float32)),
+    )
     model = _model()
     monitor = xla_keras.XlaMonitor(log_dir=None, jit="on", on_storm="fallback", storm_threshold=3, verbose=0)
 
@@ -763,6 +826,7 @@ def test_an_internal_error_after_a_storm_fallback_lets_the_fit_finish(monkeypatc
         raise RuntimeError("injected internal error")
 
     from xla_keras.core.session import Session
+
     monkeypatch.setattr(Session, "end_of_run", boom)  # at the first epoch end, after the fallback
     with caplog.at_level(logging.ERROR, logger="xla_keras"):
         history = _run_fit(model, data, monitor)
@@ -775,6 +839,7 @@ def test_an_internal_error_after_a_storm_fallback_lets_the_fit_finish(monkeypatc
 
 def _run_fit(model, data, monitor):
     import warnings
+
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the storm warning
         return model.fit(data, epochs=2, verbose=0, callbacks=[monitor])
@@ -782,12 +847,24 @@ def _run_fit(model, data, monitor):
 
 def test_paths_tilde_and_numpy_integers_are_taken_like_keras_takes_them(tmp_path, monkeypatch):
     monkeypatch.setenv("HOME", str(tmp_path))
-    monitor = xla_keras.XlaMonitor(log_dir=tmp_path / "logs", storm_threshold=np.int64(4), storm_window=np.int32(50),
-                                   profile=(np.int64(3), np.int64(6)), update_freq=np.int64(2),
-                                   verbose=np.int64(0), max_records=np.int64(10))
+    monitor = xla_keras.XlaMonitor(
+        log_dir=tmp_path / "logs",
+        storm_threshold=np.int64(4),
+        storm_window=np.int32(50),
+        profile=(np.int64(3), np.int64(6)),
+        update_freq=np.int64(2),
+        verbose=np.int64(0),
+        max_records=np.int64(10),
+    )
     assert monitor.log_dir == str(tmp_path / "logs")
-    assert (monitor.storm_threshold, monitor.storm_window, monitor.profile, monitor.update_freq,
-            monitor.verbose, monitor.max_records) == (4, 50, (3, 6), 2, 0, 10)
+    assert (
+        monitor.storm_threshold,
+        monitor.storm_window,
+        monitor.profile,
+        monitor.update_freq,
+        monitor.verbose,
+        monitor.max_records,
+    ) == (4, 50, (3, 6), 2, 0, 10)
     assert all(type(v) is int for v in (monitor.storm_threshold, monitor.update_freq, *monitor.profile))
     assert xla_keras.XlaMonitor(log_dir="~/xla", verbose=0).log_dir == str(tmp_path / "xla")
 
@@ -795,7 +872,8 @@ def test_paths_tilde_and_numpy_integers_are_taken_like_keras_takes_them(tmp_path
 def _varying_batches(sizes):
     return tf.data.Dataset.from_generator(
         lambda: ((np.ones((n, 4), np.float32), np.ones((n, 1), np.float32)) for n in sizes),
-        output_signature=(tf.TensorSpec((None, 4), tf.float32), tf.TensorSpec((None, 1), tf.float32)))
+        output_signature=(tf.TensorSpec((None, 4), tf.float32), tf.TensorSpec((None, 1), tf.float32)),
+    )
 
 
 def test_an_internal_error_after_a_fallback_in_a_standalone_evaluate_lets_it_finish(monkeypatch):
@@ -803,6 +881,7 @@ def test_an_internal_error_after_a_fallback_in_a_standalone_evaluate_lets_it_fin
     model.fit(*_xy(), batch_size=BATCH, epochs=1, verbose=0)
     monitor = xla_keras.XlaMonitor(log_dir=None, jit="on", on_storm="fallback", storm_threshold=3, verbose=0)
     from xla_keras.core.session import Session
+
     real_call_ended = Session.call_ended
 
     def call_ended(self, phase, *args, **kwargs):
@@ -812,6 +891,7 @@ def test_an_internal_error_after_a_fallback_in_a_standalone_evaluate_lets_it_fin
 
     monkeypatch.setattr(Session, "call_ended", call_ended)
     import warnings
+
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the storm warning
         model.evaluate(_varying_batches([4 + i % 8 for i in range(16)]), callbacks=[monitor], verbose=0)
@@ -821,6 +901,7 @@ def test_an_internal_error_after_a_fallback_in_a_standalone_evaluate_lets_it_fin
 
 def test_a_stop_iteration_from_a_batch_hook_ends_the_epoch_not_the_monitor():
     """Keras's catch_stop_iteration turns it into the end of the epoch and the fit goes on."""
+
     class Exhausted(keras.callbacks.Callback):
         done = False
 
@@ -842,8 +923,10 @@ def test_a_failed_pull_does_not_forget_the_previous_steps_compile(tmp_path):
             yield np.ones((4, 4), np.float32), np.ones((4, 1), np.float32)
             if fail:
                 raise ValueError("bad data")
-        return tf.data.Dataset.from_generator(gen, output_signature=(
-            tf.TensorSpec((None, 4), tf.float32), tf.TensorSpec((None, 1), tf.float32)))
+
+        return tf.data.Dataset.from_generator(
+            gen, output_signature=(tf.TensorSpec((None, 4), tf.float32), tf.TensorSpec((None, 1), tf.float32))
+        )
 
     tf.profiler.experimental.start(str(tmp_path / "busy"))  # compile counts from step times
     try:

@@ -66,8 +66,9 @@ def test_stated_real_padding_equals_the_exact_token_count(runs, backend):
     fix = storm["report"]["storms"][0]["fix"]
     real = fix["real_lengths"]
     assert real["measured"] and real["real_tokens"] == storm["real_tokens"]  # every batch sampled: exact
-    assert fix["batches_real_padding_overhead"] == pytest.approx(storm["fed_tokens"] / storm["real_tokens"] - 1,
-                                                                 abs=1e-4)
+    assert fix["batches_real_padding_overhead"] == pytest.approx(
+        storm["fed_tokens"] / storm["real_tokens"] - 1, abs=1e-4
+    )
     assert fix["real_padding_overhead"] > fix["bucket_by_length"]["real_padding_overhead"]
     assert fix["better_fix"] == "bucket_by_length"
     assert "Bucketing saves more compute" in storm["report"]["storms"][0]["advice"]

@@ -73,6 +73,7 @@ def _disabled_notes(report):
 # shape key per batch of an epoch, computed from the data itself: two batches
 # with the same key are one XLA compile, two different keys are two.
 
+
 class Fed(NamedTuple):
     model: Any
     args: tuple
@@ -213,7 +214,7 @@ def fed_sparse(rng):
     dense = _sparse_rows(40, 6)
     data = tf.data.Dataset.from_tensor_slices((tf.sparse.from_dense(dense), _floats(rng, 40, 1))).batch(8)
     # A SparseTensor is indices, values and dense_shape: its key is the non-zero count.
-    return Fed(model, (data,), {}, [int((dense[i:i + 8] != 0).sum()) for i in range(0, 40, 8)])
+    return Fed(model, (data,), {}, [int((dense[i : i + 8] != 0).sum()) for i in range(0, 40, 8)])
 
 
 VOCABULARY = ["a", "b", "c"]
@@ -286,12 +287,16 @@ def test_input_kind_counts_steps_and_signatures_like_the_data(build, jit, xla):
     assert report.compilation_count["test"] == report.compilation_count["predict"] == 0
 
 
-@pytest.mark.parametrize("build, leaves", [
-    (fed_dict, ["x/a", "x/b", "y"]),
-    (fed_nested_tuples, ["x/0/0", "x/0/1", "x/1", "y"]),
-    (fed_sample_weight_dataset, ["x", "y", "sample_weight"]),
-    (fed_ragged, ["x/flat_values", "x/row_splits_0", "y"]),
-], ids=["dict", "nested-tuples", "sample_weight", "ragged"])
+@pytest.mark.parametrize(
+    "build, leaves",
+    [
+        (fed_dict, ["x/a", "x/b", "y"]),
+        (fed_nested_tuples, ["x/0/0", "x/0/1", "x/1", "y"]),
+        (fed_sample_weight_dataset, ["x", "y", "sample_weight"]),
+        (fed_ragged, ["x/flat_values", "x/row_splits_0", "y"]),
+    ],
+    ids=["dict", "nested-tuples", "sample_weight", "ragged"],
+)
 def test_signature_names_every_leaf_keras_feeds(build, leaves):
     fed = build(np.random.default_rng(0))
     monitor = _monitor("on")
@@ -342,6 +347,7 @@ def test_ragged_row_splits_as_constants_count_every_xla_compile():
 # each with an empty XLA cache). Each stage: what it does and the compiles it
 # must add per phase, known from the data: 50 train rows, 40 validation rows.
 
+
 def _lifecycle_data():
     rng = np.random.default_rng(1)
     return (_floats(rng, 50, 4), _floats(rng, 50, 1)), (_floats(rng, 40, 4), _floats(rng, 40, 1))
@@ -353,22 +359,30 @@ def _recompile(model):
 
 LIFECYCLE = [
     # (stage, run(model, train, val, callbacks), new compiles {train, test, predict})
-    ("fit+validation", lambda m, t, v, cb: m.fit(*t, batch_size=16, validation_data=v, callbacks=cb, verbose=0),
-     (2, 2, 0)),   # train 16 and 2 rows, validation 16 and 8
-    ("evaluate", lambda m, t, v, cb: m.evaluate(*v, batch_size=16, callbacks=cb, verbose=0),
-     (0, 0, 0)),   # the validation's test function, shapes known
-    ("predict", lambda m, t, v, cb: m.predict(v[0], batch_size=16, callbacks=cb, verbose=0),
-     (0, 0, 2)),
-    ("fit-again", lambda m, t, v, cb: m.fit(*t, batch_size=16, callbacks=cb, verbose=0),
-     (0, 0, 0)),
-    ("fit-batch-10", lambda m, t, v, cb: m.fit(*t, batch_size=10, callbacks=cb, verbose=0),
-     (1, 0, 0)),   # 5 batches of 10: one new shape
-    ("recompile-fit", lambda m, t, v, cb: (_recompile(m), m.fit(*t, batch_size=16, callbacks=cb, verbose=0)),
-     (2, 0, 0)),   # known shapes, new function: compiled again
-    ("evaluate-after-recompile", lambda m, t, v, cb: m.evaluate(*v, batch_size=16, callbacks=cb, verbose=0),
-     (0, 2, 0)),
-    ("predict-after-recompile", lambda m, t, v, cb: m.predict(v[0], batch_size=16, callbacks=cb, verbose=0),
-     (0, 0, 2)),
+    (
+        "fit+validation",
+        lambda m, t, v, cb: m.fit(*t, batch_size=16, validation_data=v, callbacks=cb, verbose=0),
+        (2, 2, 0),
+    ),  # train 16 and 2 rows, validation 16 and 8
+    (
+        "evaluate",
+        lambda m, t, v, cb: m.evaluate(*v, batch_size=16, callbacks=cb, verbose=0),
+        (0, 0, 0),
+    ),  # the validation's test function, shapes known
+    ("predict", lambda m, t, v, cb: m.predict(v[0], batch_size=16, callbacks=cb, verbose=0), (0, 0, 2)),
+    ("fit-again", lambda m, t, v, cb: m.fit(*t, batch_size=16, callbacks=cb, verbose=0), (0, 0, 0)),
+    (
+        "fit-batch-10",
+        lambda m, t, v, cb: m.fit(*t, batch_size=10, callbacks=cb, verbose=0),
+        (1, 0, 0),
+    ),  # 5 batches of 10: one new shape
+    (
+        "recompile-fit",
+        lambda m, t, v, cb: (_recompile(m), m.fit(*t, batch_size=16, callbacks=cb, verbose=0)),
+        (2, 0, 0),
+    ),  # known shapes, new function: compiled again
+    ("evaluate-after-recompile", lambda m, t, v, cb: m.evaluate(*v, batch_size=16, callbacks=cb, verbose=0), (0, 2, 0)),
+    ("predict-after-recompile", lambda m, t, v, cb: m.predict(v[0], batch_size=16, callbacks=cb, verbose=0), (0, 0, 2)),
 ]
 
 
@@ -380,10 +394,17 @@ def run_lifecycle(on_stage: Callable[[str, dict], None]):
     for stage, run, _ in LIFECYCLE:
         run(model, train, val, [monitor, counter])
         report = monitor.report
-        on_stage(stage, {"compilation_count": dict(report.compilation_count), "steps": dict(report.steps),
-                         "distinct_signatures": dict(report.distinct_signatures),
-                         "batches": dict(counter.batches), "notes": list(report.notes),
-                         "jit_active": report.jit_active})
+        on_stage(
+            stage,
+            {
+                "compilation_count": dict(report.compilation_count),
+                "steps": dict(report.steps),
+                "distinct_signatures": dict(report.distinct_signatures),
+                "batches": dict(counter.batches),
+                "notes": list(report.notes),
+                "jit_active": report.jit_active,
+            },
+        )
     return monitor
 
 
@@ -418,18 +439,26 @@ def test_recompile_says_a_rebuilt_function_started_a_new_compile_cache():
 
 def _three_lengths(rng):
     """One batch of 8 sequences at each of the lengths 5, 6 and 7."""
+
     def batches():
         for length in (5, 6, 7):
             yield rng.integers(1, 20, (8, length)).astype("int32"), _floats(rng, 8, 1)
 
-    return tf.data.Dataset.from_generator(batches, output_signature=(
-        tf.TensorSpec((8, None), tf.int32), tf.TensorSpec((8, 1), tf.float32)))
+    return tf.data.Dataset.from_generator(
+        batches, output_signature=(tf.TensorSpec((8, None), tf.int32), tf.TensorSpec((8, 1), tf.float32))
+    )
 
 
 def test_recompile_is_no_recompilation_storm():
     rng = np.random.default_rng(0)
-    model = keras.Sequential([keras.Input((None,), dtype="int32"), keras.layers.Embedding(20, 4),
-                              keras.layers.GlobalAveragePooling1D(), keras.layers.Dense(1)])
+    model = keras.Sequential(
+        [
+            keras.Input((None,), dtype="int32"),
+            keras.layers.Embedding(20, 4),
+            keras.layers.GlobalAveragePooling1D(),
+            keras.layers.Dense(1),
+        ]
+    )
     model.compile("sgd", "mse")
     monitor = _monitor("on", storm_threshold=4, on_storm="raise")
     model.fit(_three_lengths(rng), callbacks=[monitor], verbose=0)
@@ -466,10 +495,14 @@ def _backend_message(error_text, backend):
 
 @pytest.mark.parametrize("backend", ["numpy", "torch", "jax"])
 def test_backends_without_xla_are_refused_naming_them_and_jax_is_accepted(backend):
-    env = dict(os.environ, KERAS_BACKEND=backend, CUDA_VISIBLE_DEVICES="", TF_CPP_MIN_LOG_LEVEL="2",
-               PYTHONPATH=os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")]))
-    proc = subprocess.run([sys.executable, "-c", _BACKEND_PROBE], env=env, capture_output=True, text=True,
-                          timeout=120)
+    env = dict(
+        os.environ,
+        KERAS_BACKEND=backend,
+        CUDA_VISIBLE_DEVICES="",
+        TF_CPP_MIN_LOG_LEVEL="2",
+        PYTHONPATH=os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")]),
+    )
+    proc = subprocess.run([sys.executable, "-c", _BACKEND_PROBE], env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-3000:]
     if "XLA_KERAS_UNAVAILABLE" in proc.stdout:
         pytest.skip(f"keras cannot import with KERAS_BACKEND={backend} here: {proc.stdout.strip()[-200:]}")
@@ -494,6 +527,7 @@ def test_non_xla_backend_is_refused_simulated(monkeypatch):
 # run_eagerly: test_monitor.py covers fit; evaluate and predict take another
 # path (_begin_phase, outside a fit).
 
+
 @pytest.mark.parametrize("jit", ["on", "keep"])
 def test_run_eagerly_evaluate_and_predict_report_xla_not_applicable(jit):
     rng = np.random.default_rng(0)
@@ -515,6 +549,7 @@ def test_run_eagerly_evaluate_and_predict_report_xla_not_applicable(jit):
 # --------------------------------------------------------------------------
 # XLA's own count, in a fresh process (XLA_FLAGS must be set before TF starts).
 
+
 def _dumped(dump_dir):
     if not os.path.isdir(dump_dir):
         return 0
@@ -526,22 +561,29 @@ def _dumped_fit(dump_dir, build):
     monitor = _monitor("on")
     before = _dumped(dump_dir)
     _fit(fed, monitor, BatchCounter())
-    return {"dumped": _dumped(dump_dir) - before, "compiles": monitor.report.compilation_count["train"],
-            "distinct_keys": len(set(fed.keys))}
+    return {
+        "dumped": _dumped(dump_dir) - before,
+        "compiles": monitor.report.compilation_count["train"],
+        "distinct_keys": len(set(fed.keys)),
+    }
 
 
 def dump_main(out_path):
     """Subprocess side: per input kind and per lifecycle stage, the modules XLA
     dumped (counted before and after) against what the monitor counted."""
     dump_dir = os.environ["XLA_KERAS_DUMP_DIR"]
-    result = {"kinds": {name: _dumped_fit(dump_dir, build) for name, build in XLA_KINDS},
-              "ragged_reduce_mean": _dumped_fit(dump_dir, fed_ragged_reduce_mean), "lifecycle": []}
+    result = {
+        "kinds": {name: _dumped_fit(dump_dir, build) for name, build in XLA_KINDS},
+        "ragged_reduce_mean": _dumped_fit(dump_dir, fed_ragged_reduce_mean),
+        "lifecycle": [],
+    }
     last = {"count": _dumped(dump_dir), "compiles": 0}
 
     def on_stage(stage, facts):
         now, compiles = _dumped(dump_dir), sum(facts["compilation_count"].values())
-        result["lifecycle"].append({"stage": stage, "dumped": now - last["count"],
-                                    "compiles": compiles - last["compiles"]})
+        result["lifecycle"].append(
+            {"stage": stage, "dumped": now - last["count"], "compiles": compiles - last["compiles"]}
+        )
         last.update(count=now, compiles=compiles)
 
     run_lifecycle(on_stage)
@@ -559,13 +601,18 @@ def _dump_process(request, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("xla_dump")
     dump, out, log = str(tmp / "dump"), str(tmp / "result.json"), str(tmp / "log.txt")
     env = dict(os.environ)
-    env.update({"XLA_FLAGS": f"--xla_dump_to={dump}", "XLA_KERAS_DUMP_DIR": dump,
-                "PYTHONPATH": os.pathsep.join([ROOT, env.get("PYTHONPATH", "")]),
-                "CUDA_VISIBLE_DEVICES": "", "TF_CPP_MIN_LOG_LEVEL": "2"})
+    env.update(
+        {
+            "XLA_FLAGS": f"--xla_dump_to={dump}",
+            "XLA_KERAS_DUMP_DIR": dump,
+            "PYTHONPATH": os.pathsep.join([ROOT, env.get("PYTHONPATH", "")]),
+            "CUDA_VISIBLE_DEVICES": "",
+            "TF_CPP_MIN_LOG_LEVEL": "2",
+        }
+    )
     env.pop("TF_XLA_FLAGS", None)
     with open(log, "w") as sink:  # a file, not a pipe nobody reads while it runs
-        proc = subprocess.Popen([sys.executable, THIS, "dump", out], env=env, stdout=sink,
-                                stderr=subprocess.STDOUT)
+        proc = subprocess.Popen([sys.executable, THIS, "dump", out], env=env, stdout=sink, stderr=subprocess.STDOUT)
     yield {"proc": proc, "out": out, "log": log}
     if proc.poll() is None:  # the run was cut short: stop our own child
         proc.kill()

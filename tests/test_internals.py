@@ -77,6 +77,7 @@ def test_unwrap_distributed_gives_a_per_replica_component():
     from tensorflow.python.distribute import values as ds_values
 
     from xla_keras.core.signatures import Replicas, signature_of
+
     per_replica = ds_values.PerReplica((tf.ones((3, 4)), tf.ones((2, 4))))
     assert not hasattr(per_replica, "shape")  # why unwrapping is needed at all
     components = _internals.unwrap_distributed(per_replica)
@@ -109,13 +110,16 @@ def test_devices_initialized_after_first_op():
     assert _internals.devices_initialized() is True
 
 
-@pytest.mark.parametrize("value, expected", [
-    ("--tf_xla_cpu_global_jit", True),
-    ("--tf_xla_auto_jit=2 --tf_xla_cpu_global_jit=true", True),
-    ("--tf_xla_cpu_global_jit=false", False),
-    ("--tf_xla_auto_jit=2", False),
-    ("", False),
-])
+@pytest.mark.parametrize(
+    "value, expected",
+    [
+        ("--tf_xla_cpu_global_jit", True),
+        ("--tf_xla_auto_jit=2 --tf_xla_cpu_global_jit=true", True),
+        ("--tf_xla_cpu_global_jit=false", False),
+        ("--tf_xla_auto_jit=2", False),
+        ("", False),
+    ],
+)
 def test_env_flag_set(value, expected):
     assert _internals.env_flag_set("tf_xla_cpu_global_jit", {"TF_XLA_FLAGS": value}) is expected
 
@@ -156,8 +160,12 @@ def test_probe_sees_a_compile_as_this_version_is_known_to_show_it_and_reports_bu
         assert compile_seconds_from_trace(events) == []
     if sees is True or has_compiler_events(events):
         assert sees is not False
-        assert any(n.endswith("Compiler::RunBackend") or n.endswith("Compiler::CompileLegacyCpuExecutable")
-                   or n.endswith("Compiler::Codegen") for n in names), names[:50]
+        assert any(
+            n.endswith("Compiler::RunBackend")
+            or n.endswith("Compiler::CompileLegacyCpuExecutable")
+            or n.endswith("Compiler::Codegen")
+            for n in names
+        ), names[:50]
         seconds = compile_seconds_from_trace(events)
         assert len(seconds) == 1 and 0 < seconds[0] <= kernels[0].duration_ps / 1e12 * 1.01
 
@@ -173,6 +181,7 @@ def test_step_kernels_and_xla_compile_ops_are_traced_under_their_names():
     """The op spans a probe falls back to when XLA's compiler emits no events: the step
     function's kernel (one per batch Keras runs) and, under auto-clustering, _XlaCompile."""
     from xla_keras.core.ledger import step_kernel_seconds, xla_compile_op_seconds
+
     model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)])
     model.compile("sgd", "mse", jit_compile=True, steps_per_execution=2)
     model.make_train_function()
@@ -192,6 +201,7 @@ def test_probe_lines_stay_out_of_stderr_and_others_lines_stay_in(capfd):
     _internals.stop_probe(session)
     del session
     import gc
+
     gc.collect()
     err = capfd.readouterr().err
     assert "user line during the probe" in err
@@ -200,8 +210,13 @@ def test_probe_lines_stay_out_of_stderr_and_others_lines_stay_in(capfd):
 
 def test_strategy_facts_default_and_mirrored():
     facts = _internals.strategy_facts(_model(False))
-    assert facts == {"name": "_DefaultDistributionStrategy", "default": True, "replicas": 1,
-                     "multi_worker": False, "chief": True}
+    assert facts == {
+        "name": "_DefaultDistributionStrategy",
+        "default": True,
+        "replicas": 1,
+        "multi_worker": False,
+        "chief": True,
+    }
     with tf.distribute.MirroredStrategy(["/cpu:0"]).scope():
         model = _model(False)
     facts = _internals.strategy_facts(model)
@@ -223,8 +238,10 @@ def test_versions_name_the_installed_packages():
     assert v["tensorflow"].startswith("2.") and v["keras"].startswith("3.")
 
 
-@pytest.mark.parametrize("value, on", [("2", True), ("1", True), ("single-gpu(2)", True), ("fusible", True),
-                                       ("0", False), ("-1", False), (None, False)])
+@pytest.mark.parametrize(
+    "value, on",
+    [("2", True), ("1", True), ("single-gpu(2)", True), ("fusible", True), ("0", False), ("-1", False), (None, False)],
+)
 def test_env_auto_jit_parsing(value, on):
     env = {"TF_XLA_FLAGS": f"--tf_xla_auto_jit={value}" if value is not None else ""}
     assert _internals.env_auto_jit_on(env) is on
@@ -253,8 +270,9 @@ def test_running_fit_and_the_callback_list_of_the_running_call_are_found_from_a_
             seen["fit list"] = _internals.running_callback_list(self.model)
 
         def on_test_begin(self, logs=None):
-            seen.setdefault("test", []).append((_internals.running_fit(self.model) is not None,
-                                                _internals.running_callback_list(self.model)))
+            seen.setdefault("test", []).append(
+                (_internals.running_fit(self.model) is not None, _internals.running_callback_list(self.model))
+            )
 
         def on_predict_begin(self, logs=None):
             seen["predict list"] = _internals.running_callback_list(self.model)
@@ -285,6 +303,7 @@ def test_keras_multi_worker_fit_faults_reads_each_function_that_runs(patched, tm
     from keras.src.backend.tensorflow import trainer
 
     from xla_keras.backends.tensorflow.multiworker import WORKAROUND
+
     stock = {"build": trainer.TensorFlowTrainer._maybe_symbolic_build, "logs": trainer.reduce_per_replica}
     assert _internals.keras_multi_worker_fit_faults() == ["build", "logs"]  # Keras 3.15 as installed
     # Same values: only so that monkeypatch puts the stock functions back at teardown.

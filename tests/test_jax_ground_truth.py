@@ -29,8 +29,16 @@ SCRIPT = os.path.join(HERE, "jax_scenarios.py")
 ROOT = os.path.dirname(HERE)
 # tf.data input needs TensorFlow: the compatibility tier's JAX venv has none.
 HAS_TF = importlib.util.find_spec("tensorflow") is not None
-MAIN = ("batch_sizes", "partial_batch", "padded", "nested", "steps_per_execution", "jit_off", "storm_fallback",
-        "storm_raise") + (("tf_data",) if HAS_TF else ())
+MAIN = (
+    "batch_sizes",
+    "partial_batch",
+    "padded",
+    "nested",
+    "steps_per_execution",
+    "jit_off",
+    "storm_fallback",
+    "storm_raise",
+) + (("tf_data",) if HAS_TF else ())
 SPE1 = ("batch_sizes", "partial_batch", "padded", "nested", "jit_off") + (("tf_data",) if HAS_TF else ())
 PHASES = ("train", "test", "predict")
 
@@ -39,12 +47,19 @@ def _start(tmp, tag, names, flags="", env_extra=None):
     dump = os.path.join(tmp, f"dump_{tag}")
     out = os.path.join(tmp, f"{tag}.json")
     env = dict(os.environ)
-    env.update({"KERAS_BACKEND": "jax", "XLA_FLAGS": f"--xla_dump_to={dump} {flags}".strip(),
-                "PYTHONPATH": ROOT + os.pathsep + env.get("PYTHONPATH", ""), "CUDA_VISIBLE_DEVICES": "",
-                "JAX_PLATFORMS": "cpu"})
+    env.update(
+        {
+            "KERAS_BACKEND": "jax",
+            "XLA_FLAGS": f"--xla_dump_to={dump} {flags}".strip(),
+            "PYTHONPATH": ROOT + os.pathsep + env.get("PYTHONPATH", ""),
+            "CUDA_VISIBLE_DEVICES": "",
+            "JAX_PLATFORMS": "cpu",
+        }
+    )
     env.update(env_extra or {})
-    proc = subprocess.Popen([sys.executable, SCRIPT, out, *names], env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, SCRIPT, out, *names], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     return proc, out
 
 
@@ -68,14 +83,17 @@ def runs(tmp_path_factory):
     results.update(_finish(parallel))
     # Timing-sensitive: alone on the machine.
     results["slow_device"] = _finish(_start(tmp, "timed", ["slow_device"], env_extra={"XLA_KERAS_TEST_TIMED": "1"}))[
-        "slow_device"]
-    canary = _start(tmp, "canary", ["slow_device"], env_extra={"XLA_KERAS_TEST_TIMED": "1",
-                                                                "XLA_KERAS_TEST_CANARY": "1"})
+        "slow_device"
+    ]
+    canary = _start(
+        tmp, "canary", ["slow_device"], env_extra={"XLA_KERAS_TEST_TIMED": "1", "XLA_KERAS_TEST_CANARY": "1"}
+    )
     first = _start(tmp, "cache_first", ["cache"], env_extra={"XLA_KERAS_TEST_CACHE": cache})
     results["canary"] = _finish(canary)["slow_device"]
     results["cache_first"] = _finish(first)["cache"]
-    results["cache_again"] = _finish(_start(tmp, "cache_again", ["cache"],
-                                            env_extra={"XLA_KERAS_TEST_CACHE": cache}))["cache"]
+    results["cache_again"] = _finish(_start(tmp, "cache_again", ["cache"], env_extra={"XLA_KERAS_TEST_CACHE": cache}))[
+        "cache"
+    ]
     return results
 
 
@@ -98,8 +116,9 @@ def test_step_compiles_equal_the_dumped_step_modules(runs, name):
     assert report["backend"] == "jax"
 
 
-@pytest.mark.parametrize("name", [n for n in MAIN if n not in ("steps_per_execution", "storm_raise")]
-                         + ["data_parallel"])
+@pytest.mark.parametrize(
+    "name", [n for n in MAIN if n not in ("steps_per_execution", "storm_raise")] + ["data_parallel"]
+)
 def test_non_step_modules_are_the_totals_kept_out_of_the_ledger(runs, name):
     """Modules XLA dumped during the fit that are not step modules = op-level / helper compiles inside
     the step calls + compiles outside them, as the report's totals say."""
@@ -171,8 +190,11 @@ def test_partial_last_batch_plus_validation(runs):
 def test_padded_sequences_compile_once_per_padded_length_and_the_fix_is_numpy(runs, tmp_path):
     run = runs["padded"]
     report = run["report"]
-    assert report["compilation_count"]["train"] == report["distinct_signatures"]["train"] == _step_modules(run)[
-        "jit_train_step"]
+    assert (
+        report["compilation_count"]["train"]
+        == report["distinct_signatures"]["train"]
+        == _step_modules(run)["jit_train_step"]
+    )
 
 
 def test_steps_per_execution_numbers_steps_per_batch(runs):
@@ -183,7 +205,8 @@ def test_steps_per_execution_numbers_steps_per_batch(runs):
     assert steps == {"train": [1, 13], "test": [1, 4], "predict": [1, 5]}
     assert report["steps"]["train"] == 26
     assert report["other_compilations"]["in_steps"]["count"] == runs["steps_per_execution"]["dump"].count(
-        "jit_concatenate")
+        "jit_concatenate"
+    )
 
 
 def test_dict_inputs_name_every_leaf(runs):
@@ -240,11 +263,13 @@ def test_data_parallel_reports_per_device_shapes(runs):
 
 def _median_ms(run, name):
     import statistics
+
     return 1e3 * statistics.median(s for n, s in run["observer_seconds"] if n == name)
 
 
 def _median_gap(run):
     import statistics
+
     times = [t for hook, phase, t in run["hooks"] if hook == "batch" and phase == "train"]
     return statistics.median(b - a for a, b in zip(times[1:], times[2:]))  # after the compiling step
 
@@ -264,6 +289,7 @@ def _skip_unless_asynchronous(runs):
 def jax_version():
     import re
     from importlib.metadata import version
+
     return tuple(int(p) for p in re.findall(r"\d+", version("jax"))[:2])
 
 

@@ -26,8 +26,13 @@ SCRIPT = os.path.join(HERE, "jax_checks.py")
 
 
 def _env(**extra):
-    env = dict(os.environ, KERAS_BACKEND="jax", CUDA_VISIBLE_DEVICES="", JAX_PLATFORMS="cpu",
-               PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env = dict(
+        os.environ,
+        KERAS_BACKEND="jax",
+        CUDA_VISIBLE_DEVICES="",
+        JAX_PLATFORMS="cpu",
+        PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""),
+    )
     env.update(extra)
     return env
 
@@ -38,8 +43,7 @@ def checks(tmp_path_factory):
     out = root / "checks.json"
 
     def run(args):
-        proc = subprocess.run([sys.executable, SCRIPT, *args], env=_env(), capture_output=True, text=True,
-                              timeout=900)
+        proc = subprocess.run([sys.executable, SCRIPT, *args], env=_env(), capture_output=True, text=True, timeout=900)
         assert proc.returncode == 0, proc.stderr[-5000:]
         return proc.stderr
 
@@ -73,6 +77,7 @@ def test_autoclustering_is_refused_as_a_tensorflow_feature(checks):
 
 def test_scalars_text_and_report_file_are_written_as_on_tensorflow(checks):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
     log_dir = checks["tensorboard"]["log_dir"]
     train = EventAccumulator(os.path.join(log_dir, "train"), size_guidance={"tensors": 0})
     train.Reload()
@@ -126,14 +131,20 @@ def test_a_monitored_jax_fit_prints_no_framework_line_a_bare_fit_does_not(checks
 
 def test_doctor_reports_the_backend_devices_cache_and_flags(tmp_path):
     env = _env(XLA_FLAGS="--xla_force_host_platform_device_count=2")
-    proc = subprocess.run([sys.executable, "-m", "xla_keras", "doctor"], env=env, capture_output=True, text=True,
-                          timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-m", "xla_keras", "doctor"], env=env, capture_output=True, text=True, timeout=300
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = proc.stdout
     assert "Keras runs the JAX backend" in out and "jax 0." in out
     assert "2 JAX device(s): cpu:0, cpu:1" in out
     assert "XLA_FLAGS: --xla_force_host_platform_device_count=2" in out and "JAX started and compiled" in out
     assert "persistent compilation cache" in out
-    bad = subprocess.run([sys.executable, "-m", "xla_keras", "doctor"], env=_env(XLA_FLAGS="--xla_no_such_flag=1"),
-                         capture_output=True, text=True, timeout=300)
+    bad = subprocess.run(
+        [sys.executable, "-m", "xla_keras", "doctor"],
+        env=_env(XLA_FLAGS="--xla_no_such_flag=1"),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert bad.returncode == 1 and "[error] flags" in bad.stdout

@@ -32,11 +32,19 @@ T, L, C = _internals.TRACE_EVENT, _internals.LOWER_EVENT, _internals.COMPILE_EVE
 
 # ------------------------------------------------------------------ reading the events
 
+
 def test_split_sums_each_step_modules_tracing_lowering_and_compile_and_keeps_others_apart():
-    events = [(T, 0.10, "train_step", False), (T, 0.01, "wrapped_fn", False), (L, 0.02, "jit(train_step)", False),
-              (C, 0.30, "jit(train_step)", False), (L, 0.001, "jit(concatenate)", False),
-              (C, 0.004, "jit(concatenate)", False), (T, 0.05, "train_step", False),
-              (L, 0.01, "jit(train_step)", False), (C, 0.02, "jit(train_step)", True)]
+    events = [
+        (T, 0.10, "train_step", False),
+        (T, 0.01, "wrapped_fn", False),
+        (L, 0.02, "jit(train_step)", False),
+        (C, 0.30, "jit(train_step)", False),
+        (L, 0.001, "jit(concatenate)", False),
+        (C, 0.004, "jit(concatenate)", False),
+        (T, 0.05, "train_step", False),
+        (L, 0.01, "jit(train_step)", False),
+        (C, 0.02, "jit(train_step)", True),
+    ]
     modules, loads, other = split(events, "jit(train_step)", "train_step")
     assert modules == pytest.approx([0.42, 0.08]) and loads == [False, True]
     assert [e[2] for e in other] == ["jit(concatenate)", "jit(concatenate)"]
@@ -101,6 +109,7 @@ def test_nested_calls_of_chained_monitors_both_see_the_compile():
 
 # ------------------------------------------------------------------ modes, reports
 
+
 def test_jit_modes_refuse_autoclustering_naming_the_choices():
     assert MODES == ("keep", "on", "off", "fastest")
     with pytest.raises(ValueError, match="TensorFlow feature.*'keep', 'on', 'off' or 'fastest'"):
@@ -114,23 +123,34 @@ def test_schema_4_adds_backend_and_other_compilations_and_reads_older_reports():
     assert SCHEMA_VERSION >= 4
     old = parse_report({"schema_version": 3, "jit_mode": "on", "compilations": []})
     assert old.report.backend == "tensorflow" and old.report.other_compilations == {}
-    new = parse_report({"schema_version": 4, "jit_mode": "on", "backend": "jax", "compilations": [],
-                        "other_compilations": {"in_steps": {"count": 3, "seconds": 0.5}}})
+    new = parse_report(
+        {
+            "schema_version": 4,
+            "jit_mode": "on",
+            "backend": "jax",
+            "compilations": [],
+            "other_compilations": {"in_steps": {"count": 3, "seconds": 0.5}},
+        }
+    )
     assert new.report.backend == "jax"
     assert "3 executable(s), 500 ms, inside the step calls" in str(new.report)
 
 
-@pytest.mark.parametrize("before, after, words", [
-    ({"train": 0.001}, {"train": 0.02}, "train steady step 20 ms vs 1 ms with XLA before the switch (20.0x)"),
-    ({"train": None}, {"train": 0.02}, "no steady XLA step was measured before the switch"),
-    ({"train": 0.001}, {"train": None}, None),
-])
+@pytest.mark.parametrize(
+    "before, after, words",
+    [
+        ({"train": 0.001}, {"train": 0.02}, "train steady step 20 ms vs 1 ms with XLA before the switch (20.0x)"),
+        ({"train": None}, {"train": 0.02}, "no steady XLA step was measured before the switch"),
+        ({"train": 0.001}, {"train": None}, None),
+    ],
+)
 def test_the_fallback_states_what_running_without_xla_cost(before, after, words):
     text = fallback_cost({"xla_steady_step_seconds": before, "steady_step_seconds_after": after})
     assert (text is None) if words is None else (words in text)
 
 
 # ------------------------------------------------------------------ fixes that need no TensorFlow
+
 
 def _history(shapes):
     history = ShapeHistory()
@@ -148,6 +168,7 @@ def test_the_padding_fix_for_arrays_applies_without_tensorflow_and_pads_to_the_a
     batches = [(np.ones((8, n), np.int32), np.zeros((8,), np.float32)) for n in lengths + [200]]
     fixed = apply_fix(batches, fix)
     import keras
+
     assert isinstance(fixed, keras.utils.PyDataset) and len(fixed) == len(batches)
     out_lengths = set()
     for (x, y), n in zip((fixed[i] for i in range(len(fixed))), lengths + [200]):
@@ -173,7 +194,7 @@ def test_tf_data_keeps_the_tf_data_fix():
 
 # ------------------------------------------------------------------ private APIs, under KERAS_BACKEND=jax
 
-_INTERNALS_CHECK = r'''
+_INTERNALS_CHECK = r"""
 import json, numpy as np, keras
 from jax._src import dispatch
 from xla_keras.backends.jax import _internals
@@ -202,14 +223,20 @@ class Spy(keras.callbacks.Callback):
         out["distribution"] = _internals.distribution_facts()
 m.fit(np.ones((6, 4), "float32"), np.ones((6, 1), "float32"), verbose=0, callbacks=[Spy()])
 print("CHECK " + json.dumps(out))
-'''
+"""
 
 
 def test_the_private_apis_the_jax_backend_uses_are_where_it_expects():
-    env = dict(os.environ, KERAS_BACKEND="jax", JAX_PLATFORMS="cpu", CUDA_VISIBLE_DEVICES="",
-               PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    proc = subprocess.run([sys.executable, "-c", _INTERNALS_CHECK], env=env, capture_output=True, text=True,
-                          timeout=300)
+    env = dict(
+        os.environ,
+        KERAS_BACKEND="jax",
+        JAX_PLATFORMS="cpu",
+        CUDA_VISIBLE_DEVICES="",
+        PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""),
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", _INTERNALS_CHECK], env=env, capture_output=True, text=True, timeout=300
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(next(line for line in proc.stdout.splitlines() if line.startswith("CHECK "))[6:])
     for spe in (1, 3):
@@ -230,11 +257,14 @@ def test_compiles_outside_the_steps_go_to_the_current_models_report_only():
     import types
 
     from xla_keras.backends.jax import JaxBackend
+
     backend = JaxBackend("keep")
     monitor = types.SimpleNamespace(in_call=True, _current=types.SimpleNamespace(probe=None))
     backend._owner = lambda: monitor
+
     class Model:  # weakly referenced by the probe
         pass
+
     models = [Model(), Model()]
     first, second = (backend.probe(Notes(), model, False) for model in models)
     monitor._current.probe = second

@@ -64,8 +64,14 @@ def test_the_memory_bound_caps_the_reservoir():
 
 
 def test_only_host_integer_and_mask_leaves_are_kept():
-    batch = ({"tokens": np.ones((2, 5), np.int64), "mask": np.ones((2, 5), bool),
-              "features": np.ones((2, 5, 3), np.float32)}, np.ones((2,), np.int32))
+    batch = (
+        {
+            "tokens": np.ones((2, 5), np.int64),
+            "mask": np.ones((2, 5), bool),
+            "features": np.ones((2, 5, 3), np.float32),
+        },
+        np.ones((2,), np.int32),
+    )
     assert sorted(countable_leaves(batch)) == ["x/mask", "x/tokens"]  # floats and rank-1 labels left out
 
 
@@ -101,13 +107,16 @@ def test_jax_arrays_count_as_device_buffers():
     assert sample.kept == [] and sample.on_device == 1
 
 
-@pytest.mark.parametrize("array, axis, expect", [
-    (np.array([[3, 4, 0, 0], [5, 0, 0, 0]]), 1, [2, 1]),
-    (np.array([[0, 0, 3, 4], [0, 0, 0, 5]]), 1, [2, 1]),  # pre-padded (keras.utils.pad_sequences' default)
-    (np.array([[True, True, False], [True, False, False]]), 1, [2, 1]),  # a mask counts its ones
-    (np.array([[[1, 0], [0, 0], [0, 2]], [[0, 0], [0, 0], [0, 0]]]), 1, [2, 0]),  # rank 3: any nonzero feature
-    (np.array([[[1, 0], [0, 0], [0, 2]], [[0, 3], [0, 0], [0, 0]]]), 2, [2, 1]),
-])
+@pytest.mark.parametrize(
+    "array, axis, expect",
+    [
+        (np.array([[3, 4, 0, 0], [5, 0, 0, 0]]), 1, [2, 1]),
+        (np.array([[0, 0, 3, 4], [0, 0, 0, 5]]), 1, [2, 1]),  # pre-padded (keras.utils.pad_sequences' default)
+        (np.array([[True, True, False], [True, False, False]]), 1, [2, 1]),  # a mask counts its ones
+        (np.array([[[1, 0], [0, 0], [0, 2]], [[0, 0], [0, 0], [0, 0]]]), 1, [2, 0]),  # rank 3: any nonzero feature
+        (np.array([[[1, 0], [0, 0], [0, 2]], [[0, 3], [0, 0], [0, 0]]]), 2, [2, 1]),
+    ],
+)
 def test_real_length_counts_nonzero_positions(array, axis, expect):
     assert real_lengths(array, axis).tolist() == expect
 
@@ -121,7 +130,7 @@ def test_real_padding_figures_match_exact_token_counts():
     batches = [(x, np.zeros(16, np.float32)) for x, _ in made]
     history, view = feed(batches)
     _, advice, fix = analyse("train", history, 8, view=view)
-    real = sum(int(n.sum()) for _, n in made)                     # the generator's exact token count
+    real = sum(int(n.sum()) for _, n in made)  # the generator's exact token count
     fed = sum(x.size for x, _ in made)
     padded_to = sum(16 * pad_target(x.shape[1], fix["lengths"]) for x, _ in made)
     assert fix["real_lengths"]["real_tokens"] == real and fix["real_lengths"]["sampled_batches"] == 30
@@ -201,16 +210,20 @@ def test_validation_pads_the_remainder_of_each_bucket():
     assert "sample_weight" not in advice and "keep the first" in advice
 
 
-@pytest.mark.parametrize("histogram, bounds, per_epoch, remainder, expect", [
-    # 100 examples: 60 short, 34 middle, 6 long; batches of 16. Dropping: the 6 long ones would never
-    # fill a batch, so the last bucket absorbs the middle one (40 -> 48 + 6 = 40 in one bucket).
-    ({10: 60, 30: 34, 50: 6}, [10, 30, 50], 100, "drop", ([10, 50], 16 * 3 * 10 + 32 * 50, 80, 20, 0)),
-    ({10: 60, 30: 34, 50: 6}, [10, 30, 50], 100, "pad", ([10, 30, 50], 64 * 10 + 48 * 30 + 16 * 50, 100, 0, 28)),
-    ({10: 16, 20: 16}, [10, 20], 32, "drop", ([10, 20], 160 + 320, 32, 0, 0)),
-    ({10: 5, 20: 40}, [10, 20], 45, "drop", ([20], 32 * 20, 32, 13, 0)),  # a sparse first bucket goes up
-])
-def test_a_bucket_that_fills_no_batch_is_merged_when_partial_batches_are_dropped(histogram, bounds, per_epoch,
-                                                                                   remainder, expect):
+@pytest.mark.parametrize(
+    "histogram, bounds, per_epoch, remainder, expect",
+    [
+        # 100 examples: 60 short, 34 middle, 6 long; batches of 16. Dropping: the 6 long ones would never
+        # fill a batch, so the last bucket absorbs the middle one (40 -> 48 + 6 = 40 in one bucket).
+        ({10: 60, 30: 34, 50: 6}, [10, 30, 50], 100, "drop", ([10, 50], 16 * 3 * 10 + 32 * 50, 80, 20, 0)),
+        ({10: 60, 30: 34, 50: 6}, [10, 30, 50], 100, "pad", ([10, 30, 50], 64 * 10 + 48 * 30 + 16 * 50, 100, 0, 28)),
+        ({10: 16, 20: 16}, [10, 20], 32, "drop", ([10, 20], 160 + 320, 32, 0, 0)),
+        ({10: 5, 20: 40}, [10, 20], 45, "drop", ([20], 32 * 20, 32, 13, 0)),  # a sparse first bucket goes up
+    ],
+)
+def test_a_bucket_that_fills_no_batch_is_merged_when_partial_batches_are_dropped(
+    histogram, bounds, per_epoch, remainder, expect
+):
     epoch = bucket_epoch(histogram, bounds, per_epoch, 16, remainder)
     assert epoch.bounds == expect[0]
     assert (epoch.tokens, epoch.kept, epoch.dropped, epoch.padded_rows) == pytest.approx(expect[1:])

@@ -28,13 +28,15 @@ def _xla_keras_bytes():
 
 
 def test_20k_steps_over_1000_signatures_keep_exact_counts_in_bounded_memory():
-    config = MonitorConfig(log_dir=None, profile=None, verbose=0, max_records=MAX_RECORDS,
-                           storm_threshold=10 * DISTINCT, storm_window=10)
+    config = MonitorConfig(
+        log_dir=None, profile=None, verbose=0, max_records=MAX_RECORDS, storm_threshold=10 * DISTINCT, storm_window=10
+    )
     session = Session(config)
     jit = JitState("on", active=True, reason="as if jit_compile=True ran: new signatures are compiles")
     # Batch i has i % 1000 + 1 rows: 1000 distinct signatures, each seen 20 times.
-    signatures = [signature_of((np.zeros((n + 1, 4), np.float32), np.zeros((n + 1, 1), np.float32)))
-                  for n in range(DISTINCT)]
+    signatures = [
+        signature_of((np.zeros((n + 1, 4), np.float32), np.zeros((n + 1, 1), np.float32))) for n in range(DISTINCT)
+    ]
     sizes = {}
     tracemalloc.start()
     try:
@@ -66,10 +68,12 @@ def test_the_report_caps_details_and_counts_the_overflow():
     tf = pytest.importorskip("tensorflow")
     keras = pytest.importorskip("keras")
     import xla_keras
+
     sizes = list(range(4, 16))  # 12 batch sizes: 12 real compiles under jit="on"
     data = tf.data.Dataset.from_generator(
         lambda: ((np.ones((n, 4), np.float32), np.ones((n, 1), np.float32)) for n in sizes),
-        output_signature=(tf.TensorSpec((None, 4), tf.float32), tf.TensorSpec((None, 1), tf.float32)))
+        output_signature=(tf.TensorSpec((None, 4), tf.float32), tf.TensorSpec((None, 1), tf.float32)),
+    )
     model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
     model.compile("sgd", "mse")
     monitor = xla_keras.XlaMonitor(log_dir=None, jit="on", verbose=0, max_records=5, storm_threshold=100)

@@ -22,29 +22,34 @@ def _data(n=200, features=4, seed=0):
 
 
 def _model(jit_compile="auto", run_eagerly=False, layers=()):
-    model = keras.Sequential([keras.Input((4,)), *layers, keras.layers.Dense(8, activation="relu"),
-                              keras.layers.Dense(1)])
+    model = keras.Sequential(
+        [keras.Input((4,)), *layers, keras.layers.Dense(8, activation="relu"), keras.layers.Dense(1)]
+    )
     model.compile("sgd", "mse", jit_compile=jit_compile, run_eagerly=run_eagerly)
     return model
 
 
 def _events(run_dir):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
     acc = EventAccumulator(run_dir, size_guidance={"tensors": 0, "scalars": 0})
     acc.Reload()
     return {tag: [(e.step, e.value) for e in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]}
 
 
-@pytest.mark.parametrize("kwargs, error, words", [
-    ({"jit": "maybe"}, ValueError, ["'keep'", "'on'", "'off'", "'autoclustering'", "'maybe'"]),
-    ({"jit": True}, ValueError, ["'keep'", "True"]),
-    ({"update_freq": "sometimes"}, ValueError, ["'epoch'", "'batch'", "int"]),
-    ({"update_freq": 0}, ValueError, ["int >= 1"]),
-    ({"update_freq": True}, ValueError, ["'epoch'"]),
-    ({"verbose": 5}, ValueError, ["0, 1 or 2"]),
-    ({"log_dir": 3}, TypeError, ["os.PathLike"]),
-    ({"max_records": 0}, ValueError, ["max_records"]),
-])
+@pytest.mark.parametrize(
+    "kwargs, error, words",
+    [
+        ({"jit": "maybe"}, ValueError, ["'keep'", "'on'", "'off'", "'autoclustering'", "'maybe'"]),
+        ({"jit": True}, ValueError, ["'keep'", "True"]),
+        ({"update_freq": "sometimes"}, ValueError, ["'epoch'", "'batch'", "int"]),
+        ({"update_freq": 0}, ValueError, ["int >= 1"]),
+        ({"update_freq": True}, ValueError, ["'epoch'"]),
+        ({"verbose": 5}, ValueError, ["0, 1 or 2"]),
+        ({"log_dir": 3}, TypeError, ["os.PathLike"]),
+        ({"max_records": 0}, ValueError, ["max_records"]),
+    ],
+)
 def test_constructor_rejects_bad_input_naming_the_choices(kwargs, error, words):
     with pytest.raises(error) as info:
         xla_keras.XlaMonitor(**kwargs)
@@ -121,8 +126,7 @@ def test_event_files_match_the_report(tmp_path):
     model = _model(jit_compile=False)
     x, y = _data(200)
     monitor = xla_keras.XlaMonitor(log_dir=log_dir, jit="on", update_freq="batch", verbose=0)
-    model.fit(x, y, batch_size=64, epochs=2, validation_data=_data(100, seed=1), callbacks=[monitor],
-              verbose=0)
+    model.fit(x, y, batch_size=64, epochs=2, validation_data=_data(100, seed=1), callbacks=[monitor], verbose=0)
     report = monitor.report
     train = _events(os.path.join(log_dir, "train"))
     expected = [(c.step, c.seconds * 1e3) for c in report.compilations if c.phase == "train"]
@@ -193,6 +197,7 @@ def test_internal_error_disables_the_monitor_once_and_training_finishes(monkeypa
         raise RuntimeError("injected")
 
     from xla_keras.backends.tensorflow import TensorFlowBackend
+
     monkeypatch.setattr(TensorFlowBackend, "signature", broken)
     model = _model(jit_compile=False)
     monitor = xla_keras.XlaMonitor(log_dir=None, jit="on", verbose=0)
@@ -221,8 +226,7 @@ def test_interrupted_fit_keeps_compile_events_and_next_fit_removes_the_leftover_
     assert hasattr(model.train_function, "_xla_keras_original")  # on_train_end never ran
     events = _events(os.path.join(log_dir, "train"))
     assert events["xla/compilations"] == [(1, 1.0)]
-    model.fit(*_data(), batch_size=32, epochs=1, callbacks=[xla_keras.XlaMonitor(log_dir=None, verbose=0)],
-              verbose=0)
+    model.fit(*_data(), batch_size=32, epochs=1, callbacks=[xla_keras.XlaMonitor(log_dir=None, verbose=0)], verbose=0)
     assert not hasattr(model.train_function, "_xla_keras_original")
 
 
@@ -358,6 +362,7 @@ def test_keras_2_style_callback_questions_are_answered_and_a_foreign_model_is_sk
     monitor.on_train_batch_end(0)
     monitor.on_train_end()
     import warnings
+
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # warned once per model
         monitor.on_train_begin()
@@ -373,8 +378,9 @@ def _without_compiler_events(monkeypatch, known):
     """What TensorFlow 2.16/2.17 give the probe: every event but the compiler's; ``known``: whether
     that is known for the version (CPU) or must be found out (2.16/2.17 with a GPU)."""
     real = _internals.stop_probe
-    monkeypatch.setattr(_internals, "stop_probe",
-                        lambda session: [e for e in real(session) if "Compiler::" not in e.name])
+    monkeypatch.setattr(
+        _internals, "stop_probe", lambda session: [e for e in real(session) if "Compiler::" not in e.name]
+    )
     monkeypatch.setattr(_internals, "profiler_sees_xla_compiler", lambda: False if known else None)
 
 
@@ -402,8 +408,15 @@ def test_a_signature_another_monitor_compiled_is_no_op_span_compile(monkeypatch)
     _without_compiler_events(monkeypatch, known=True)
     model = _model(jit_compile=False)
     x, y = _data(128)
-    model.fit(x, y, batch_size=64, epochs=1, validation_data=(x, y), verbose=0,
-              callbacks=[xla_keras.XlaMonitor(log_dir=None, jit="on", verbose=0)])
+    model.fit(
+        x,
+        y,
+        batch_size=64,
+        epochs=1,
+        validation_data=(x, y),
+        verbose=0,
+        callbacks=[xla_keras.XlaMonitor(log_dir=None, jit="on", verbose=0)],
+    )
     fresh = xla_keras.XlaMonitor(log_dir=None, jit="on", verbose=0)
     model.evaluate(x, y, batch_size=64, callbacks=[fresh], verbose=0)
     assert fresh.report.compilation_count["test"] == 0 and fresh.report.steps["test"] == 2
@@ -411,8 +424,9 @@ def test_a_signature_another_monitor_compiled_is_no_op_span_compile(monkeypatch)
 
 def test_on_a_version_whose_compiler_is_visible_silence_means_nothing_compiled(monkeypatch):
     real = _internals.stop_probe
-    monkeypatch.setattr(_internals, "stop_probe",
-                        lambda session: [e for e in real(session) if "Compiler::" not in e.name])
+    monkeypatch.setattr(
+        _internals, "stop_probe", lambda session: [e for e in real(session) if "Compiler::" not in e.name]
+    )
     monkeypatch.setattr(_internals, "profiler_sees_xla_compiler", lambda: True)
     model = _model(jit_compile=False)
     monitor = xla_keras.XlaMonitor(log_dir=None, jit="on", verbose=0)
@@ -423,8 +437,11 @@ def test_on_a_version_whose_compiler_is_visible_silence_means_nothing_compiled(m
 def test_op_spans_that_cannot_be_matched_to_batches_fall_back_to_timing(monkeypatch):
     _without_compiler_events(monkeypatch, known=True)
     real = _internals.stop_probe
-    monkeypatch.setattr(_internals, "stop_probe", lambda session: [
-        e for e in real(session) if not e.name.startswith("__inference_one_step_on_data")])
+    monkeypatch.setattr(
+        _internals,
+        "stop_probe",
+        lambda session: [e for e in real(session) if not e.name.startswith("__inference_one_step_on_data")],
+    )
     model = _model(jit_compile=False)
     monitor = xla_keras.XlaMonitor(log_dir=None, jit="on", verbose=0)
     model.fit(*_data(200), batch_size=64, epochs=2, callbacks=[monitor], verbose=0)

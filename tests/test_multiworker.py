@@ -26,17 +26,31 @@ SCENARIOS = {
     "stock": {"fits": [{"epochs": 1, "monitor": {"log_dir": None}}]},
     # The doctor's patch; jit="on" (refused) with a log dir nobody can create, then auto-clustering with
     # validation into one shared log dir.
-    "patched": {"workaround": True, "configure": True, "fits": [
-        {"epochs": 1, "monitor": {"jit": "on", "log_dir": "/proc/no_such_dir/xla"}},
-        {"epochs": 2, "validation": True, "monitor": {"jit": "autoclustering", "log_dir": "{log_dir}"}}]},
+    "patched": {
+        "workaround": True,
+        "configure": True,
+        "fits": [
+            {"epochs": 1, "monitor": {"jit": "on", "log_dir": "/proc/no_such_dir/xla"}},
+            {"epochs": 2, "validation": True, "monitor": {"jit": "autoclustering", "log_dir": "{log_dir}"}},
+        ],
+    },
     # Worker 1 alone sees varying lengths (a storm under on_storm="raise"), then its monitor breaks
     # at its 3rd step, before two validation runs (where a worker pulling differently would hang).
-    "one_worker_differs": {"workaround": True, "configure": True, "data": "lengths", "fail_monitor_on_task": 1,
-                           "fail_in_fit": 2, "fail_at_call": 3, "fits": [
-                               {"epochs": 1, "monitor": {"jit": "autoclustering", "on_storm": "raise",
-                                                         "storm_threshold": 3, "log_dir": None}},
-                               {"epochs": 2, "validation": True,
-                                "monitor": {"jit": "autoclustering", "log_dir": None}}]},
+    "one_worker_differs": {
+        "workaround": True,
+        "configure": True,
+        "data": "lengths",
+        "fail_monitor_on_task": 1,
+        "fail_in_fit": 2,
+        "fail_at_call": 3,
+        "fits": [
+            {
+                "epochs": 1,
+                "monitor": {"jit": "autoclustering", "on_storm": "raise", "storm_threshold": 3, "log_dir": None},
+            },
+            {"epochs": 2, "validation": True, "monitor": {"jit": "autoclustering", "log_dir": None}},
+        ],
+    },
 }
 
 
@@ -73,7 +87,7 @@ def test_the_monitor_warns_before_the_failure_and_explain_recognises_it(runs):
         return
     for w in workers:
         warning = w.stderr.index(KERAS_ISSUE)
-        assert "XlaKerasWarning" in w.stderr[:warning + 2000]
+        assert "XlaKerasWarning" in w.stderr[: warning + 2000]
         keys = [f.pattern.key for f in explain((w.stderr + w.result["failed"]).splitlines())]
         assert "keras_multi_worker_fit" in keys
 
@@ -81,12 +95,18 @@ def test_the_monitor_warns_before_the_failure_and_explain_recognises_it(runs):
 def test_doctor_with_tf_config_explains_the_failure_and_prints_the_patch(runs):
     import subprocess
     import sys
-    env = dict(os.environ, TF_CONFIG=json.dumps({"cluster": {"worker": ["127.0.0.1:1", "127.0.0.1:2"]},
-                                                 "task": {"type": "worker", "index": 1}}))
+
+    env = dict(
+        os.environ,
+        TF_CONFIG=json.dumps(
+            {"cluster": {"worker": ["127.0.0.1:1", "127.0.0.1:2"]}, "task": {"type": "worker", "index": 1}}
+        ),
+    )
     env.pop("TF_XLA_FLAGS", None)
     env.pop("XLA_FLAGS", None)
-    proc = subprocess.run([sys.executable, "-m", "xla_keras", "doctor"], env=env, capture_output=True,
-                          text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-m", "xla_keras", "doctor"], env=env, capture_output=True, text=True, timeout=300
+    )
     assert "this is worker 1 (not the chief" in proc.stdout
     if _internals.keras_multi_worker_fit_faults():
         assert proc.returncode == 0  # a warning: TF_CONFIG alone does not mean MultiWorkerMirroredStrategy
@@ -186,15 +206,24 @@ def test_a_monitor_failing_on_one_worker_keeps_the_collectives_matched(runs):
     assert len(by_task[1]["loss"]) == 2
 
 
-@pytest.mark.parametrize("config, expected", [
-    (None, None),
-    ('{"cluster": {"worker": ["a:1", "b:2"]}, "task": {"type": "worker", "index": 0}}',
-     {"tasks": 2, "task": "worker", "index": 0, "chief": True}),
-    ('{"cluster": {"chief": ["c:0"], "worker": ["a:1"]}, "task": {"type": "worker", "index": 0}}',
-     {"tasks": 2, "task": "worker", "index": 0, "chief": False}),
-    ('{"cluster": {"chief": ["c:0"], "worker": ["a:1"]}, "task": {"type": "chief", "index": 0}}',
-     {"tasks": 2, "task": "chief", "index": 0, "chief": True}),
-])
+@pytest.mark.parametrize(
+    "config, expected",
+    [
+        (None, None),
+        (
+            '{"cluster": {"worker": ["a:1", "b:2"]}, "task": {"type": "worker", "index": 0}}',
+            {"tasks": 2, "task": "worker", "index": 0, "chief": True},
+        ),
+        (
+            '{"cluster": {"chief": ["c:0"], "worker": ["a:1"]}, "task": {"type": "worker", "index": 0}}',
+            {"tasks": 2, "task": "worker", "index": 0, "chief": False},
+        ),
+        (
+            '{"cluster": {"chief": ["c:0"], "worker": ["a:1"]}, "task": {"type": "chief", "index": 0}}',
+            {"tasks": 2, "task": "chief", "index": 0, "chief": True},
+        ),
+    ],
+)
 def test_cluster_from_env(config, expected):
     assert cluster_from_env({} if config is None else {"TF_CONFIG": config}) == expected
 

@@ -15,29 +15,36 @@ from xla_keras.tensorboard.sink import FLUSH_EVERY_SECONDS, OutputSink
 
 # ------------------------------------------------------------------ MonitorConfig
 
-@pytest.mark.parametrize("kwargs, normalised", [
-    ({"update_freq": "batch"}, {"update_freq": 1}),
-    ({"update_freq": "epoch"}, {"update_freq": "epoch"}),
-    ({"profile": [3, 5]}, {"profile": (3, 5)}),
-    ({"log_dir": "~/logs"}, {"log_dir": os.path.expanduser("~/logs")}),
-    ({"verbose": 2, "max_records": 7}, {"verbose": 2, "max_records": 7}),
-])
+
+@pytest.mark.parametrize(
+    "kwargs, normalised",
+    [
+        ({"update_freq": "batch"}, {"update_freq": 1}),
+        ({"update_freq": "epoch"}, {"update_freq": "epoch"}),
+        ({"profile": [3, 5]}, {"profile": (3, 5)}),
+        ({"log_dir": "~/logs"}, {"log_dir": os.path.expanduser("~/logs")}),
+        ({"verbose": 2, "max_records": 7}, {"verbose": 2, "max_records": 7}),
+    ],
+)
 def test_config_normalises_what_keras_users_pass(kwargs, normalised):
     config = MonitorConfig(**kwargs)
     for key, value in normalised.items():
         assert getattr(config, key) == value
 
 
-@pytest.mark.parametrize("kwargs, words", [
-    ({"jit": "ON"}, ["'keep'", "'on'", "'off'", "'autoclustering'"]),
-    ({"on_storm": "stop"}, ["'warn'", "'raise'", "'fallback'"]),
-    ({"update_freq": 0}, ["'epoch'", "'batch'", "int >= 1"]),
-    ({"profile": (5, 2)}, ["'auto'", "None", "(start, stop)"]),
-    ({"storm_threshold": 1}, ["storm_threshold", ">= 2"]),
-    ({"storm_window": 0}, ["storm_window", ">= 1"]),
-    ({"verbose": True}, ["0, 1 or 2"]),
-    ({"max_records": 0}, ["max_records"]),
-])
+@pytest.mark.parametrize(
+    "kwargs, words",
+    [
+        ({"jit": "ON"}, ["'keep'", "'on'", "'off'", "'autoclustering'"]),
+        ({"on_storm": "stop"}, ["'warn'", "'raise'", "'fallback'"]),
+        ({"update_freq": 0}, ["'epoch'", "'batch'", "int >= 1"]),
+        ({"profile": (5, 2)}, ["'auto'", "None", "(start, stop)"]),
+        ({"storm_threshold": 1}, ["storm_threshold", ">= 2"]),
+        ({"storm_window": 0}, ["storm_window", ">= 1"]),
+        ({"verbose": True}, ["0, 1 or 2"]),
+        ({"max_records": 0}, ["max_records"]),
+    ],
+)
 def test_config_rejects_bad_input_naming_the_choices(kwargs, words):
     with pytest.raises(ValueError) as info:
         MonitorConfig(**kwargs)
@@ -52,6 +59,7 @@ def test_config_is_frozen():
 
 
 # ------------------------------------------------------------------ OutputSink
+
 
 class Clock:
     now = 0.0
@@ -105,6 +113,7 @@ def test_an_unwritable_log_dir_is_found_before_anything_is_written(tmp_path):
 
 # ------------------------------------------------------------------ TraceWindows
 
+
 class FakeProfiler:
     def __init__(self, busy=False):
         self.busy, self.started, self.stopped = busy, [], 0
@@ -127,9 +136,12 @@ def test_auto_traces_five_steady_steps_after_warm_up(tmp_path):
     profiler = FakeProfiler()
     traces = windows("auto", profiler)
     traces.begin_fit(first_step=1, keras_profiles=False)
-    started = [step for step in range(0, 30)
-               if traces.maybe_start("train", step, 1, False, 0, str(tmp_path), False)
-               and (traces.after_step("train", step + 1) or True)]
+    started = [
+        step
+        for step in range(0, 30)
+        if traces.maybe_start("train", step, 1, False, 0, str(tmp_path), False)
+        and (traces.after_step("train", step + 1) or True)
+    ]
     assert started[0] == 10 and len(profiler.started) == 1 and profiler.stopped == 1
     assert started == list(range(10, 15))  # steps 11..15: the window closes at its stop step
     assert traces.saved == [f"steady: {tmp_path / 'train' / 'plugins' / 'profile' / 'session1'}"]
@@ -173,8 +185,10 @@ def test_a_saved_trace_without_the_profile_tab_says_how_to_get_it(tmp_path):
 
 # ------------------------------------------------------------------ backends
 
+
 def test_tensorflow_and_jax_backends_are_known_and_others_are_named():
     from xla_keras.backends import backend_for
+
     assert backend_for("tensorflow").name == "tensorflow"
     assert backend_for("jax").name == "jax"
     with pytest.raises(RuntimeError, match="'torch' backend"):

@@ -19,10 +19,11 @@ class T:
 dims = st.one_of(st.none(), st.integers(0, 300))
 tensors = st.builds(T, st.lists(dims, max_size=4), st.sampled_from(["float32", "int32", "bool"]))
 keys = st.text(alphabet="abcxyz_", min_size=1, max_size=5)
-nested = st.recursive(st.one_of(tensors, st.none()),
-                      lambda children: st.one_of(st.lists(children, max_size=3).map(tuple),
-                                                 st.dictionaries(keys, children, max_size=3)),
-                      max_leaves=8)
+nested = st.recursive(
+    st.one_of(tensors, st.none()),
+    lambda children: st.one_of(st.lists(children, max_size=3).map(tuple), st.dictionaries(keys, children, max_size=3)),
+    max_leaves=8,
+)
 
 
 @given(nested)
@@ -80,8 +81,11 @@ def test_buckets_cover_every_length_and_more_buckets_never_pad_more(lengths, k):
     assert best_buckets(lengths, k + 1)[1] <= overhead + 1e-12
 
 
-@given(st.lists(st.integers(1, 500), min_size=1, max_size=100, unique=True).map(sorted),
-       st.integers(2, 10), st.integers(1, 100))
+@given(
+    st.lists(st.integers(1, 500), min_size=1, max_size=100, unique=True).map(sorted),
+    st.integers(2, 10),
+    st.integers(1, 100),
+)
 def test_detector_opens_only_with_threshold_new_signatures_in_the_window(steps, threshold, window):
     detector = StormDetector(threshold, window)
     for i, step in enumerate(steps):

@@ -32,13 +32,23 @@ def _normalise(line):
 @pytest.fixture(scope="module")
 def stderr_of(tmp_path_factory):
     root = tmp_path_factory.mktemp("quiet")
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="0", TF_CPP_VMODULE="device_compiler=1", CUDA_VISIBLE_DEVICES="",
-               PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env = dict(
+        os.environ,
+        TF_CPP_MIN_LOG_LEVEL="0",
+        TF_CPP_VMODULE="device_compiler=1",
+        CUDA_VISIBLE_DEVICES="",
+        PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""),
+    )
     env.pop("TF_XLA_FLAGS", None)
 
     def run(mode):
-        proc = subprocess.run([sys.executable, os.path.join(HERE, "quiet_fit.py"), mode, str(root / mode)],
-                              env=env, capture_output=True, text=True, timeout=600)
+        proc = subprocess.run(
+            [sys.executable, os.path.join(HERE, "quiet_fit.py"), mode, str(root / mode)],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
         assert proc.returncode == 0 and "FIT_DONE" in proc.stderr, proc.stderr[-3000:]
         return proc.stderr
 
@@ -68,8 +78,9 @@ def test_a_monitored_fit_prints_no_framework_line_a_bare_fit_does_not(stderr_of,
         assert sum("Compilation of XLA executable time" in line for line in framework) == 1
         framework = [line for line in framework if "Compilation of XLA executable time" not in line]
         assert "Compiled cluster using XLA" not in stderr_of[monitored]
-    extra = (collections.Counter(_normalise(line) for line in framework)
-             - collections.Counter(_normalise(line) for line in stderr_of[bare].splitlines()))
+    extra = collections.Counter(_normalise(line) for line in framework) - collections.Counter(
+        _normalise(line) for line in stderr_of[bare].splitlines()
+    )
     assert not extra, f"lines the monitored fit added: {list(extra.elements())[:10]}"
     if monitored == "monitored":
         assert "Profiler session" not in stderr_of["monitored"]
@@ -93,14 +104,19 @@ def test_each_of_the_monitors_messages_is_said_once(stderr_of):
 
 def test_only_the_profilers_own_info_lines_are_filtered():
     from xla_keras.backends.tensorflow.quiet import filter_profiler_lines
-    dropped = [b"2026-12-01 06:01:45.622786: I external/local_tsl/tsl/profiler/lib/profiler_session.cc:68] "
-               b"Profiler session collecting data.\n",
-               b"I0000 00:00:1796104901.894342   15480 profiler_session.cc:81] Profiler session tear down.\n",
-               b"I0000 00:00:1796104901.894342   15480 save_profile.cc:150] Collecting XSpace to repository: /x\n"]
-    kept = [b"E0000 00:00:1796104901.894342   15480 profiler_session.cc:90] Failed to export\n",
-            b"2026-12-01 06:01:45.622786: W external/local_tsl/tsl/profiler/lib/save_profile.cc:68] Cannot write\n",
-            b"I0000 00:00:1796104901.894342   15480 device_compiler.h:208] Compiled cluster using XLA!\n",
-            b"a user's own line that mentions profiler_session.cc:12] in passing\n"]
+
+    dropped = [
+        b"2026-12-01 06:01:45.622786: I external/local_tsl/tsl/profiler/lib/profiler_session.cc:68] "
+        b"Profiler session collecting data.\n",
+        b"I0000 00:00:1796104901.894342   15480 profiler_session.cc:81] Profiler session tear down.\n",
+        b"I0000 00:00:1796104901.894342   15480 save_profile.cc:150] Collecting XSpace to repository: /x\n",
+    ]
+    kept = [
+        b"E0000 00:00:1796104901.894342   15480 profiler_session.cc:90] Failed to export\n",
+        b"2026-12-01 06:01:45.622786: W external/local_tsl/tsl/profiler/lib/save_profile.cc:68] Cannot write\n",
+        b"I0000 00:00:1796104901.894342   15480 device_compiler.h:208] Compiled cluster using XLA!\n",
+        b"a user's own line that mentions profiler_session.cc:12] in passing\n",
+    ]
     assert filter_profiler_lines(b"".join(dropped + kept)) == b"".join(kept)
 
 
@@ -109,6 +125,7 @@ def test_overlapping_windows_from_two_threads_leave_stderr_where_it_was():
     import time
 
     from xla_keras.backends.tensorflow.quiet import without_profiler_lines
+
     before = os.readlink("/proc/self/fd/2") if os.path.exists("/proc/self/fd/2") else None
     threads = [threading.Thread(target=without_profiler_lines, args=(lambda: time.sleep(0.05),)) for _ in range(4)]
     for t in threads:
@@ -121,16 +138,21 @@ def test_overlapping_windows_from_two_threads_leave_stderr_where_it_was():
 
 def test_only_xlas_start_up_lines_are_filtered_in_a_fastest_trial():
     from xla_keras.backends.tensorflow.quiet import XLA_STARTUP_LINE, filter_profiler_lines
-    dropped = [b"I0000 00:00:1796153684.250277   19534 service.cc:153] XLA service 0x560f24316f90 initialized for "
-               b"platform Host (this does not guarantee that XLA will be used). Devices:\n",
-               b"I0000 00:00:1796153684.250315   19534 service.cc:161]   StreamExecutor [0]: Host, Default Version\n",
-               b"I0000 00:00:1796153684.274994   19534 dump_mlir_util.cc:269] disabling MLIR crash reproducer, set env "
-               b"var `MLIR_CRASH_REPRODUCER_DIRECTORY` to enable.\n",
-               b"I0000 00:00:1796153685.041251   19534 device_compiler.h:208] Compiled cluster using XLA!  This line "
-               b"is logged at most once for the lifetime of the process.\n",
-               b"WARNING: All log messages before absl::InitializeLog() is called are written to STDERR\n"]
-    kept = [b"I0000 00:00:1796153737.844371   19981 device_compiler.h:538] Compilation of XLA executable time: 871 "
-            b"ms (870554 us)\n",
-            b"W0000 00:00:1796153684.250277   19534 service.cc:153] XLA service could not start\n",
-            b"a user's own line\n"]
+
+    dropped = [
+        b"I0000 00:00:1796153684.250277   19534 service.cc:153] XLA service 0x560f24316f90 initialized for "
+        b"platform Host (this does not guarantee that XLA will be used). Devices:\n",
+        b"I0000 00:00:1796153684.250315   19534 service.cc:161]   StreamExecutor [0]: Host, Default Version\n",
+        b"I0000 00:00:1796153684.274994   19534 dump_mlir_util.cc:269] disabling MLIR crash reproducer, set env "
+        b"var `MLIR_CRASH_REPRODUCER_DIRECTORY` to enable.\n",
+        b"I0000 00:00:1796153685.041251   19534 device_compiler.h:208] Compiled cluster using XLA!  This line "
+        b"is logged at most once for the lifetime of the process.\n",
+        b"WARNING: All log messages before absl::InitializeLog() is called are written to STDERR\n",
+    ]
+    kept = [
+        b"I0000 00:00:1796153737.844371   19981 device_compiler.h:538] Compilation of XLA executable time: 871 "
+        b"ms (870554 us)\n",
+        b"W0000 00:00:1796153684.250277   19534 service.cc:153] XLA service could not start\n",
+        b"a user's own line\n",
+    ]
     assert filter_profiler_lines(b"".join(dropped + kept), XLA_STARTUP_LINE) == b"".join(kept)

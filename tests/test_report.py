@@ -10,17 +10,49 @@ from xla_keras.report.model import Compilation, SlowStep, XlaReport
 from xla_keras.storms.detection import Storm
 
 # The to_dict() keys are a contract (DESIGN §2): written out here so a rename fails.
-COMPILATION_KEYS = ["phase", "step", "signature", "seconds", "source", "cached", "step_seconds", "traced",
-                    "call_batches", "call_compiles", "last_batch"]
+COMPILATION_KEYS = [
+    "phase",
+    "step",
+    "signature",
+    "seconds",
+    "source",
+    "cached",
+    "step_seconds",
+    "traced",
+    "call_batches",
+    "call_compiles",
+    "last_batch",
+]
 SLOW_STEP_KEYS = ["phase", "step", "seconds", "steady_seconds", "signature"]
 REPORT_KEYS = [
-    "jit_mode", "jit_active", "jit_reason", "compilations", "compilation_count", "compilations_dropped",
-    "distinct_signatures", "storms", "fallback", "steps", "steady_step_seconds", "steady_step_seconds_by_phase",
-    "compile_seconds", "wall_seconds", "compile_share", "slow_steps", "slow_step_count",
-    "break_even_steps", "cache_saved_seconds", "probe", "traces", "notes", "log_dir", "versions",
+    "jit_mode",
+    "jit_active",
+    "jit_reason",
+    "compilations",
+    "compilation_count",
+    "compilations_dropped",
+    "distinct_signatures",
+    "storms",
+    "fallback",
+    "steps",
+    "steady_step_seconds",
+    "steady_step_seconds_by_phase",
+    "compile_seconds",
+    "wall_seconds",
+    "compile_share",
+    "slow_steps",
+    "slow_step_count",
+    "break_even_steps",
+    "cache_saved_seconds",
+    "probe",
+    "traces",
+    "notes",
+    "log_dir",
+    "versions",
     "schema_version",  # 0.2 (schema 2) added it: keys are only ever added
     "run_state",  # schema 3
-    "backend", "other_compilations",  # schema 4 (Keras's JAX backend)
+    "backend",
+    "other_compilations",  # schema 4 (Keras's JAX backend)
     "advice",  # schema 5 (compile budget)
     "jit_decision",  # schema 6 (jit="fastest")
 ]
@@ -101,11 +133,14 @@ def test_default_report_is_json_able_and_has_all_phases():
     assert d["compilations"] == [] and d["jit_mode"] == "keep" and d["jit_active"] is None
 
 
-@pytest.mark.parametrize("obj", [
-    compilation(),
-    SlowStep("train", 2, 0.5, 0.01, sig(8)),
-    full_report(),
-])
+@pytest.mark.parametrize(
+    "obj",
+    [
+        compilation(),
+        SlowStep("train", 2, 0.5, 0.01, sig(8)),
+        full_report(),
+    ],
+)
 def test_to_dict_is_json_serialisable(obj):
     text = json.dumps(obj.to_dict(), allow_nan=False)
     assert json.loads(text) == obj.to_dict()
@@ -258,13 +293,16 @@ def test_render_timing_records_are_marked_as_estimates():
     assert "x/tokens:int32[40,5] y:float32[40,1]" in timing_line
 
 
-@pytest.mark.parametrize("records, count, more", [
-    (3, 3, None),
-    (8, 8, None),
-    (9, 9, 1),
-    (12, 12, 4),
-    (8, 20, 12),   # detailed records capped at 8, exact count 20
-])
+@pytest.mark.parametrize(
+    "records, count, more",
+    [
+        (3, 3, None),
+        (8, 8, None),
+        (9, 9, 1),
+        (12, 12, 4),
+        (8, 20, 12),  # detailed records capped at 8, exact count 20
+    ],
+)
 def test_render_caps_listed_compilations_at_eight(records, count, more):
     comps = [compilation(step=i + 1, batch=i + 1) for i in range(records)]
     report = full_report(compilations=comps, compilation_count={"train": count, "test": 0, "predict": 0})
@@ -291,8 +329,10 @@ def test_str_is_render_and_starts_with_title():
 
 # ------------------------------------------------------------------ the versioned contract
 
+
 def test_reports_carry_their_schema_version_and_parse_back():
     from xla_keras.report.schema import SCHEMA_VERSION, parse_report
+
     report = full_report()
     data = report.to_dict()
     assert data["schema_version"] == SCHEMA_VERSION == 6
@@ -303,6 +343,7 @@ def test_reports_carry_their_schema_version_and_parse_back():
 
 def test_a_0_1_report_without_schema_version_is_read_as_version_1():
     from xla_keras.report.schema import parse_report
+
     data = full_report().to_dict()
     del data["schema_version"]
     for c in data["compilations"]:
@@ -314,6 +355,7 @@ def test_a_0_1_report_without_schema_version_is_read_as_version_1():
 
 def test_a_newer_report_is_read_for_the_keys_this_version_knows_and_says_so():
     from xla_keras.report.schema import SCHEMA_VERSION, parse_report
+
     data = full_report().to_dict()
     data["schema_version"] = SCHEMA_VERSION + 1
     data["a_key_from_the_future"] = {"x": 1}
@@ -323,13 +365,17 @@ def test_a_newer_report_is_read_for_the_keys_this_version_knows_and_says_so():
     assert parsed.report.compilation_count == full_report().compilation_count
 
 
-@pytest.mark.parametrize("data, words", [
-    ([1, 2], "not an XlaMonitor report"),
-    ({"hello": 1}, "not an XlaMonitor report"),
-    ({"jit_mode": "on", "schema_version": "2"}, "schema_version must be an int"),
-])
+@pytest.mark.parametrize(
+    "data, words",
+    [
+        ([1, 2], "not an XlaMonitor report"),
+        ({"hello": 1}, "not an XlaMonitor report"),
+        ({"jit_mode": "on", "schema_version": "2"}, "schema_version must be an int"),
+    ],
+)
 def test_what_is_not_a_report_is_named(data, words):
     from xla_keras.report.schema import parse_report
+
     with pytest.raises(ValueError, match=words):
         parse_report(data)
 

@@ -176,18 +176,29 @@ def test_a_function_rebuilt_outside_the_monitor_is_noted_once_per_rebuild():
     assert s.phases["train"].rebuilds == 1
 
 
-@pytest.mark.parametrize("state, probe, counts, expected", [
-    (ON, ProbeFacts(used=True), dict(measured=2, compiled=2, steps=10, fell_back=False), True),
-    (OFF, ProbeFacts(used=True), dict(measured=2, compiled=2, steps=10, fell_back=False), True),  # saw it
-    (OFF, ProbeFacts(used=True), dict(measured=2, compiled=2, steps=10, fell_back=True), False),
-    (AUTO, ProbeFacts(used=True), dict(measured=3, compiled=3, steps=10, fell_back=False), True),
-    (AUTO, ProbeFacts(used=True), dict(measured=0, compiled=0, steps=10, fell_back=False), False),
-    (AUTO, ProbeFacts(off="under MultiWorkerMirroredStrategy"), dict(measured=0, compiled=2, steps=10,
-                                                                       fell_back=False), None),
-    (AUTO, ProbeFacts(busy=True), dict(measured=0, compiled=2, steps=10, fell_back=False), None),
-    (AUTO, ProbeFacts(used=True, blind=True, framework="TensorFlow 2.16.2"),
-     dict(measured=0, compiled=0, steps=10, fell_back=False), None),  # a blind probe is not a zero
-])
+@pytest.mark.parametrize(
+    "state, probe, counts, expected",
+    [
+        (ON, ProbeFacts(used=True), dict(measured=2, compiled=2, steps=10, fell_back=False), True),
+        (OFF, ProbeFacts(used=True), dict(measured=2, compiled=2, steps=10, fell_back=False), True),  # saw it
+        (OFF, ProbeFacts(used=True), dict(measured=2, compiled=2, steps=10, fell_back=True), False),
+        (AUTO, ProbeFacts(used=True), dict(measured=3, compiled=3, steps=10, fell_back=False), True),
+        (AUTO, ProbeFacts(used=True), dict(measured=0, compiled=0, steps=10, fell_back=False), False),
+        (
+            AUTO,
+            ProbeFacts(off="under MultiWorkerMirroredStrategy"),
+            dict(measured=0, compiled=2, steps=10, fell_back=False),
+            None,
+        ),
+        (AUTO, ProbeFacts(busy=True), dict(measured=0, compiled=2, steps=10, fell_back=False), None),
+        (
+            AUTO,
+            ProbeFacts(used=True, blind=True, framework="TensorFlow 2.16.2"),
+            dict(measured=0, compiled=0, steps=10, fell_back=False),
+            None,
+        ),  # a blind probe is not a zero
+    ],
+)
 def test_the_jit_verdict_never_reads_silence_as_an_answer(state, probe, counts, expected):
     active, reason = verdict(state, probe, **counts)
     assert active is expected and reason.startswith(state.reason)
@@ -211,8 +222,13 @@ def test_a_compile_on_the_last_step_of_a_run_is_marked_last_batch():
     clock = Clock()
     s = session(clock)
     for rows in (8, 8, 8, 4):  # a partial last batch compiles at the epoch's last step
-        step(s, clock, sig(rows), 0.3 if rows == 4 or clock.now == 100.0 else 0.01,
-             observation=CompileObservation((0.25,), "profiler") if rows == 4 or clock.now == 100.0 else None)
+        step(
+            s,
+            clock,
+            sig(rows),
+            0.3 if rows == 4 or clock.now == 100.0 else 0.01,
+            observation=CompileObservation((0.25,), "profiler") if rows == 4 or clock.now == 100.0 else None,
+        )
     s.end_of_run("train")
     step(s, clock, sig(8, length=9), 0.3, observation=CompileObservation((0.25,), "profiler"))  # epoch 2, step 5
     step(s, clock, sig(8), 0.01)
@@ -223,6 +239,7 @@ def test_a_compile_on_the_last_step_of_a_run_is_marked_last_batch():
 
 
 # ------------------------------------------------------------------ repeats (JAX's fast path)
+
 
 def _jax_calls(s, clock, signatures, seconds, jit=ON):
     """JAX's step path: a call ends when the next begins; a repeat takes the fast path."""
@@ -239,8 +256,9 @@ def _jax_calls(s, clock, signatures, seconds, jit=ON):
     return taken
 
 
-@pytest.mark.parametrize("update_freq, scalar_steps",
-                         [("epoch", []), (2, [2, 4, 6, 8, 10]), ("batch", list(range(2, 11)))])
+@pytest.mark.parametrize(
+    "update_freq, scalar_steps", [("epoch", []), (2, [2, 4, 6, 8, 10]), ("batch", list(range(2, 11)))]
+)
 def test_repeats_are_counted_at_once_and_timed_like_full_calls(update_freq, scalar_steps):
     clock = Clock()
     s = session(clock, update_freq=update_freq)

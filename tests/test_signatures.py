@@ -22,12 +22,37 @@ from xla_keras.core.signatures import (
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # Everything but the callback (monitor.py imports Keras) and the tools: the core split keeps these pure.
-PURE_MODULES = ("core.signatures", "core.timing", "core.ledger", "report.model", "storms.detection", "config",
-                "core.session", "tensorboard.sink", "callback.traces", "report.schema", "core.files", "jit.modes",
-                "errors", "core.cache", "callback.book", "backends.tensorflow.quiet", "callback.guards",
-                "core.arguments", "tools.explain", "backends", "backends.base", "backends.tensorflow",
-                "backends.tensorflow.flags", "tensorboard", "tensorboard.views", "jit.trial", "jit.run",
-                "jit.statistics", "jit.outlook")
+PURE_MODULES = (
+    "core.signatures",
+    "core.timing",
+    "core.ledger",
+    "report.model",
+    "storms.detection",
+    "config",
+    "core.session",
+    "tensorboard.sink",
+    "callback.traces",
+    "report.schema",
+    "core.files",
+    "jit.modes",
+    "errors",
+    "core.cache",
+    "callback.book",
+    "backends.tensorflow.quiet",
+    "callback.guards",
+    "core.arguments",
+    "tools.explain",
+    "backends",
+    "backends.base",
+    "backends.tensorflow",
+    "backends.tensorflow.flags",
+    "tensorboard",
+    "tensorboard.views",
+    "jit.trial",
+    "jit.run",
+    "jit.statistics",
+    "jit.outlook",
+)
 _PURE_IMPORT = (
     "import importlib, sys, xla_keras\n"
     f"for m in {PURE_MODULES!r}: importlib.import_module('xla_keras.' + m)\n"
@@ -39,8 +64,9 @@ _PURE_IMPORT = (
 def test_pure_modules_import_without_tensorflow(tmp_path):
     env = dict(os.environ)
     env["PYTHONPATH"] = ROOT
-    proc = subprocess.run([sys.executable, "-c", _PURE_IMPORT], env=env, cwd=str(tmp_path),
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-c", _PURE_IMPORT], env=env, cwd=str(tmp_path), capture_output=True, text=True, timeout=120
+    )
     assert proc.returncode == 0, proc.stderr
 
 
@@ -115,15 +141,19 @@ def describes(sig):
 # ------------------------------------------------------------------ signature_of
 
 
-@pytest.mark.parametrize("batch, expected", [
-    ((T(8, 5),), ["x:float32[8,5]"]),
-    ((T(8, 5), T(8, 1)), ["x:float32[8,5]", "y:float32[8,1]"]),
-    ((T(8, 5), T(8, 1), T(8)), ["x:float32[8,5]", "y:float32[8,1]", "sample_weight:float32[8]"]),
-    ([T(8, 5), T(8, 1)], ["x:float32[8,5]", "y:float32[8,1]"]),
-    (T(8, 5), ["x:float32[8,5]"]),
-    ((T(4, 2), None, T(4)), ["x:float32[4,2]", "sample_weight:float32[4]"]),
-    ((T(1), T(2), T(3), T(4)), ["x/0:float32[1]", "x/1:float32[2]", "x/2:float32[3]", "x/3:float32[4]"]),
-], ids=["x-only", "x-y", "x-y-sw", "list-batch", "bare-tensor", "none-y-skipped", "four-tuple-is-x"])
+@pytest.mark.parametrize(
+    "batch, expected",
+    [
+        ((T(8, 5),), ["x:float32[8,5]"]),
+        ((T(8, 5), T(8, 1)), ["x:float32[8,5]", "y:float32[8,1]"]),
+        ((T(8, 5), T(8, 1), T(8)), ["x:float32[8,5]", "y:float32[8,1]", "sample_weight:float32[8]"]),
+        ([T(8, 5), T(8, 1)], ["x:float32[8,5]", "y:float32[8,1]"]),
+        (T(8, 5), ["x:float32[8,5]"]),
+        ((T(4, 2), None, T(4)), ["x:float32[4,2]", "sample_weight:float32[4]"]),
+        ((T(1), T(2), T(3), T(4)), ["x/0:float32[1]", "x/1:float32[2]", "x/2:float32[3]", "x/3:float32[4]"]),
+    ],
+    ids=["x-only", "x-y", "x-y-sw", "list-batch", "bare-tensor", "none-y-skipped", "four-tuple-is-x"],
+)
 def test_top_level_naming(batch, expected):
     assert describes(signature_of(batch)) == expected
 
@@ -140,7 +170,10 @@ def test_dict_as_whole_batch_is_x():
 def test_nested_lists_and_tuples_use_indices():
     batch = ([T(2, 3), (T(2, 4), [T(2, 5)])], T(2))
     assert describes(signature_of(batch)) == [
-        "x/0:float32[2,3]", "x/1/0:float32[2,4]", "x/1/1/0:float32[2,5]", "y:float32[2]",
+        "x/0:float32[2,3]",
+        "x/1/0:float32[2,4]",
+        "x/1/1/0:float32[2,5]",
+        "y:float32[2]",
     ]
 
 
@@ -179,15 +212,20 @@ def test_ragged_is_split_into_components():
 def test_sparse_is_split_into_components():
     sparse = Sparse(T(11, 2, dtype="int64"), T(11), T(2, dtype="int64"))
     assert describes(signature_of((sparse,))) == [
-        "x/indices:int64[11,2]", "x/values:float32[11]", "x/dense_shape:int64[2]",
+        "x/indices:int64[11,2]",
+        "x/values:float32[11]",
+        "x/dense_shape:int64[2]",
     ]
 
 
-@pytest.mark.parametrize("dtype, expected", [
-    (DType("bfloat16"), "bfloat16"),
-    ("float16", "float16"),
-    (OddDType(), "odd8"),
-])
+@pytest.mark.parametrize(
+    "dtype, expected",
+    [
+        (DType("bfloat16"), "bfloat16"),
+        ("float16", "float16"),
+        (OddDType(), "odd8"),
+    ],
+)
 def test_dtype_name_or_str(dtype, expected):
     (leaf,) = signature_of(T(3, dtype=dtype))
     assert leaf.dtype == expected
@@ -238,8 +276,17 @@ class NoSyncTensor:
     """
 
     _ALLOWED = ("shape", "dtype", "__class__")
-    _SYNC = ("numpy", "__array__", "item", "tolist", "value", "_value", "__array_interface__",
-             "__array_struct__", "__dlpack__")
+    _SYNC = (
+        "numpy",
+        "__array__",
+        "item",
+        "tolist",
+        "value",
+        "_value",
+        "__array_interface__",
+        "__array_struct__",
+        "__dlpack__",
+    )
 
     def __init__(self, shape, dtype):
         object.__setattr__(self, "_sig", (tuple(shape), DType(dtype)))
@@ -306,9 +353,11 @@ def test_no_host_sync_fake_really_raises():
 
 def test_signature_reads_only_shape_and_dtype():
     ragged = Ragged(NoSyncTensor((17,), "int32"), NoSyncTensor((9,), "int64"))
-    batch = ({"tokens": NoSyncTensor((8, None), "int32"), "ragged": ragged},
-             NoSyncTensor((8, 1), "float32"),
-             NoSyncTensor((8,), "float32"))
+    batch = (
+        {"tokens": NoSyncTensor((8, None), "int32"), "ragged": ragged},
+        NoSyncTensor((8, 1), "float32"),
+        NoSyncTensor((8,), "float32"),
+    )
     assert describes(signature_of(batch)) == [
         "x/ragged/flat_values:int32[17]",
         "x/ragged/row_splits_0:int64[9]",
@@ -333,23 +382,32 @@ def sig(*leaves):
 BASE = sig(("x/tokens", "int32", (8, 5)), ("y", "float32", (8, 1)))
 
 
-@pytest.mark.parametrize("new, expected", [
-    (BASE, []),
-    (sig(("x/tokens", "int32", (8, 9)), ("y", "float32", (8, 1))),
-     [AxisChange("x/tokens", 1, 5, 9)]),
-    (sig(("x/tokens", "int32", (4, 9)), ("y", "float32", (4, 1))),
-     [AxisChange("x/tokens", 0, 8, 4), AxisChange("x/tokens", 1, 5, 9), AxisChange("y", 0, 8, 4)]),
-    (sig(("x/tokens", "int32", (8, None)), ("y", "float32", (8, 1))),
-     [AxisChange("x/tokens", 1, 5, None)]),
-    (sig(("x/tokens", "int64", (8, 5)), ("y", "float32", (8, 1))),
-     [AxisChange("x/tokens", None, "x/tokens:int32[8,5]", "x/tokens:int64[8,5]")]),
-    (sig(("x/tokens", "int32", (8, 5, 1)), ("y", "float32", (8, 1))),
-     [AxisChange("x/tokens", None, "x/tokens:int32[8,5]", "x/tokens:int32[8,5,1]")]),
-    (sig(("x/tokens", "int32", (8, 5)), ("y", "float32", (8, 1)), ("sample_weight", "float32", (8,))),
-     [AxisChange("sample_weight", None, None, "sample_weight:float32[8]")]),
-    (sig(("x/tokens", "int32", (8, 5))),
-     [AxisChange("y", None, "y:float32[8,1]", None)]),
-], ids=["same", "one-axis", "batch-and-length", "to-none", "dtype", "rank", "added", "removed"])
+@pytest.mark.parametrize(
+    "new, expected",
+    [
+        (BASE, []),
+        (sig(("x/tokens", "int32", (8, 9)), ("y", "float32", (8, 1))), [AxisChange("x/tokens", 1, 5, 9)]),
+        (
+            sig(("x/tokens", "int32", (4, 9)), ("y", "float32", (4, 1))),
+            [AxisChange("x/tokens", 0, 8, 4), AxisChange("x/tokens", 1, 5, 9), AxisChange("y", 0, 8, 4)],
+        ),
+        (sig(("x/tokens", "int32", (8, None)), ("y", "float32", (8, 1))), [AxisChange("x/tokens", 1, 5, None)]),
+        (
+            sig(("x/tokens", "int64", (8, 5)), ("y", "float32", (8, 1))),
+            [AxisChange("x/tokens", None, "x/tokens:int32[8,5]", "x/tokens:int64[8,5]")],
+        ),
+        (
+            sig(("x/tokens", "int32", (8, 5, 1)), ("y", "float32", (8, 1))),
+            [AxisChange("x/tokens", None, "x/tokens:int32[8,5]", "x/tokens:int32[8,5,1]")],
+        ),
+        (
+            sig(("x/tokens", "int32", (8, 5)), ("y", "float32", (8, 1)), ("sample_weight", "float32", (8,))),
+            [AxisChange("sample_weight", None, None, "sample_weight:float32[8]")],
+        ),
+        (sig(("x/tokens", "int32", (8, 5))), [AxisChange("y", None, "y:float32[8,1]", None)]),
+    ],
+    ids=["same", "one-axis", "batch-and-length", "to-none", "dtype", "rank", "added", "removed"],
+)
 def test_diff(new, expected):
     assert diff(BASE, new) == expected
 
@@ -358,10 +416,12 @@ def test_diff_added_and_removed_together():
     old = sig(("x/a", "float32", (2,)))
     new = sig(("x/b", "float32", (2,)))
     changes = diff(old, new)
-    assert sorted(changes) == sorted([
-        AxisChange("x/b", None, None, "x/b:float32[2]"),
-        AxisChange("x/a", None, "x/a:float32[2]", None),
-    ])
+    assert sorted(changes) == sorted(
+        [
+            AxisChange("x/b", None, None, "x/b:float32[2]"),
+            AxisChange("x/a", None, "x/a:float32[2]", None),
+        ]
+    )
 
 
 # ------------------------------------------------------------------ fingerprint, json, describe
@@ -374,14 +434,17 @@ def test_fingerprint_equal_for_equal_signatures():
     assert fingerprint(a) == fingerprint(b)
 
 
-@pytest.mark.parametrize("other", [
-    sig(("x/tokens", "int32", (8, 6)), ("y", "float32", (8, 1))),
-    sig(("x/tokens", "int64", (8, 5)), ("y", "float32", (8, 1))),
-    sig(("x/words", "int32", (8, 5)), ("y", "float32", (8, 1))),
-    sig(("x/tokens", "int32", (8, None)), ("y", "float32", (8, 1))),
-    sig(("x/tokens", "int32", (8, 5))),
-    sig(("y", "float32", (8, 1)), ("x/tokens", "int32", (8, 5))),
-])
+@pytest.mark.parametrize(
+    "other",
+    [
+        sig(("x/tokens", "int32", (8, 6)), ("y", "float32", (8, 1))),
+        sig(("x/tokens", "int64", (8, 5)), ("y", "float32", (8, 1))),
+        sig(("x/words", "int32", (8, 5)), ("y", "float32", (8, 1))),
+        sig(("x/tokens", "int32", (8, None)), ("y", "float32", (8, 1))),
+        sig(("x/tokens", "int32", (8, 5))),
+        sig(("y", "float32", (8, 1)), ("x/tokens", "int32", (8, 5))),
+    ],
+)
 def test_fingerprint_differs_for_different_signatures(other):
     assert fingerprint(BASE) != fingerprint(other)
 

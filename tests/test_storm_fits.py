@@ -21,13 +21,20 @@ def _sequences(n=96, low=4, high=80, seed=0):
         for length in lengths:
             yield np.arange(length, dtype=np.int32) % 97 + 1, np.float32(length % 2)
 
-    return tf.data.Dataset.from_generator(gen, output_signature=(
-        tf.TensorSpec((None,), tf.int32), tf.TensorSpec((), tf.float32)))
+    return tf.data.Dataset.from_generator(
+        gen, output_signature=(tf.TensorSpec((None,), tf.int32), tf.TensorSpec((), tf.float32))
+    )
 
 
 def _text_model():
-    model = keras.Sequential([keras.Input((None,), dtype="int32"), keras.layers.Embedding(100, 8),
-                              keras.layers.GlobalAveragePooling1D(), keras.layers.Dense(1)])
+    model = keras.Sequential(
+        [
+            keras.Input((None,), dtype="int32"),
+            keras.layers.Embedding(100, 8),
+            keras.layers.GlobalAveragePooling1D(),
+            keras.layers.Dense(1),
+        ]
+    )
     model.compile("adam", "mse")
     return model
 
@@ -89,11 +96,18 @@ def test_printed_fix_pads_dict_inputs_and_their_masks_together():
     def make_data(drop_remainder):
         def gen():
             for n in lengths:
-                yield {"tokens": np.arange(n, dtype=np.int32) % 50 + 1,
-                       "mask": np.ones(n, dtype=np.float32)}, np.float32(n % 2)
-        ds = tf.data.Dataset.from_generator(gen, output_signature=(
-            {"tokens": tf.TensorSpec((None,), tf.int32), "mask": tf.TensorSpec((None,), tf.float32)},
-            tf.TensorSpec((), tf.float32)))
+                yield (
+                    {"tokens": np.arange(n, dtype=np.int32) % 50 + 1, "mask": np.ones(n, dtype=np.float32)},
+                    np.float32(n % 2),
+                )
+
+        ds = tf.data.Dataset.from_generator(
+            gen,
+            output_signature=(
+                {"tokens": tf.TensorSpec((None,), tf.int32), "mask": tf.TensorSpec((None,), tf.float32)},
+                tf.TensorSpec((), tf.float32),
+            ),
+        )
         return ds.padded_batch(8, drop_remainder=drop_remainder)
 
     def model():
@@ -121,17 +135,23 @@ def test_printed_fix_pads_two_independent_inputs():
         def gen():
             for e, d in pairs:
                 yield {"enc": np.ones(e, np.int32), "dec": np.ones(d, np.int32)}, np.float32(e % 2)
-        ds = tf.data.Dataset.from_generator(gen, output_signature=(
-            {"enc": tf.TensorSpec((None,), tf.int32), "dec": tf.TensorSpec((None,), tf.int32)},
-            tf.TensorSpec((), tf.float32)))
+
+        ds = tf.data.Dataset.from_generator(
+            gen,
+            output_signature=(
+                {"enc": tf.TensorSpec((None,), tf.int32), "dec": tf.TensorSpec((None,), tf.int32)},
+                tf.TensorSpec((), tf.float32),
+            ),
+        )
         return ds.padded_batch(8, drop_remainder=drop_remainder)
 
     def model():
         enc = keras.Input((None,), dtype="int32", name="enc")
         dec = keras.Input((None,), dtype="int32", name="dec")
         emb = keras.layers.Embedding(4, 4)
-        pooled = keras.layers.Concatenate()([keras.layers.GlobalAveragePooling1D()(emb(enc)),
-                                             keras.layers.GlobalAveragePooling1D()(emb(dec))])
+        pooled = keras.layers.Concatenate()(
+            [keras.layers.GlobalAveragePooling1D()(emb(enc)), keras.layers.GlobalAveragePooling1D()(emb(dec))]
+        )
         m = keras.Model({"enc": enc, "dec": dec}, keras.layers.Dense(1)(pooled))
         m.compile("adam", "mse")
         return m
@@ -166,8 +186,10 @@ def test_a_smaller_batch_mid_epoch_still_counts_toward_a_storm():
     def gen():
         for size in (32, 8, 32, 32):
             yield np.ones((size, 4), np.float32), np.ones((size, 1), np.float32)
-    data = tf.data.Dataset.from_generator(gen, output_signature=(
-        tf.TensorSpec((None, 4), tf.float32), tf.TensorSpec((None, 1), tf.float32)))
+
+    data = tf.data.Dataset.from_generator(
+        gen, output_signature=(tf.TensorSpec((None, 4), tf.float32), tf.TensorSpec((None, 1), tf.float32))
+    )
     model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
     model.compile("sgd", "mse")
     monitor = xla_keras.XlaMonitor(log_dir=None, jit="on", storm_threshold=2, verbose=0)

@@ -36,15 +36,18 @@ def history_of(sigs, ends_after=()):
 # ------------------------------------------------------------------ detection
 
 
-@pytest.mark.parametrize("threshold, window, new_at, opens_at", [
-    (3, 10, [1, 2, 3], 3),
-    (3, 10, [1, 5, 10], 10),          # 1..10 is exactly one window
-    (3, 10, [1, 5, 11], None),        # step 1 fell out of (1, 11]
-    (8, 200, list(range(1, 9)), 8),
-    (8, 200, list(range(1, 8)), None),
-    (2, 1, [4, 5], None),             # window 1 holds one step
-    (2, 2, [4, 5], 5),
-])
+@pytest.mark.parametrize(
+    "threshold, window, new_at, opens_at",
+    [
+        (3, 10, [1, 2, 3], 3),
+        (3, 10, [1, 5, 10], 10),  # 1..10 is exactly one window
+        (3, 10, [1, 5, 11], None),  # step 1 fell out of (1, 11]
+        (8, 200, list(range(1, 9)), 8),
+        (8, 200, list(range(1, 8)), None),
+        (2, 1, [4, 5], None),  # window 1 holds one step
+        (2, 2, [4, 5], 5),
+    ],
+)
 def test_storm_opens_exactly_at_the_threshold(threshold, window, new_at, opens_at):
     d = StormDetector(threshold, window)
     opened = [s for s in new_at if d.new_signature("train", s) is not None]
@@ -67,8 +70,9 @@ def test_phases_are_independent():
     assert d.new_signature("test", 2) == (2, 1)
 
 
-@pytest.mark.parametrize("kwargs", [{"threshold": 1}, {"threshold": True}, {"threshold": 2.5},
-                                    {"window": 0}, {"window": "200"}])
+@pytest.mark.parametrize(
+    "kwargs", [{"threshold": 1}, {"threshold": True}, {"threshold": 2.5}, {"window": 0}, {"window": "200"}]
+)
 def test_detector_rejects_bad_settings(kwargs):
     with pytest.raises(ValueError, match="storm_"):
         StormDetector(**{"threshold": 8, "window": 200, **kwargs})
@@ -102,8 +106,10 @@ def test_partial_last_batch_is_recognised_only_at_epoch_ends():
 
 
 def test_covarying_axes_are_merged():
-    sigs = [((Leaf("x/tokens", "int32", (8, n)), Leaf("x/mask", "bool", (8, n)), Leaf("y", "f", (8,))), 1)
-            for n in (5, 9, 13)]
+    sigs = [
+        ((Leaf("x/tokens", "int32", (8, n)), Leaf("x/mask", "bool", (8, n)), Leaf("y", "f", (8,))), 1)
+        for n in (5, 9, 13)
+    ]
     axes = varying_axes(sigs)
     assert [(a.path, a.axis, a.also) for a in axes] == [("x/tokens", 1, ["x/mask:1"])]
 
@@ -113,13 +119,22 @@ def test_sequence_length_storm_gets_bucket_lengths_and_code():
     lengths = [rng.randint(5, 59) for _ in range(40)]
     h = history_of([tokens(32, n) for n in lengths])
     varying, advice, fix = analyse("train", h, threshold=8)
-    assert varying == [{"path": "x/tokens", "axis": 1, "min": min(lengths), "max": max(lengths),
-                        "n_values": len(set(lengths)), "values": sorted(set(lengths))}]
+    assert varying == [
+        {
+            "path": "x/tokens",
+            "axis": 1,
+            "min": min(lengths),
+            "max": max(lengths),
+            "n_values": len(set(lengths)),
+            "values": sorted(set(lengths)),
+        }
+    ]
     assert fix["kind"] == "pad_to_lengths" and fix["path"] == "x/tokens" and fix["axis"] == 1
     assert fix["lengths"] == sorted(fix["lengths"]) and fix["lengths"][-1] >= max(lengths)
     assert 1 <= fix["compiles"] < 8 and fix["compiles"] == len(fix["lengths"])
     assert fix["padding_overhead"] == pytest.approx(
-        best_cost_overhead({n: lengths.count(n) for n in set(lengths)}, fix["lengths"]), abs=1e-4)
+        best_cost_overhead({n: lengths.count(n) for n in set(lengths)}, fix["lengths"]), abs=1e-4
+    )
     assert fix["padding_overhead"] <= 0.20
     assert "Input 'x/tokens' axis 1 varies" in advice and str(fix["lengths"]) in advice
     assert "xla_keras.data.apply_fix(data, fix)" in advice
@@ -146,7 +161,11 @@ def test_partial_batch_alone_drops_it_in_training_and_pads_it_in_validation():
     h = history_of(epoch * 2, ends_after={3, 7})
     _, advice, fix = analyse("train", h, threshold=8)
     assert {k: fix[k] for k in ("kind", "rows", "batch_size", "remainder")} == {
-        "kind": "drop_remainder", "rows": 8, "batch_size": 64, "remainder": "drop"}
+        "kind": "drop_remainder",
+        "rows": 8,
+        "batch_size": 64,
+        "remainder": "drop",
+    }
     assert "the fix drops it, so 8 examples per epoch are not trained on" in advice
     _, advice, fix = analyse("test", h, threshold=8)
     assert fix["kind"] == "pad_remainder" and fix["remainder"] == "pad"
@@ -181,11 +200,12 @@ def test_two_varying_inputs_get_one_joint_fix():
     assert set(per_input) == {"x/encoder", "x/decoder"}
     assert max(per_input["x/encoder"]["lengths"]) >= max(e for e, _ in pairs)
     assert max(per_input["x/decoder"]["lengths"]) >= max(d for _, d in pairs)
+
     # The joint compiles are the distinct padded (encoder, decoder) pairs, and stay below threshold.
     def pad(v, lengths):
         return min(b for b in lengths if b >= v)
-    combos = {(pad(e, per_input["x/encoder"]["lengths"]), pad(d, per_input["x/decoder"]["lengths"]))
-              for e, d in pairs}
+
+    combos = {(pad(e, per_input["x/encoder"]["lengths"]), pad(d, per_input["x/decoder"]["lengths"])) for e, d in pairs}
     assert fix["compiles"] == len(combos) < 8
     assert "x/encoder" in advice and "x/decoder" in advice
 
@@ -196,6 +216,7 @@ def test_two_varying_inputs_get_one_joint_fix():
 def brute_force(lengths, k, multiple=8):
     def up(v):  # short lengths are exact candidates, longer ones rounded up to 8
         return v if v <= EXACT_UP_TO else -(-v // multiple) * multiple
+
     cands = sorted({up(v) for v in lengths})
     best = None
     for r in range(1, min(k, len(cands)) + 1):
@@ -227,15 +248,31 @@ def test_more_buckets_never_pad_more():
     assert overheads[-1] < overheads[0]
 
 
-@pytest.mark.parametrize("fix, data, expect", [
-    ({"kind": "pad_to_lengths", "targets": [{"path": "x", "axis": 1, "lengths": [16]}], "lengths": [16],
-      "batch_size": 8, "remainder": "drop", "compiles": 1, "padding_overhead": 0.1},
-     "tf.data", "ds = xla_keras.data.apply_fix(ds, {'kind': 'pad_to_lengths', 'targets': [{'path': 'x', 'axis': 1, "
-                "'lengths': [16]}], 'batch_size': 8, 'remainder': 'drop'})"),
-    ({"kind": "fixed_batch_size", "size": 20, "batch_size": 20, "remainder": "pad", "path": "x"}, "arrays",
-     "batches = xla_keras.data.apply_fix(batches, {'kind': 'fixed_batch_size', 'size': 20, 'batch_size': 20, "
-     "'remainder': 'pad'})"),
-])
+@pytest.mark.parametrize(
+    "fix, data, expect",
+    [
+        (
+            {
+                "kind": "pad_to_lengths",
+                "targets": [{"path": "x", "axis": 1, "lengths": [16]}],
+                "lengths": [16],
+                "batch_size": 8,
+                "remainder": "drop",
+                "compiles": 1,
+                "padding_overhead": 0.1,
+            },
+            "tf.data",
+            "ds = xla_keras.data.apply_fix(ds, {'kind': 'pad_to_lengths', 'targets': [{'path': 'x', 'axis': 1, "
+            "'lengths': [16]}], 'batch_size': 8, 'remainder': 'drop'})",
+        ),
+        (
+            {"kind": "fixed_batch_size", "size": 20, "batch_size": 20, "remainder": "pad", "path": "x"},
+            "arrays",
+            "batches = xla_keras.data.apply_fix(batches, {'kind': 'fixed_batch_size', 'size': 20, 'batch_size': 20, "
+            "'remainder': 'pad'})",
+        ),
+    ],
+)
 def test_the_fix_code_is_one_call_with_the_fix_written_out(fix, data, expect):
     code = apply_code(fix, data)
     compile(code, "<fix>", "exec")
@@ -250,8 +287,19 @@ def test_pad_target_doubles_the_last_length_beyond_the_advised_ones():
 
 
 def test_storm_text_and_round_trip():
-    storm = Storm("test", 40, 8, [], "Pad it.", {"kind": "unknown"}, compiles=8, compile_seconds=4.1,
-                  steady_step_seconds=0.0009, window_start=3, action="raise")
+    storm = Storm(
+        "test",
+        40,
+        8,
+        [],
+        "Pad it.",
+        {"kind": "unknown"},
+        compiles=8,
+        compile_seconds=4.1,
+        steady_step_seconds=0.0009,
+        window_start=3,
+        action="raise",
+    )
     text = storm_text(storm, 200)
     assert text.startswith("Recompilation storm (test): 8 new input shapes in 38 steps")
     assert "4.1 s compiling vs 0.9 ms per steady step" in text and text.endswith("Pad it.")
@@ -261,6 +309,7 @@ def test_storm_text_and_round_trip():
 
 def test_train_vs_validation_shapes_are_explained_separately():
     from xla_keras.storms.detection import train_vs_validation_note
+
     train = history_of([tokens(64, 10)] * 5)
     test = history_of([tokens(256, 10)] * 2)
     note = train_vs_validation_note(train, test)
@@ -275,6 +324,7 @@ def test_short_lengths_stay_exact_and_dense_long_tails_terminate():
     assert overhead < 0.10 and boundaries[-1] == 18
     # dense small lengths plus a long spread tail: the candidate grid must coarsen and end
     import time
+
     start = time.perf_counter()
     boundaries, _ = best_buckets({v: 1 for v in range(1, 5001)}, 4)
     assert time.perf_counter() - start < 5
@@ -284,16 +334,20 @@ def test_short_lengths_stay_exact_and_dense_long_tails_terminate():
 # ------------------------------------------------------------------ compile budget
 
 
-@pytest.mark.parametrize("compiles, seconds, steps, steady, budget, expect", [
-    (8, 3.2, 14, 0.005, 0.1, (2.8, 3.27, 2.8 / 3.27)),     # validation: 8 compiles, 14 steps: far over
-    (2, 0.6, 12_000, 0.002, 0.1, None),                     # one extra compile in a long fit: 1%
-    (1, 0.9, 10, 0.001, 0.1, None),                         # the first compile is XLA's price, never advised
-    (3, 0.3, 100, 0.002, 0.5, None),                        # 0.2 s of 0.5 s = 40%: under a 50% budget
-    (3, 0.3, 100, 0.002, None, None),                       # no budget
-    (4, 0.4, 0, None, 0.1, (0.3, 0.4, 0.75)),               # no steady step measured: compiles are the time
-])
+@pytest.mark.parametrize(
+    "compiles, seconds, steps, steady, budget, expect",
+    [
+        (8, 3.2, 14, 0.005, 0.1, (2.8, 3.27, 2.8 / 3.27)),  # validation: 8 compiles, 14 steps: far over
+        (2, 0.6, 12_000, 0.002, 0.1, None),  # one extra compile in a long fit: 1%
+        (1, 0.9, 10, 0.001, 0.1, None),  # the first compile is XLA's price, never advised
+        (3, 0.3, 100, 0.002, 0.5, None),  # 0.2 s of 0.5 s = 40%: under a 50% budget
+        (3, 0.3, 100, 0.002, None, None),  # no budget
+        (4, 0.4, 0, None, 0.1, (0.3, 0.4, 0.75)),  # no steady step measured: compiles are the time
+    ],
+)
 def test_over_budget_counts_the_compiles_beyond_the_first(compiles, seconds, steps, steady, budget, expect):
     from xla_keras.storms.advice import over_budget
+
     got = over_budget(compiles, seconds, steps, steady, budget)
     if expect is None:
         assert got is None

@@ -29,8 +29,14 @@ SHAPES_CHANGED = ["first signature", "x axis 1: 84 → 90", "x axis 1: 90 → 96
 
 
 def _sequence_model():
-    model = keras.Sequential([keras.Input((None,), dtype="int32"), keras.layers.Embedding(100, 8),
-                              keras.layers.GlobalAveragePooling1D(), keras.layers.Dense(1)])
+    model = keras.Sequential(
+        [
+            keras.Input((None,), dtype="int32"),
+            keras.layers.Embedding(100, 8),
+            keras.layers.GlobalAveragePooling1D(),
+            keras.layers.Dense(1),
+        ]
+    )
     model.compile("adam", "mse")
     return model
 
@@ -38,10 +44,14 @@ def _sequence_model():
 def _batches(shapes):
     def gen():
         for batch, length in shapes:
-            yield np.arange(batch * length, dtype=np.int32).reshape(batch, length) % 97 + 1, \
-                np.ones((batch, 1), np.float32)
-    return tf.data.Dataset.from_generator(gen, output_signature=(
-        tf.TensorSpec((None, None), tf.int32), tf.TensorSpec((None, 1), tf.float32)))
+            yield (
+                np.arange(batch * length, dtype=np.int32).reshape(batch, length) % 97 + 1,
+                np.ones((batch, 1), np.float32),
+            )
+
+    return tf.data.Dataset.from_generator(
+        gen, output_signature=(tf.TensorSpec((None, None), tf.int32), tf.TensorSpec((None, 1), tf.float32))
+    )
 
 
 SEEN_MID_FIT = []
@@ -77,10 +87,12 @@ def tab_logdir(tmp_path_factory):
         y = x.sum(axis=1, keepdims=True)
 
         def mlp():
-            model = keras.Sequential([keras.Input((16,)), keras.layers.Dense(32, activation="relu"),
-                                      keras.layers.Dense(1)])
+            model = keras.Sequential(
+                [keras.Input((16,)), keras.layers.Dense(32, activation="relu"), keras.layers.Dense(1)]
+            )
             model.compile("adam", "mse")
             return model
+
         table = xla_keras.compare(mlp, (x, y), steps=30, log_dir=str(root / "compare"))
         COMPARED.update({r.mode: r.break_even_step for r in table.results})
         monitor = xla_keras.XlaMonitor(log_dir=str(root / "interrupted"), jit="on", verbose=0)
@@ -89,6 +101,7 @@ def tab_logdir(tmp_path_factory):
         _fastest_fit(mlp(), x, y, str(root / "fastest"))
     from xla_keras.core.session import Scalar
     from xla_keras.tensorboard.sink import OutputSink
+
     sink = OutputSink(str(root / "old"))  # what xla_keras 0.1 left: scalars, no report for the tab
     sink.scalars([Scalar("train", TAG_STEP_TIME, 2.0, 1)])
     sink.close()
@@ -105,6 +118,7 @@ def _fastest_fit(model, x, y, log_dir):
     import math
 
     from xla_keras.jit import trial as fastest
+
     names = ("MIN_STEPS_LEFT", "TRIAL_BUDGET", "EARLY_RATIO", "FAR_APART", "MIN_GAIN", "MIN_ROUNDS", "MAX_ROUNDS")
     saved = {n: getattr(fastest, n) for n in names}
     fastest.MIN_STEPS_LEFT, fastest.TRIAL_BUDGET = 0, math.inf
@@ -126,15 +140,23 @@ def tab_server(tab_logdir, tmp_path_factory):
         runs = get_json(base + f"/data/plugin/{PLUGIN_NAME}/runs", timeout=5)["runs"]
         return len(runs) == len(reports) + 1 and all(r.get("message") is None for r in runs if r["run"] != "old")
 
-    with running_tensorboard(root, tmp_path_factory.mktemp("tab_server"), ready=ready,
-                             args=("--reload_interval", "1")) as base:
+    with running_tensorboard(
+        root, tmp_path_factory.mktemp("tab_server"), ready=ready, args=("--reload_interval", "1")
+    ) as base:
         yield base, root, reports
 
 
 def test_the_fits_wrote_what_the_checks_below_expect(tab_logdir):
     _, reports = tab_logdir
-    assert sorted(reports) == ["compare/autoclustering", "compare/off", "compare/on", "fastest", "interrupted",
-                               "shapes", "storm"]
+    assert sorted(reports) == [
+        "compare/autoclustering",
+        "compare/off",
+        "compare/on",
+        "fastest",
+        "interrupted",
+        "shapes",
+        "storm",
+    ]
     assert reports["fastest"]["jit_decision"]["switches"] == 6
     assert reports["fastest"]["jit_decision"]["basis"] == "within_noise"  # three rounds, then the forced tie
     shapes = [c for c in reports["shapes"]["compilations"] if c["phase"] == "train"]
@@ -169,9 +191,17 @@ def test_the_runs_route_of_a_real_tensorboard_lists_every_fit(tab_server):
 def _browser(p):
     chromium = shutil.which("chromium") or "/usr/bin/chromium"
     assert os.path.exists(chromium), "chromium is installed by the README's test command"
-    return p.chromium.launch(executable_path=chromium, args=[
-        "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-        "--disable-sync", "--no-first-run"])
+    return p.chromium.launch(
+        executable_path=chromium,
+        args=[
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--no-first-run",
+        ],
+    )
 
 
 def _tab(page, base):
@@ -191,6 +221,7 @@ def _select(frame, run):
 def test_the_xla_tab_in_headless_chromium(tab_server):
     base, root, reports = tab_server
     from playwright.sync_api import expect, sync_playwright
+
     os.makedirs(ARTIFACTS, exist_ok=True)
     with sync_playwright() as p:
         browser = _browser(p)
@@ -220,8 +251,7 @@ def test_the_xla_tab_in_headless_chromium(tab_server):
                 cell = frame.locator(f"#ledger tr[data-index='{i}'] td[data-seconds]")
                 assert float(cell.get_attribute("data-seconds")) == pytest.approx(c["seconds"], rel=1e-12)
             strip = frame.locator("#status").inner_text()
-            assert f"{sum(report['compilation_count'].values())}: train {report['compilation_count']['train']}" \
-                in strip
+            assert f"{sum(report['compilation_count'].values())}: train {report['compilation_count']['train']}" in strip
             assert f"requested {report['jit_mode']}" in strip
 
             # the timeline: one mark per compile, hover shows the signature and seconds
@@ -296,6 +326,7 @@ def test_the_xla_tab_in_headless_chromium(tab_server):
             # live refresh: a fit that starts writing after the page opened shows up
             from xla_keras.core.session import Scalar
             from xla_keras.tensorboard.sink import OutputSink
+
             sink = OutputSink(str(root / "late"))
             sink.scalars([Scalar("train", TAG_STEP_TIME, 2.0, 1)])
             sink.flush(report=lambda: _late_report(), text=True, step=1)
@@ -309,6 +340,7 @@ def test_the_xla_tab_in_headless_chromium(tab_server):
 
 def _late_report():
     from xla_keras.report.model import XlaReport
+
     return XlaReport(jit_mode="on", jit_active=True, jit_reason="late")
 
 
@@ -319,6 +351,7 @@ def _in_process_tensorboard(logdir):
 
     from test_tab_plugin import tab_client
     from werkzeug.serving import make_server
+
     client, _ = tab_client(logdir)
     server = make_server("127.0.0.1", 0, client.application, threaded=True)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
@@ -332,6 +365,7 @@ def _in_process_tensorboard(logdir):
 def _entry_page(base, selector):
     """The tab's own page (TensorBoard's plugin entry), once ``selector`` is there: its text."""
     from playwright.sync_api import sync_playwright
+
     with sync_playwright() as p:
         browser = _browser(p)
         try:
@@ -352,6 +386,7 @@ def test_without_the_profile_plugin_the_trace_links_say_how_to_get_it(tab_logdir
     root, reports = tab_logdir
     assert reports["storm"]["traces"], "the storm fit wrote profiler traces"
     from xla_keras.tensorboard import plugin
+
     monkeypatch.setattr(plugin, "_profile_tab_installed", lambda: False)
     with _in_process_tensorboard(root / "storm") as base:  # its only run: selected at once
         text = _entry_page(base, "#profile-missing")

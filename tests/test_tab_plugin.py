@@ -24,9 +24,11 @@ def tab_client(logdir):
     from tensorboard.plugins import base_plugin
 
     from xla_keras.tensorboard.plugin import XlaPlugin
+
     multiplexer = plugin_event_multiplexer.EventMultiplexer(  # TensorBoard's defaults (LocalDataIngester)
         size_guidance=data_ingester.DEFAULT_SIZE_GUIDANCE,
-        tensor_size_guidance=data_ingester.DEFAULT_TENSOR_SIZE_GUIDANCE)
+        tensor_size_guidance=data_ingester.DEFAULT_TENSOR_SIZE_GUIDANCE,
+    )
     multiplexer.AddRunsFromDirectory(str(logdir))
     multiplexer.Reload()
     provider = data_provider.MultiplexerDataProvider(multiplexer, str(logdir))
@@ -49,16 +51,50 @@ def sample_report(n_compiles=3, steps=30, storm=True):
     from xla_keras.core.signatures import Leaf
     from xla_keras.report.model import Compilation
     from xla_keras.storms.detection import Storm
-    compiles = [Compilation("train", 1 + 2 * i, (Leaf("x", "int32", (8, 80 + i)), Leaf("y", "float32", (8, 1))),
-                            0.2 + i / 1000, "profiler") for i in range(n_compiles)]
-    storms = [Storm("train", 5, 3, [{"path": "x", "axis": 1, "min": 80, "max": 82, "n_values": 3, "values": []}],
-                    "pad x", {"kind": "pad_to_lengths", "code": "ds = ds.padded_batch(8, padded_shapes=[96])"},
-                    3, 0.6, 0.002, 1, "warn")] if storm else []
-    return XlaReport(jit_mode="on", jit_active=True, jit_reason="asked", compilations=compiles,
-                     compilation_count={"train": n_compiles, "test": 0, "predict": 0},
-                     distinct_signatures={"train": n_compiles, "test": 0, "predict": 0}, storms=storms,
-                     steps={"train": steps, "test": 0, "predict": 0}, steady_step_seconds=0.002,
-                     compile_seconds=sum(c.seconds for c in compiles), wall_seconds=2.0, compile_share=0.3)
+
+    compiles = [
+        Compilation(
+            "train",
+            1 + 2 * i,
+            (Leaf("x", "int32", (8, 80 + i)), Leaf("y", "float32", (8, 1))),
+            0.2 + i / 1000,
+            "profiler",
+        )
+        for i in range(n_compiles)
+    ]
+    storms = (
+        [
+            Storm(
+                "train",
+                5,
+                3,
+                [{"path": "x", "axis": 1, "min": 80, "max": 82, "n_values": 3, "values": []}],
+                "pad x",
+                {"kind": "pad_to_lengths", "code": "ds = ds.padded_batch(8, padded_shapes=[96])"},
+                3,
+                0.6,
+                0.002,
+                1,
+                "warn",
+            )
+        ]
+        if storm
+        else []
+    )
+    return XlaReport(
+        jit_mode="on",
+        jit_active=True,
+        jit_reason="asked",
+        compilations=compiles,
+        compilation_count={"train": n_compiles, "test": 0, "predict": 0},
+        distinct_signatures={"train": n_compiles, "test": 0, "predict": 0},
+        storms=storms,
+        steps={"train": steps, "test": 0, "predict": 0},
+        steady_step_seconds=0.002,
+        compile_seconds=sum(c.seconds for c in compiles),
+        wall_seconds=2.0,
+        compile_share=0.3,
+    )
 
 
 def write_run(log_dir, report, steps=30, text=True):
@@ -93,8 +129,9 @@ def test_the_report_route_matches_the_report_file(logdir):
     client, _ = tab_client(logdir)
     view = get_json(client, "/report?run=fit1")
     on_disk = json.load(open(logdir / "fit1" / REPORT_FILE))
-    assert [(r["step"], r["seconds"], r["source"]) for r in view["ledger"]] == \
-        [(c["step"], c["seconds"], c["source"]) for c in on_disk["compilations"]]
+    assert [(r["step"], r["seconds"], r["source"]) for r in view["ledger"]] == [
+        (c["step"], c["seconds"], c["source"]) for c in on_disk["compilations"]
+    ]
     assert view["status"]["jit_reason"] == on_disk["jit_reason"]
     assert [r["changed"] for r in view["ledger"]] == ["first signature", "x axis 1: 80 → 81", "x axis 1: 81 → 82"]
     assert view["storms"][0]["fix_code"] == on_disk["storms"][0]["fix"]["code"]
@@ -124,18 +161,21 @@ def test_a_run_at_the_logdirs_root_is_dot(tmp_path):
     assert len(get_json(client, "/report?run=.")["ledger"]) == 3
 
 
-@pytest.mark.parametrize("query, status", [
-    ("", 400),
-    ("?run=", 400),
-    ("?run=nope", 404),
-    ("?run=../../etc/passwd", 404),
-    ("?run=/etc/passwd", 404),
-    ("?run=fit1/../../../etc/passwd", 404),
-    ("?run=%2e%2e%2f%2e%2e%2fetc%2fpasswd", 404),
-    ("?run=fit1%00", 404),
-    ("?run=fit1/train", 404),
-    ("?run=" + "a" * 10000, 404),
-])
+@pytest.mark.parametrize(
+    "query, status",
+    [
+        ("", 400),
+        ("?run=", 400),
+        ("?run=nope", 404),
+        ("?run=../../etc/passwd", 404),
+        ("?run=/etc/passwd", 404),
+        ("?run=fit1/../../../etc/passwd", 404),
+        ("?run=%2e%2e%2f%2e%2e%2fetc%2fpasswd", 404),
+        ("?run=fit1%00", 404),
+        ("?run=fit1/train", 404),
+        ("?run=" + "a" * 10000, 404),
+    ],
+)
 @pytest.mark.parametrize("route", ["/report", "/compiles", "/storms", "/steps"])
 def test_run_arguments_outside_the_listed_runs_are_refused(logdir, route, query, status):
     client, _ = tab_client(logdir)
@@ -147,11 +187,22 @@ def test_run_arguments_outside_the_listed_runs_are_refused(logdir, route, query,
         assert "'fit1'" in error  # names the valid choices
 
 
-@pytest.mark.parametrize("path", [
-    "/static/../plugin.py", "/static/%2e%2e/plugin.py", "/static/..%2fplugin.py", "/static/..%2f..%2fsetup.cfg",
-    "/static/", "/static/index.js/..", "/static//etc/passwd", "/static/%2fetc%2fpasswd", "/static/views.py",
-    "/static/static/index.js", "/static/INDEX.JS",
-])
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/static/../plugin.py",
+        "/static/%2e%2e/plugin.py",
+        "/static/..%2fplugin.py",
+        "/static/..%2f..%2fsetup.cfg",
+        "/static/",
+        "/static/index.js/..",
+        "/static//etc/passwd",
+        "/static/%2fetc%2fpasswd",
+        "/static/views.py",
+        "/static/static/index.js",
+        "/static/INDEX.JS",
+    ],
+)
 def test_the_static_route_serves_only_its_two_files(logdir, path):
     client, _ = tab_client(logdir)
     code, body = get(client, path)
@@ -190,18 +241,24 @@ def _write_raw_report_data(run_dir, payload):
 
     from xla_keras.report.schema import PLUGIN_CONTENT
     from xla_keras.tensorboard.sink import _string_tensor
-    metadata = SummaryMetadata(plugin_data=SummaryMetadata.PluginData(plugin_name=PLUGIN_NAME, content=PLUGIN_CONTENT),
-                               data_class=DATA_CLASS_TENSOR)
+
+    metadata = SummaryMetadata(
+        plugin_data=SummaryMetadata.PluginData(plugin_name=PLUGIN_NAME, content=PLUGIN_CONTENT),
+        data_class=DATA_CLASS_TENSOR,
+    )
     writers._event("train", 1, Summary.Value(tag=TAG_REPORT_DATA, metadata=metadata, tensor=_string_tensor(payload)))
     writers.close()
 
 
-@pytest.mark.parametrize("payload, words", [
-    (b"garbage", "not gzip"),
-    (gzip.compress(b"{half a json"), "not JSON"),
-    (gzip.compress(b'{"hello": 1}'), "not an XlaMonitor report"),
-    (gzip.compress(b'[1, 2, 3]'), "JSON list"),
-])
+@pytest.mark.parametrize(
+    "payload, words",
+    [
+        (b"garbage", "not gzip"),
+        (gzip.compress(b"{half a json"), "not JSON"),
+        (gzip.compress(b'{"hello": 1}'), "not an XlaMonitor report"),
+        (gzip.compress(b"[1, 2, 3]"), "JSON list"),
+    ],
+)
 def test_malformed_report_data_renders_a_message_not_an_error(tmp_path, payload, words):
     write_run(tmp_path / "good", sample_report())
     _write_raw_report_data(tmp_path / "bad", payload)
@@ -213,16 +270,22 @@ def test_malformed_report_data_renders_a_message_not_an_error(tmp_path, payload,
     assert get_json(client, "/compiles?run=bad")["message"] == view["message"]
 
 
-@pytest.mark.parametrize("report, words", [
-    ({"jit_mode": "on", "storms": [{"phase": "train", "step": 3}]}, "malformed"),
-    ({"jit_mode": "on", "compilations": [{"phase": "train", "step": 1, "signature": 5}]}, "malformed"),
-    ({"jit_mode": "on", "compile_seconds": "1.5"}, "compile_seconds is '1.5', not a number"),
-    ({"jit_mode": "on", "compilation_count": {"train": "3"}}, "compilation_count['train']"),
-    ({"jit_mode": "on", "storms": [{"phase": "train", "step": 3, "count": 4, "compile_seconds": "x"}]},
-     "storms[0].compile_seconds"),
-])
+@pytest.mark.parametrize(
+    "report, words",
+    [
+        ({"jit_mode": "on", "storms": [{"phase": "train", "step": 3}]}, "malformed"),
+        ({"jit_mode": "on", "compilations": [{"phase": "train", "step": 1, "signature": 5}]}, "malformed"),
+        ({"jit_mode": "on", "compile_seconds": "1.5"}, "compile_seconds is '1.5', not a number"),
+        ({"jit_mode": "on", "compilation_count": {"train": "3"}}, "compilation_count['train']"),
+        (
+            {"jit_mode": "on", "storms": [{"phase": "train", "step": 3, "count": 4, "compile_seconds": "x"}]},
+            "storms[0].compile_seconds",
+        ),
+    ],
+)
 def test_a_damaged_report_is_a_message_for_its_run_and_the_others_still_show(tmp_path, report, words):
     from xla_keras.report.schema import encode_report_data
+
     write_run(tmp_path / "good", sample_report())
     _write_raw_report_data(tmp_path / "bad", encode_report_data(report))
     client, _ = tab_client(tmp_path)
@@ -296,6 +359,7 @@ def test_big_runs_open_fast_and_the_overflow_is_counted(tmp_path):
     """20,000 steps, 1,000 compiles: the routes answer in well under a second of backend time
     (benchmarks/tab_backend.py measures it; here a loose bound that catches a pathology)."""
     import time
+
     report = sample_report(n_compiles=1000, steps=20000)
     report.compilations_dropped = 50
     write_run(tmp_path / "big", report, steps=20000)

@@ -18,50 +18,74 @@ def xy(batch, length):
     return sig(("x", "int32", (batch, length)), ("y", "float32", (batch, 1)))
 
 
-@pytest.mark.parametrize("old, new, last_batch, text", [
-    (None, xy(8, 84), False, "first signature"),
-    (xy(8, 84), xy(8, 90), False, "x axis 1: 84 → 90"),
-    (xy(64, 84), xy(16, 84), True, "batch 64 → 16 (last batch)"),
-    (xy(64, 84), xy(16, 84), False, "batch 64 → 16"),
-    (xy(8, 84), xy(4, 90), False, "x axis 0: 8 → 4; x axis 1: 84 → 90; y axis 0: 8 → 4"),
-    (sig(("x", "int32", (8, 84))), xy(8, 84), False, "y:float32[8,1] added"),
-    (xy(8, 84), sig(("x", "int32", (8, 84))), False, "y:float32[8,1] removed"),
-    (xy(8, 84), sig(("x", "int64", (8, 84)), ("y", "float32", (8, 1))), False,
-     "x:int32[8,84] → x:int64[8,84]"),
-    (sig(("x", "int32", (None, 84))), sig(("x", "int32", (8, 84))), False, "batch ? → 8"),
-    (xy(8, 84), xy(8, 84), False, "no shape change"),
-])
+@pytest.mark.parametrize(
+    "old, new, last_batch, text",
+    [
+        (None, xy(8, 84), False, "first signature"),
+        (xy(8, 84), xy(8, 90), False, "x axis 1: 84 → 90"),
+        (xy(64, 84), xy(16, 84), True, "batch 64 → 16 (last batch)"),
+        (xy(64, 84), xy(16, 84), False, "batch 64 → 16"),
+        (xy(8, 84), xy(4, 90), False, "x axis 0: 8 → 4; x axis 1: 84 → 90; y axis 0: 8 → 4"),
+        (sig(("x", "int32", (8, 84))), xy(8, 84), False, "y:float32[8,1] added"),
+        (xy(8, 84), sig(("x", "int32", (8, 84))), False, "y:float32[8,1] removed"),
+        (xy(8, 84), sig(("x", "int64", (8, 84)), ("y", "float32", (8, 1))), False, "x:int32[8,84] → x:int64[8,84]"),
+        (sig(("x", "int32", (None, 84))), sig(("x", "int32", (8, 84))), False, "batch ? → 8"),
+        (xy(8, 84), xy(8, 84), False, "no shape change"),
+    ],
+)
 def test_what_changed_is_said_in_words(old, new, last_batch, text):
     assert views.change_text(old, new, last_batch) == text
 
 
 def compile_row(phase, step, signature, seconds=0.25, source="profiler", cached=False, last_batch=False):
-    return {"phase": phase, "step": step, "signature": signature, "seconds": seconds, "source": source,
-            "cached": cached, "last_batch": last_batch}
+    return {
+        "phase": phase,
+        "step": step,
+        "signature": signature,
+        "seconds": seconds,
+        "source": source,
+        "cached": cached,
+        "last_batch": last_batch,
+    }
 
 
 def test_the_ledger_compares_each_row_with_the_previous_distinct_signature_of_its_phase():
-    rows = views.ledger([
-        compile_row("train", 1, xy(8, 84)),
-        compile_row("train", 1, xy(8, 84)),          # auto-clustering: a second module, same signature
-        compile_row("test", 1, xy(8, 70)),           # its own phase: first signature there
-        compile_row("train", 3, xy(8, 90)),
-        compile_row("train", 6, xy(4, 90), last_batch=True),
-        compile_row("test", 2, xy(8, 77), source="timing", cached=None),
-    ])
+    rows = views.ledger(
+        [
+            compile_row("train", 1, xy(8, 84)),
+            compile_row("train", 1, xy(8, 84)),  # auto-clustering: a second module, same signature
+            compile_row("test", 1, xy(8, 70)),  # its own phase: first signature there
+            compile_row("train", 3, xy(8, 90)),
+            compile_row("train", 6, xy(4, 90), last_batch=True),
+            compile_row("test", 2, xy(8, 77), source="timing", cached=None),
+        ]
+    )
     assert [r["changed"] for r in rows] == [
-        "first signature", "same signature, another module", "first signature", "x axis 1: 84 → 90",
-        "batch 8 → 4 (last batch)", "x axis 1: 70 → 77"]
+        "first signature",
+        "same signature, another module",
+        "first signature",
+        "x axis 1: 84 → 90",
+        "batch 8 → 4 (last batch)",
+        "x axis 1: 70 → 77",
+    ]
     assert [r["index"] for r in rows] == [1, 2, 3, 4, 5, 6]
     assert rows[3]["signature"] == "x:int32[8,90] y:float32[8,1]"
     assert rows[5]["source"] == "timing" and rows[5]["cached"] is None
     assert rows[4]["last_batch"] is True and rows[0]["last_batch"] is False
 
 
-@pytest.mark.parametrize("tensorboard_run, run", [
-    ("train", "."), ("validation", "."), ("fit1/train", "fit1"), ("compare/off/train", "compare/off"),
-    ("fit1/train/plugins/profile/x", None), ("other", None), ("fit1/trainer", None),
-])
+@pytest.mark.parametrize(
+    "tensorboard_run, run",
+    [
+        ("train", "."),
+        ("validation", "."),
+        ("fit1/train", "fit1"),
+        ("compare/off/train", "compare/off"),
+        ("fit1/train/plugins/profile/x", None),
+        ("other", None),
+        ("fit1/trainer", None),
+    ],
+)
 def test_a_tab_run_is_the_monitors_log_dir(tensorboard_run, run):
     assert views.tab_run(tensorboard_run) == run
     if run is not None and tensorboard_run.endswith("train"):
@@ -69,11 +93,16 @@ def test_a_tab_run_is_the_monitors_log_dir(tensorboard_run, run):
 
 
 def test_traces_name_the_profile_tabs_run():
-    report = {"traces": ["steady: /logs/fit1/train/plugins/profile/2026_12_01_10_00_00",
-                         "storm: /logs/fit1/train/plugins/profile/2026_12_01_10_00_09/"]}
+    report = {
+        "traces": [
+            "steady: /logs/fit1/train/plugins/profile/2026_12_01_10_00_00",
+            "storm: /logs/fit1/train/plugins/profile/2026_12_01_10_00_09/",
+        ]
+    }
     assert views.traces(report, "fit1") == [
         {"kind": "steady", "session": "2026_12_01_10_00_00", "profile_run": "fit1/train/2026_12_01_10_00_00"},
-        {"kind": "storm", "session": "2026_12_01_10_00_09", "profile_run": "fit1/train/2026_12_01_10_00_09"}]
+        {"kind": "storm", "session": "2026_12_01_10_00_09", "profile_run": "fit1/train/2026_12_01_10_00_09"},
+    ]
     assert views.traces(report, ".")[0]["profile_run"] == "train/2026_12_01_10_00_00"
 
 
@@ -81,18 +110,40 @@ def full_report(**overrides):
     from xla_keras.core.signatures import from_jsonable
     from xla_keras.report.model import Compilation, XlaReport
     from xla_keras.storms.detection import Storm
+
     report = XlaReport(
-        jit_mode="on", jit_active=True, jit_reason="jit='on': the train function runs with jit_compile=True",
-        compilations=[Compilation("train", 1, from_jsonable(xy(8, 84)), 0.31, "profiler"),
-                      Compilation("train", 4, from_jsonable(xy(8, 90)), 0.29, "profiler", cached=True)],
+        jit_mode="on",
+        jit_active=True,
+        jit_reason="jit='on': the train function runs with jit_compile=True",
+        compilations=[
+            Compilation("train", 1, from_jsonable(xy(8, 84)), 0.31, "profiler"),
+            Compilation("train", 4, from_jsonable(xy(8, 90)), 0.29, "profiler", cached=True),
+        ],
         compilation_count={"train": 2, "test": 0, "predict": 0},
         distinct_signatures={"train": 2, "test": 0, "predict": 0},
-        storms=[Storm("train", 4, 2, [{"path": "x", "axis": 1, "min": 84, "max": 90, "n_values": 2,
-                                       "values": [84, 90]}], "pad it",
-                      {"kind": "pad_to_lengths", "code": "dataset = dataset.padded_batch(8)"}, 2, 0.6, 0.002,
-                      1, "warn")],
-        steps={"train": 10, "test": 0, "predict": 0}, steady_step_seconds=0.002, compile_seconds=0.6,
-        wall_seconds=1.5, compile_share=0.4, traces=["steady: /l/train/plugins/profile/s1"], notes=["a note"])
+        storms=[
+            Storm(
+                "train",
+                4,
+                2,
+                [{"path": "x", "axis": 1, "min": 84, "max": 90, "n_values": 2, "values": [84, 90]}],
+                "pad it",
+                {"kind": "pad_to_lengths", "code": "dataset = dataset.padded_batch(8)"},
+                2,
+                0.6,
+                0.002,
+                1,
+                "warn",
+            )
+        ],
+        steps={"train": 10, "test": 0, "predict": 0},
+        steady_step_seconds=0.002,
+        compile_seconds=0.6,
+        wall_seconds=1.5,
+        compile_share=0.4,
+        traces=["steady: /l/train/plugins/profile/s1"],
+        notes=["a note"],
+    )
     for k, v in overrides.items():
         setattr(report, k, v)
     return report.to_dict()
@@ -138,25 +189,31 @@ def test_report_data_round_trips_and_is_small():
     assert len(encoded) < len(json.dumps(report))
 
 
-@pytest.mark.parametrize("data, words", [
-    (b"not gzip at all", "not gzip"),
-    (gzip.compress(b"{not json"), "not JSON"),
-    (gzip.compress(b"[1, 2]"), "JSON list"),
-    (gzip.compress(b"\xff\xfe"), "not JSON"),
-    (gzip.compress(b"{}")[:-6], "not gzip"),  # cut short: a partially written value
-    ("a str", "must be bytes"),
-])
+@pytest.mark.parametrize(
+    "data, words",
+    [
+        (b"not gzip at all", "not gzip"),
+        (gzip.compress(b"{not json"), "not JSON"),
+        (gzip.compress(b"[1, 2]"), "JSON list"),
+        (gzip.compress(b"\xff\xfe"), "not JSON"),
+        (gzip.compress(b"{}")[:-6], "not gzip"),  # cut short: a partially written value
+        ("a str", "must be bytes"),
+    ],
+)
 def test_malformed_report_data_is_a_value_error_that_says_what(data, words):
     with pytest.raises(ValueError, match=words):
         decode_report_data(data)
 
 
-@pytest.mark.parametrize("state, written, words", [
-    ("running", {"step": 12, "wall_time": 1.0}, "written while the fit was running (at train step 12)"),
-    ("interrupted", None, "Interrupted: the last fit stopped early"),
-    ("finished", None, None),
-    (None, None, None),
-])
+@pytest.mark.parametrize(
+    "state, written, words",
+    [
+        ("running", {"step": 12, "wall_time": 1.0}, "written while the fit was running (at train step 12)"),
+        ("interrupted", None, "Interrupted: the last fit stopped early"),
+        ("finished", None, None),
+        (None, None, None),
+    ],
+)
 def test_how_complete_a_run_is_is_said(state, written, words):
     report = full_report(run_state=state, notes=["the last fit stopped early (Ctrl-C) after train step 3: ..."])
     message = views.state_message(report, written)
@@ -164,12 +221,26 @@ def test_how_complete_a_run_is_is_said(state, written, words):
 
 
 def decision_dict(**overrides):
-    decision = {"mode": "on", "basis": "measured", "why": "jit='fastest': XLA on steps are 1.50x faster",
-                "default": "off", "medians": {"on": 0.002, "off": 0.003}, "spreads": {"on": 0.0001, "off": 0.0002},
-                "steps_measured": {"on": 24, "off": 30}, "blocks": {"on": 3, "off": 3}, "trial_compile_seconds": 0.4,
-                "first_call_seconds": {"on": 1.2, "off": 0.7}, "predicted_saving_seconds": 9.5,
-                "expected_compiles": 1.0, "decided_at_step": 80, "steps_left": 9920, "switches": 5, "trial_steps": 80,
-                "ratio": {"on_over_off": 0.667, "low": 0.6, "high": 0.7, "rounds": 3}, "switch_steps": [14, 28]}
+    decision = {
+        "mode": "on",
+        "basis": "measured",
+        "why": "jit='fastest': XLA on steps are 1.50x faster",
+        "default": "off",
+        "medians": {"on": 0.002, "off": 0.003},
+        "spreads": {"on": 0.0001, "off": 0.0002},
+        "steps_measured": {"on": 24, "off": 30},
+        "blocks": {"on": 3, "off": 3},
+        "trial_compile_seconds": 0.4,
+        "first_call_seconds": {"on": 1.2, "off": 0.7},
+        "predicted_saving_seconds": 9.5,
+        "expected_compiles": 1.0,
+        "decided_at_step": 80,
+        "steps_left": 9920,
+        "switches": 5,
+        "trial_steps": 80,
+        "ratio": {"on_over_off": 0.667, "low": 0.6, "high": 0.7, "rounds": 3},
+        "switch_steps": [14, 28],
+    }
     decision.update(overrides)
     return decision
 
@@ -179,7 +250,9 @@ def test_the_jit_decision_card_shows_both_modes_and_the_evidence():
     view = views.run_view("fit1", report)["jit_decision"]
     assert (view["mode"], view["basis"], view["default"]) == ("on", "measured", "off")
     assert [(r["mode"], r["median"], r["spread"], r["steps"], r["kept"]) for r in view["rows"]] == [
-        ("on", 0.002, 0.0001, 24, True), ("off", 0.003, 0.0002, 30, False)]
+        ("on", 0.002, 0.0001, 24, True),
+        ("off", 0.003, 0.0002, 30, False),
+    ]
     assert view["trial_compile_seconds"] == 0.4 and view["predicted_saving_seconds"] == 9.5
     assert view["ratio"]["rounds"] == 3 and view["why"].startswith("jit='fastest'")
     assert views.run_view("fit1", full_report())["jit_decision"] is None  # other modes: no card
@@ -189,11 +262,14 @@ def test_the_jit_decision_card_shows_both_modes_and_the_evidence():
     assert revised["revised_at_step"] == 140 and view["revised_at_step"] is None
 
 
-@pytest.mark.parametrize("decision, words", [
-    ("on", "jit_decision is 'on', not an object"),
-    ({"medians": {"on": "fast"}}, "jit_decision.medians['on']"),
-    ({"trial_compile_seconds": [1]}, "jit_decision.trial_compile_seconds"),
-])
+@pytest.mark.parametrize(
+    "decision, words",
+    [
+        ("on", "jit_decision is 'on', not an object"),
+        ({"medians": {"on": "fast"}}, "jit_decision.medians['on']"),
+        ({"trial_compile_seconds": [1]}, "jit_decision.trial_compile_seconds"),
+    ],
+)
 def test_a_malformed_jit_decision_is_said_not_drawn(decision, words):
     report = full_report()
     report["jit_decision"] = decision

@@ -19,8 +19,14 @@ import xla_keras  # noqa: E402
 from xla_keras.report.schema import LAYOUT_CATEGORY, TAG_REPORT  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-XLA_SCALARS = {"xla/step_time_ms", "xla/steady_step_time_ms", "xla/compile_time_ms", "xla/compilations",
-               "xla/distinct_signatures", "xla/storm"}
+XLA_SCALARS = {
+    "xla/step_time_ms",
+    "xla/steady_step_time_ms",
+    "xla/compile_time_ms",
+    "xla/compilations",
+    "xla/distinct_signatures",
+    "xla/storm",
+}
 
 
 def _sequences(n=160):
@@ -30,12 +36,14 @@ def _sequences(n=160):
         for length in lengths:
             yield np.arange(length, dtype=np.int32) % 97 + 1, np.float32(length % 2)
 
-    return tf.data.Dataset.from_generator(gen, output_signature=(
-        tf.TensorSpec((None,), tf.int32), tf.TensorSpec((), tf.float32))).padded_batch(8)
+    return tf.data.Dataset.from_generator(
+        gen, output_signature=(tf.TensorSpec((None,), tf.int32), tf.TensorSpec((), tf.float32))
+    ).padded_batch(8)
 
 
 def _accumulator(run_dir):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
     acc = EventAccumulator(run_dir, size_guidance={"tensors": 0, "scalars": 0})
     acc.Reload()
     return acc
@@ -46,8 +54,14 @@ def storm_logdir(tmp_path_factory):
     """A fit with a storm (epoch 1), steady steps (epoch 2), validation, every
     scalar per batch and the default profile="auto"."""
     log_dir = str(tmp_path_factory.mktemp("tb") / "logs")
-    model = keras.Sequential([keras.Input((None,), dtype="int32"), keras.layers.Embedding(100, 8),
-                              keras.layers.GlobalAveragePooling1D(), keras.layers.Dense(1)])
+    model = keras.Sequential(
+        [
+            keras.Input((None,), dtype="int32"),
+            keras.layers.Embedding(100, 8),
+            keras.layers.GlobalAveragePooling1D(),
+            keras.layers.Dense(1),
+        ]
+    )
     model.compile("adam", "mse")
     monitor = xla_keras.XlaMonitor(log_dir=log_dir, jit="on", storm_threshold=4, update_freq="batch", verbose=0)
     with warnings.catch_warnings():
@@ -62,8 +76,7 @@ def test_event_files_hold_every_xla_tag(storm_logdir):
     assert set(train.Tags()["scalars"]) == XLA_SCALARS
     assert {TAG_REPORT, "custom_scalars__config__"} <= set(train.Tags()["tensors"])
     validation = _accumulator(os.path.join(log_dir, "validation"))
-    assert {"xla/compilations", "xla/compile_time_ms", "xla/steady_step_time_ms"} <= set(
-        validation.Tags()["scalars"])
+    assert {"xla/compilations", "xla/compile_time_ms", "xla/steady_step_time_ms"} <= set(validation.Tags()["scalars"])
 
 
 def test_scalar_values_match_the_report(storm_logdir):
@@ -79,7 +92,8 @@ def test_scalar_values_match_the_report(storm_logdir):
     assert train.Scalars("xla/distinct_signatures")[-1].value == report.distinct_signatures["train"]
     assert [(e.step, e.value) for e in train.Scalars("xla/storm")] == [(report.storms[0].step, 1.0)]
     assert train.Scalars("xla/steady_step_time_ms")[-1].value == pytest.approx(
-        report.steady_step_seconds * 1e3, rel=1e-3)
+        report.steady_step_seconds * 1e3, rel=1e-3
+    )
     validation = _accumulator(os.path.join(log_dir, "validation"))
     assert len(validation.Scalars("xla/compilations")) == report.compilation_count["test"]
 
@@ -96,6 +110,7 @@ def test_text_report_is_the_markdown_report(storm_logdir):
 
 def test_custom_scalars_layout_has_the_xla_category(storm_logdir):
     from tensorboard.plugins.custom_scalar import layout_pb2
+
     log_dir, _ = storm_logdir
     event = _accumulator(os.path.join(log_dir, "train")).Tensors("custom_scalars__config__")[0]
     layout = layout_pb2.Layout.FromString(event.tensor_proto.string_val[0])
@@ -165,8 +180,15 @@ def test_side_by_side_with_keras_tensorboard_on_one_log_dir(tmp_path):
         def on_epoch_end(self, epoch, logs=None):
             time.sleep(1.1)
 
-    model.fit(x, y, batch_size=32, epochs=2, validation_data=(x[:64], y[:64]),
-              callbacks=[keras_tb, monitor, Pause()], verbose=0)
+    model.fit(
+        x,
+        y,
+        batch_size=32,
+        epochs=2,
+        validation_data=(x[:64], y[:64]),
+        callbacks=[keras_tb, monitor, Pause()],
+        verbose=0,
+    )
     train = _accumulator(os.path.join(log_dir, "train"))
     tags = set(train.Tags()["scalars"]) | set(train.Tags()["tensors"])
     assert "epoch_loss" in tags and "xla/compilations" in tags
@@ -220,14 +242,23 @@ def test_real_profile_plugin_lists_and_opens_our_traces(tensorboard_server):
 def test_headless_chromium_renders_the_xla_charts(tensorboard_server):
     base, _ = tensorboard_server
     from playwright.sync_api import sync_playwright
+
     chromium = shutil.which("chromium") or "/usr/bin/chromium"
     assert os.path.exists(chromium), "chromium is installed by the README's test command"
     artifacts = os.path.join(ROOT, "artifacts")
     os.makedirs(artifacts, exist_ok=True)
     with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=chromium, args=[
-            "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-            "--disable-sync", "--no-first-run"])
+        browser = p.chromium.launch(
+            executable_path=chromium,
+            args=[
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+                "--no-first-run",
+            ],
+        )
         try:
             page = browser.new_page(viewport={"width": 1400, "height": 1000})
             page.goto(base + "/?darkMode=false#scalars&tagFilter=xla", wait_until="networkidle")
@@ -270,8 +301,10 @@ def test_an_error_inside_a_trace_window_frees_the_profiler(tmp_path):
             if i == 4:
                 raise ValueError("bad data")
             yield np.ones((8, 4), np.float32), np.ones((8, 1), np.float32)
-    data = tf.data.Dataset.from_generator(gen, output_signature=(
-        tf.TensorSpec((None, 4), tf.float32), tf.TensorSpec((None, 1), tf.float32)))
+
+    data = tf.data.Dataset.from_generator(
+        gen, output_signature=(tf.TensorSpec((None, 4), tf.float32), tf.TensorSpec((None, 1), tf.float32))
+    )
     model, _, _ = _mlp()
     monitor = xla_keras.XlaMonitor(log_dir=str(tmp_path / "logs"), profile=(2, 8), verbose=0)
     with pytest.raises(Exception, match="bad data"):
@@ -284,6 +317,7 @@ def test_an_error_inside_a_trace_window_frees_the_profiler(tmp_path):
 
 def test_a_failed_trace_start_does_not_leave_the_profiler_busy(tmp_path):
     from xla_keras.backends.tensorflow import _internals
+
     session = _internals.start_probe()  # a low-level session holds the profiler
     try:
         model, x, y = _mlp()

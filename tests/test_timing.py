@@ -96,15 +96,18 @@ def test_slow_once_min_steady_samples_are_in():
     assert filled(MIN_STEADY_SAMPLES, 0.01).is_slow(10.0) is True
 
 
-@pytest.mark.parametrize("median, step, expected", [
-    (0.01, 0.1, True),            # 10x and 90 ms above: both
-    (0.1, 0.6, True),             # 6x and 500 ms above: both
-    (0.001, 0.015, False),        # 15x but only 14 ms above: factor only
-    (0.1, 0.3, False),            # 200 ms above but only 3x: excess only
-    (0.001, 0.004, False),        # neither
-    (0.0078125, 0.0390625, False),  # exactly 5x (not more), 31 ms above
-    (0.0078125, 0.0390626, True),   # just over 5x, 31 ms above
-])
+@pytest.mark.parametrize(
+    "median, step, expected",
+    [
+        (0.01, 0.1, True),  # 10x and 90 ms above: both
+        (0.1, 0.6, True),  # 6x and 500 ms above: both
+        (0.001, 0.015, False),  # 15x but only 14 ms above: factor only
+        (0.1, 0.3, False),  # 200 ms above but only 3x: excess only
+        (0.001, 0.004, False),  # neither
+        (0.0078125, 0.0390625, False),  # exactly 5x (not more), 31 ms above
+        (0.0078125, 0.0390626, True),  # just over 5x, 31 ms above
+    ],
+)
 def test_is_slow_needs_both_factor_and_excess(median, step, expected):
     t = filled(MIN_STEADY_SAMPLES, median)
     assert t.median_seconds == median
@@ -125,41 +128,49 @@ def test_is_slow_uses_a_median_of_the_min_steady_samples():
 # ------------------------------------------------------------------ helpers
 
 
-@pytest.mark.parametrize("step, steady, expected", [
-    (0.5, None, 0.5),
-    (0.5, 0.125, 0.375),
-    (0.05, 0.1, 0.0),
-    (0.1, 0.1, 0.0),
-])
+@pytest.mark.parametrize(
+    "step, steady, expected",
+    [
+        (0.5, None, 0.5),
+        (0.5, 0.125, 0.375),
+        (0.05, 0.1, 0.0),
+        (0.1, 0.1, 0.0),
+    ],
+)
 def test_excess_over_steady(step, steady, expected):
     assert excess_over_steady(step, steady) == expected
 
 
-@pytest.mark.parametrize("part, whole, expected", [
-    (1.0, 4.0, 0.25),
-    (0.0, 4.0, 0.0),
-    (4.0, 4.0, 1.0),
-    (5.0, 4.0, 1.0),
-    (1.0, 0.0, None),
-    (1.0, -2.0, None),
-])
+@pytest.mark.parametrize(
+    "part, whole, expected",
+    [
+        (1.0, 4.0, 0.25),
+        (0.0, 4.0, 0.0),
+        (4.0, 4.0, 1.0),
+        (5.0, 4.0, 1.0),
+        (1.0, 0.0, None),
+        (1.0, -2.0, None),
+    ],
+)
 def test_share(part, whole, expected):
     assert share(part, whole) == expected
 
 
-@pytest.mark.parametrize("compile_s, xla, baseline, expected", [
-    (1.0, None, 0.03, None),
-    (1.0, 0.01, None, None),
-    (1.0, None, None, None),
-    (1.0, 0.03, 0.03, math.inf),
-    (1.0, 0.05, 0.03, math.inf),
-    (2.0, 0.25, 0.5, 8.0),
-    (0.0, 0.25, 0.5, 0.0),
-])
+@pytest.mark.parametrize(
+    "compile_s, xla, baseline, expected",
+    [
+        (1.0, None, 0.03, None),
+        (1.0, 0.01, None, None),
+        (1.0, None, None, None),
+        (1.0, 0.03, 0.03, math.inf),
+        (1.0, 0.05, 0.03, math.inf),
+        (2.0, 0.25, 0.5, 8.0),
+        (0.0, 0.25, 0.5, 0.0),
+    ],
+)
 def test_break_even_steps(compile_s, xla, baseline, expected):
     assert break_even_steps(compile_s, xla, baseline) == expected
 
 
 def test_break_even_steps_inexact_values():
     assert break_even_steps(1.0, 0.01, 0.03) == pytest.approx(50.0)
-

@@ -8,10 +8,27 @@ from __future__ import annotations
 
 __version__ = "0.2.0.dev0"
 
-__all__ = ["XlaMonitor", "XlaReport", "Compilation", "SlowStep", "Storm", "RecompilationStormError",
-           "configure", "doctor", "compare", "CompareTable", "XlaKerasWarning",
-           "LogDirError", "MonitorConfig", "parse_report", "PhaseAdvice", "data", "jit_decision",
-           "forget_jit_decision", "__version__"]
+__all__ = [
+    "XlaMonitor",
+    "XlaReport",
+    "Compilation",
+    "SlowStep",
+    "Storm",
+    "RecompilationStormError",
+    "configure",
+    "doctor",
+    "compare",
+    "CompareTable",
+    "XlaKerasWarning",
+    "LogDirError",
+    "MonitorConfig",
+    "parse_report",
+    "PhaseAdvice",
+    "data",
+    "jit_decision",
+    "forget_jit_decision",
+    "__version__",
+]
 
 _SUBMODULES = ("data",)  # public modules, imported on first use (xla_keras.data.apply_fix)
 
@@ -39,11 +56,13 @@ _LAZY = {
 def __getattr__(name):
     if name in _SUBMODULES:
         import importlib
+
         return importlib.import_module(f".{name}", __name__)
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'xla_keras' has no attribute {name!r}")
     import importlib
+
     value = getattr(importlib.import_module(f".{module}", __name__), name)
     globals()[name] = value
     return value

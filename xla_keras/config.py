@@ -76,8 +76,10 @@ def _compile_budget(budget: Any) -> Optional[float]:
             value = None
         if value is not None and 0.0 < value < 1.0:
             return value
-    raise ValueError(f"compile_budget must be a share of a phase's time in (0, 1), e.g. 0.1, or None (no budget "
-                     f"advice); got {budget!r}")
+    raise ValueError(
+        f"compile_budget must be a share of a phase's time in (0, 1), e.g. 0.1, or None (no budget "
+        f"advice); got {budget!r}"
+    )
 
 
 def _profile(profile: Any) -> Union[str, None, Tuple[int, int]]:
@@ -85,8 +87,9 @@ def _profile(profile: Any) -> Union[str, None, Tuple[int, int]]:
         return profile
     steps = tuple(map(integer, profile)) if isinstance(profile, (tuple, list)) and len(profile) == 2 else (None,)
     if None in steps or not 1 <= steps[0] <= steps[1]:
-        raise ValueError(f"profile must be 'auto', None or (start, stop) train steps with 1 <= start <= stop; "
-                         f"got {profile!r}")
+        raise ValueError(
+            f"profile must be 'auto', None or (start, stop) train steps with 1 <= start <= stop; got {profile!r}"
+        )
     return steps
 
 
@@ -95,5 +98,6 @@ def _update_freq(update_freq: Any) -> Union[str, int]:
         return integer(update_freq)
     if isinstance(update_freq, str) and update_freq in UPDATE_FREQS:
         return "epoch" if update_freq == "epoch" else 1
-    raise ValueError(f"update_freq must be one of {', '.join(map(repr, UPDATE_FREQS))} or an int >= 1; "
-                     f"got {update_freq!r}")
+    raise ValueError(
+        f"update_freq must be one of {', '.join(map(repr, UPDATE_FREQS))} or an int >= 1; got {update_freq!r}"
+    )

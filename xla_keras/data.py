@@ -35,8 +35,11 @@ _TOP_LEVEL_NAMES = ("x", "y", "sample_weight")  # as signatures.signature_of nam
 _REMAINDERS = ("drop", "pad", None)
 _INT32_MAX = 2**31 - 1  # tf.shape's dtype bounds any length a padded axis can take
 
-_ACCEPTED = ("apply_fix accepts the kinds " + ", ".join(repr(k) for k in APPLIED_KINDS)
-             + "; a 'bucket_by_length' fix goes to xla_keras.data.bucket_by_length(unbatched, fix, batch_size)")
+_ACCEPTED = (
+    "apply_fix accepts the kinds "
+    + ", ".join(repr(k) for k in APPLIED_KINDS)
+    + "; a 'bucket_by_length' fix goes to xla_keras.data.bucket_by_length(unbatched, fix, batch_size)"
+)
 
 
 # ------------------------------------------------------------------ fixes
@@ -64,7 +67,8 @@ def _check_rank(spec: "_Bucketing", rank: Optional[int]) -> None:
         raise ValueError(
             f"bucket_by_length takes single examples: input {spec.path!r} has {rank} axes here, but an example "
             f"of the data the fix was made for has {spec.rank - 1} (a batch has {spec.rank}). Pass the data "
-            "before you batch it (e.g. the dataset before .padded_batch(...)).")
+            "before you batch it (e.g. the dataset before .padded_batch(...))."
+        )
 
 
 def _check_fix(fix: Any) -> str:
@@ -141,17 +145,19 @@ def _refuse(kind: Any) -> ValueError:
             "The fix 'consistent_structure' cannot be applied mechanically: the batches change structure "
             "or dtype (leaves appear, vanish or change dtype or rank), and which one is right is yours to "
             "say. Feed every batch with the same structure and dtypes: cast in the input pipeline (e.g. "
-            "`ds.map(lambda x, y: (tf.cast(x, tf.float32), y))`) and always yield the same keys. "
-            + _ACCEPTED + ".")
+            "`ds.map(lambda x, y: (tf.cast(x, tf.float32), y))`) and always yield the same keys. " + _ACCEPTED + "."
+        )
     if kind == "unknown":
         return ValueError(
             "The fix 'unknown' cannot be applied mechanically: no single input explained the new input "
-            "signatures. Compare the storm's `varying` entries with your pipeline. " + _ACCEPTED + ".")
+            "signatures. Compare the storm's `varying` entries with your pipeline. " + _ACCEPTED + "."
+        )
     if kind == "bucket_by_length":
         return ValueError(
             "A 'bucket_by_length' fix groups single examples, not batches: call "
             "`xla_keras.data.bucket_by_length(unbatched, fix, batch_size)` on the data before you batch "
-            "it (it batches), instead of apply_fix.")
+            "it (it batches), instead of apply_fix."
+        )
     return ValueError(f"The fix kind {kind!r} cannot be applied mechanically. " + _ACCEPTED + ".")
 
 
@@ -163,16 +169,22 @@ def _bucketing(fix: Any, batch_size: Optional[int]) -> _Bucketing:
             raise ValueError(
                 "This pad_to_lengths fix has no 'bucket_by_length' part (the monitor offers bucketing only "
                 "when it can read a real length): pad the batches with "
-                "`xla_keras.data.apply_fix(data, fix)` instead.")
+                "`xla_keras.data.apply_fix(data, fix)` instead."
+            )
         outer, fix = fix, fix["bucket_by_length"]
     elif kind != "bucket_by_length":
-        raise ValueError(f"bucket_by_length takes a 'bucket_by_length' fix (or a 'pad_to_lengths' fix "
-                         f"that has one); got kind {kind!r}. " + _ACCEPTED + ".")
+        raise ValueError(
+            f"bucket_by_length takes a 'bucket_by_length' fix (or a 'pad_to_lengths' fix "
+            f"that has one); got kind {kind!r}. " + _ACCEPTED + "."
+        )
     length_of = _get(fix, "length_of", "bucket_by_length fix")
     path = str(_get(length_of, "path", "bucket_by_length fix's 'length_of'"))
     # Element axis = batched axis - 1: the rows axis has no element counterpart.
-    axis = _count(_get(length_of, "axis", "bucket_by_length fix's 'length_of'"),
-                  "the axis of the bucket_by_length fix's 'length_of'", 1)
+    axis = _count(
+        _get(length_of, "axis", "bucket_by_length fix's 'length_of'"),
+        "the axis of the bucket_by_length fix's 'length_of'",
+        1,
+    )
     table = _length_table(_get(fix, "lengths", "bucket_by_length fix"), "the bucket_by_length fix's 'lengths'")
     targets = _targets(fix, "bucket_by_length", lengths=False, min_axis=1)
     if batch_size is None:
@@ -208,8 +220,9 @@ def _map_walk(value: Any, path: str, fn: Callable[[str, Any], Any]) -> Any:
         return {key: done[key] for key in value}
     if isinstance(value, (tuple, list)):
         fields = getattr(value, "_fields", None)
-        return _rebuild(value, [_map_walk(item, f"{path}/{fields[i] if fields else i}", fn)
-                                for i, item in enumerate(value)])
+        return _rebuild(
+            value, [_map_walk(item, f"{path}/{fields[i] if fields else i}", fn) for i, item in enumerate(value)]
+        )
     return fn(path, value)
 
 
@@ -346,8 +359,9 @@ class _TfOps:
 _NUMPY = _NumpyOps()
 
 
-def _pad_lengths(batch: Any, targets: Tuple[_Target, ...], ops: Any,
-                 length: Optional[Callable[[Any, _Target], Any]] = None) -> Any:
+def _pad_lengths(
+    batch: Any, targets: Tuple[_Target, ...], ops: Any, length: Optional[Callable[[Any, _Target], Any]] = None
+) -> Any:
     """Pad each target leaf at the end of its axis to ``length(size, target)``
     (default: the next length of the target's table)."""
     if not targets:
@@ -361,8 +375,10 @@ def _pad_lengths(batch: Any, targets: Tuple[_Target, ...], ops: Any,
         for target in by_path.get(path, ()):
             rank = ops.rank(leaf)
             if rank is not None and target.axis >= rank:
-                raise ValueError(f"Input {path!r} has {rank} axes: it has no axis {target.axis} to pad "
-                                 "(the fix's axes are those of a batch; axis 0 is the rows).")
+                raise ValueError(
+                    f"Input {path!r} has {rank} axes: it has no axis {target.axis} to pad "
+                    "(the fix's axes are those of a batch; axis 0 is the rows)."
+                )
             n = ops.size(leaf, target.axis)
             leaf = ops.pad(leaf, target.axis, length(n, target) if length else ops.padded_length(n, target.table))
             found.append(path)
@@ -372,8 +388,10 @@ def _pad_lengths(batch: Any, targets: Tuple[_Target, ...], ops: Any,
     if not found:
         # One missing target is normal (predict data has no `y`); all of them means other data.
         paths = ", ".join(repr(p) for p, _ in _leaves(batch)) or "none"
-        raise ValueError(f"None of the fix's inputs ({', '.join(repr(p) for p in by_path)}) is in the data "
-                         f"(its inputs: {paths}): was the fix made for other data, or batched otherwise?")
+        raise ValueError(
+            f"None of the fix's inputs ({', '.join(repr(p) for p in by_path)}) is in the data "
+            f"(its inputs: {paths}): was the fix made for other data, or batched otherwise?"
+        )
     return batch
 
 
@@ -441,8 +459,13 @@ def _tf_map(ds: Any, fn: Callable[[Any], Any]) -> Any:
     return ds.map(_element_fn(ds, fn), num_parallel_calls=tf.data.AUTOTUNE)
 
 
-def _apply_tf(ds: Any, targets: Tuple[_Target, ...], batch_size: Optional[int], remainder: Optional[str],
-              rebatch: Optional[int] = None) -> Any:
+def _apply_tf(
+    ds: Any,
+    targets: Tuple[_Target, ...],
+    batch_size: Optional[int],
+    remainder: Optional[str],
+    rebatch: Optional[int] = None,
+) -> Any:
     ops = _TfOps(_tf())
     if rebatch is not None:
         ds = ds.rebatch(rebatch, drop_remainder=remainder == "drop")
@@ -470,11 +493,15 @@ def _bucket_tf(ds: Any, spec: _Bucketing) -> Any:
         batches = window.padded_batch(spec.batch_size, drop_remainder=spec.remainder == "drop")
         length = tf.gather(table, bucket)
         # max(): an element already padded past its real length keeps every position.
-        return _tf_map(batches, lambda batch: _pad_lengths(batch, spec.targets, ops,
-                                                           lambda n, _: tf.maximum(n, length)))
+        return _tf_map(
+            batches, lambda batch: _pad_lengths(batch, spec.targets, ops, lambda n, _: tf.maximum(n, length))
+        )
 
-    ds = ds.group_by_window(key_func=_element_fn(ds, key), window_size=spec.batch_size,
-                            reduce_func=tf.autograph.experimental.do_not_convert(reduce))
+    ds = ds.group_by_window(
+        key_func=_element_fn(ds, key),
+        window_size=spec.batch_size,
+        reduce_func=tf.autograph.experimental.do_not_convert(reduce),
+    )
     if spec.remainder == "pad":
         ds = _tf_map(ds, lambda batch: _pad_rows(batch, spec.batch_size, ops))
     return ds
@@ -496,7 +523,8 @@ class _NumpyFix:
             raise ValueError(
                 f"Batch {index} has {_rows(batch, _NUMPY)} rows, fewer than {self.batch_size}, and is not the "
                 "last: only a sequence's last batch can be dropped lazily. Rebatch the data to a fixed size "
-                "first (or pass a generator: it is read into memory and every short batch is dropped).")
+                "first (or pass a generator: it is read into memory and every short batch is dropped)."
+            )
         batch = _pad_lengths(batch, self.targets, _NUMPY)
         return _pad_rows(batch, self.batch_size, _NUMPY) if self.remainder == "pad" else batch
 
@@ -561,18 +589,24 @@ def _pydataset(source: Any, length: Optional[int], fix: Callable[[Any, int], Any
     return _batches_class()(source, length, fix, **kwargs)
 
 
-_BATCHES_HINT = ("the batches the model is fed: a tf.data.Dataset, a keras.utils.PyDataset, a list or a "
-                 "generator of batches. Batch whole arrays first, e.g. "
-                 "`[(x[i:i + n], y[i:i + n]) for i in range(0, len(x), n)]`")
-_EXAMPLES_HINT = ("single examples: a tf.data.Dataset, or a list or generator of examples, e.g. "
-                  "`list(zip(x, y))` for arrays of examples")
+_BATCHES_HINT = (
+    "the batches the model is fed: a tf.data.Dataset, a keras.utils.PyDataset, a list or a "
+    "generator of batches. Batch whole arrays first, e.g. "
+    "`[(x[i:i + n], y[i:i + n]) for i in range(0, len(x), n)]`"
+)
+_EXAMPLES_HINT = (
+    "single examples: a tf.data.Dataset, or a list or generator of examples, e.g. "
+    "`list(zip(x, y))` for arrays of examples"
+)
 
 
 def _refuse_arrays(data: Any, what: str, hint: str) -> None:
     """Whole arrays (or one batch) look like a sequence of rows: refuse them rather than guess."""
     if type(data).__module__.startswith("tensorflow"):
-        raise ValueError(f"{what} takes a tf.data.Dataset, not a {type(data).__name__}: apply the fix to the "
-                         "dataset before distributing it.")
+        raise ValueError(
+            f"{what} takes a tf.data.Dataset, not a {type(data).__name__}: apply the fix to the "
+            "dataset before distributing it."
+        )
     if isinstance(data, (dict, tuple, str)) or (hasattr(data, "shape") and hasattr(data, "dtype")):
         raise ValueError(f"{what} takes {hint}; got a {type(data).__name__}.")
 
@@ -591,8 +625,7 @@ def _indexable(data: Any) -> Tuple[bool, Optional[int]]:
     return False, None
 
 
-def _apply_numpy(data: Any, targets: Tuple[_Target, ...], batch_size: Optional[int],
-                 remainder: Optional[str]) -> Any:
+def _apply_numpy(data: Any, targets: Tuple[_Target, ...], batch_size: Optional[int], remainder: Optional[str]) -> Any:
     _refuse_arrays(data, "apply_fix", _BATCHES_HINT)
     fix = _NumpyFix(targets, batch_size, remainder)
     indexable, length = _indexable(data)
@@ -600,8 +633,10 @@ def _apply_numpy(data: Any, targets: Tuple[_Target, ...], batch_size: Optional[i
         try:
             batches = list(data)
         except TypeError:
-            raise ValueError(f"apply_fix takes a tf.data.Dataset, a PyDataset, or a list or generator of "
-                             f"batches; got {type(data).__name__}.") from None
+            raise ValueError(
+                f"apply_fix takes a tf.data.Dataset, a PyDataset, or a list or generator of "
+                f"batches; got {type(data).__name__}."
+            ) from None
         if remainder == "drop":
             batches = [b for b in batches if _rows(b, _NUMPY) >= batch_size]
         source, length, like = batches, len(batches), None
@@ -640,12 +675,13 @@ def _rebatch_numpy(data: Any, size: int, remainder: Optional[str]) -> Any:
     try:
         joined = {path: np.concatenate(column) for path, column in columns.items()}
     except ValueError as e:
-        raise ValueError(f"fixed_batch_size joins batches along their rows; their other axes differ ({e}): "
-                         "pad them to fixed lengths first.") from None
+        raise ValueError(
+            f"fixed_batch_size joins batches along their rows; their other axes differ ({e}): "
+            "pad them to fixed lengths first."
+        ) from None
     total = len(next(iter(joined.values())))
     stop = total - total % size if remainder == "drop" else total
-    rebatched = [_map_leaves(batches[0], lambda path, _, i=i: joined[path][i:i + size])
-                 for i in range(0, stop, size)]
+    rebatched = [_map_leaves(batches[0], lambda path, _, i=i: joined[path][i : i + size]) for i in range(0, stop, size)]
     # Dropping is done: what is left of the fix is per batch (pad the last one's rows).
     return _pydataset(rebatched, len(rebatched), _NumpyFix((), size, None if remainder == "drop" else remainder))
 
@@ -660,8 +696,10 @@ def _stack(elements: List[Any]) -> Any:
     stacked = {}
     for path, column in columns.items():
         if len(column) != len(elements) or len({a.ndim for a in column}) != 1:
-            raise ValueError(f"Input {path!r} is missing from some elements or changes rank: "
-                             "bucket_by_length needs elements of one structure.")
+            raise ValueError(
+                f"Input {path!r} is missing from some elements or changes rank: "
+                "bucket_by_length needs elements of one structure."
+            )
         if column[0].ndim:
             shape = np.max([a.shape for a in column], axis=0)
             column = [np.pad(a, [(0, int(m) - n) for m, n in zip(shape, a.shape)]) for a in column]

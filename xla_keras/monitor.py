@@ -23,9 +23,11 @@ from typing import Any, List, Optional
 try:
     import keras
 except ModuleNotFoundError as _missing:  # Keras without its backend (TensorFlow is an extra of ours)
-    raise ModuleNotFoundError(f"{_missing}: XlaMonitor needs Keras 3 and its backend. Install TensorFlow with "
-                              "`pip install \"xla_keras[tensorflow]\"` (or the TensorFlow your project pins), then "
-                              "run again") from _missing
+    raise ModuleNotFoundError(
+        f"{_missing}: XlaMonitor needs Keras 3 and its backend. Install TensorFlow with "
+        '`pip install "xla_keras[tensorflow]"` (or the TensorFlow your project pins), then '
+        "run again"
+    ) from _missing
 
 from xla_keras.backends import backend_for
 from xla_keras.backends.base import Distribution
@@ -53,10 +55,12 @@ _hook = guarded(RecompilationStormError, LogDirError)
 
 def _watched(method):
     """A hook that does nothing during a call whose model the monitor cannot observe."""
+
     def run(self, *args, **kwargs):
         if self._skipping:
             return None
         return method(self, *args, **kwargs)
+
     run.__name__, run.__doc__ = method.__name__, method.__doc__
     return run
 
@@ -185,18 +189,38 @@ class XlaMonitor(keras.callbacks.Callback):
         Keras then keeps its asynchronous dispatch, as in a fit without the monitor."""
         return self._ends_in_wrapper
 
-    def __init__(self, log_dir: Optional[str] = "logs/xla", jit: str = "keep", storm_threshold: int = 8,
-                 storm_window: int = 200, on_storm: str = "warn", profile: Any = "auto", update_freq: Any = "epoch",
-                 verbose: int = 1, max_records: int = 1000, compile_budget: Optional[float] = 0.10):
+    def __init__(
+        self,
+        log_dir: Optional[str] = "logs/xla",
+        jit: str = "keep",
+        storm_threshold: int = 8,
+        storm_window: int = 200,
+        on_storm: str = "warn",
+        profile: Any = "auto",
+        update_freq: Any = "epoch",
+        verbose: int = 1,
+        max_records: int = 1000,
+        compile_budget: Optional[float] = 0.10,
+    ):
         backend = backend_for(keras.backend.backend())  # a class; raises, naming the backend that runs
         super().__init__()
-        self.config = MonitorConfig(log_dir, jit, storm_threshold, storm_window, on_storm, profile, update_freq,
-                                    verbose, max_records, compile_budget)
+        self.config = MonitorConfig(
+            log_dir,
+            jit,
+            storm_threshold,
+            storm_window,
+            on_storm,
+            profile,
+            update_freq,
+            verbose,
+            max_records,
+            compile_budget,
+        )
         self.backend = backend(self.config.jit)
         self._ends_in_wrapper = bool(getattr(self.backend, "ends_calls_in_wrapper", False))
         self._in_cleanup = False
         self._enabled = True
-        self._observing = True              # False after an internal error under multi-worker (see _disable)
+        self._observing = True  # False after an internal error under multi-worker (see _disable)
         self._refused: Optional[str] = None  # why this monitor cannot observe here (Keras version, model kind)
         self._in_fit = False
         self._call_token: Optional[object] = None  # the fit / evaluate / predict being watched (guards.py)
@@ -205,9 +229,10 @@ class XlaMonitor(keras.callbacks.Callback):
         # The plan of a repeat call (session.call_repeats): one per phase, made once.
         self._repeat_plans = {p: CallPlan(p, 0, 1, (), False) for p in PHASES}
         self._dist = Distribution()
-        self._book = ReportBook(lambda log_dir: ModelReport(self.config, log_dir, self.backend, _missing_profile_tab,
-                                                                  self.backend.name),
-                                self.config.log_dir)
+        self._book = ReportBook(
+            lambda log_dir: ModelReport(self.config, log_dir, self.backend, _missing_profile_tab, self.backend.name),
+            self.config.log_dir,
+        )
         self._foreign: "weakref.WeakSet" = weakref.WeakSet()  # models refused (warned once each)
         self._skipping = False  # this call's model is refused: its hooks do nothing
         self._fastest: Optional[FastestRun] = None  # jit='fastest': the running fit's trial
@@ -279,8 +304,10 @@ class XlaMonitor(keras.callbacks.Callback):
         if self._book.watch(model) and self.config.verbose:
             where = f"; its files go to {self.sink.log_dir}" if self.sink.log_dir else ""
             name = getattr(model, "name", type(model).__name__)
-            print(f"xla_keras: this monitor now watches another model ({name!r}): it gets a report of its own "
-                  f"(monitor.reports){where}")
+            print(
+                f"xla_keras: this monitor now watches another model ({name!r}): it gets a report of its own "
+                f"(monitor.reports){where}"
+            )
         return True
 
     def _refuse(self, reason: str) -> None:
@@ -293,8 +320,12 @@ class XlaMonitor(keras.callbacks.Callback):
     def reports(self) -> List[XlaReport]:
         """One report per model this monitor watched, in the order it first saw them (the model
         watched last is ``report``). A re-compiled model is the same model."""
-        return [r.build(self.config.jit, self._refused, self.backend.versions(),
-                        running=r is self._current and self.in_call) for r in self._book.all()]
+        return [
+            r.build(
+                self.config.jit, self._refused, self.backend.versions(), running=r is self._current and self.in_call
+            )
+            for r in self._book.all()
+        ]
 
     # tf_keras (TF_USE_LEGACY_KERAS=1) asks every callback these before any hook and fails on a
     # Keras 3 callback without them: answering lets its fit reach on_train_begin, where the
@@ -338,8 +369,9 @@ class XlaMonitor(keras.callbacks.Callback):
         self.session.set_step("train", step)
         if self.config.jit == "fastest":
             self._begin_fastest(model, step, reused)
-        self.traces.begin_fit(step + 1, keras_profiles=bool(self.config.profile == "auto"
-                                                            and self.backend.keras_profile_windows(model)))
+        self.traces.begin_fit(
+            step + 1, keras_profiles=bool(self.config.profile == "auto" and self.backend.keras_profile_windows(model))
+        )
         self._say_status()
 
     @_hook
@@ -410,8 +442,10 @@ class XlaMonitor(keras.callbacks.Callback):
         return self._current.build(self.config.jit, self._refused, self.backend.versions(), running=self.in_call)
 
     def _stopped_early(self, phase: str, in_fit: bool, why: str = "an exception or Ctrl-C") -> str:
-        return (f"the last {'fit' if in_fit else _RUN_WORD.get(phase, phase)} stopped early ({why}) after {phase} "
-                f"step {self.session.phases[phase].step}: the report holds what ran before")
+        return (
+            f"the last {'fit' if in_fit else _RUN_WORD.get(phase, phase)} stopped early ({why}) after {phase} "
+            f"step {self.session.phases[phase].step}: the report holds what ran before"
+        )
 
     # ------------------------------------------------------------- the phases
 
@@ -425,10 +459,15 @@ class XlaMonitor(keras.callbacks.Callback):
             if self.backend.multi_worker_note:
                 self.session.notes.add_once("multi-worker-probe", self.backend.multi_worker_note)
             if self.config.on_storm != "warn":
-                self.session.notes.add_once("multi-worker-storm", (
-                    f"on_storm={self.config.on_storm!r} acts as 'warn' under {self._dist.name}: each worker sees its "
-                    "own shard of the data, so a storm can open on one worker only, and stopping or switching XLA "
-                    "off there alone would leave the other workers waiting in a collective (a hang)"), warn=True)
+                self.session.notes.add_once(
+                    "multi-worker-storm",
+                    (
+                        f"on_storm={self.config.on_storm!r} acts as 'warn' under {self._dist.name}: each worker sees its "
+                        "own shard of the data, so a storm can open on one worker only, and stopping or switching XLA "
+                        "off there alone would leave the other workers waiting in a collective (a hang)"
+                    ),
+                    warn=True,
+                )
         self._check_log_dir()
         guard_callback_list(self, self.backend.running_callback_list(self.model), self.backend.end_of_data())
         self.session.wall.begin()
@@ -442,13 +481,17 @@ class XlaMonitor(keras.callbacks.Callback):
             return
         text = f"XlaMonitor cannot write to log_dir={self.sink.log_dir!r}: {error.strerror or error}"
         if self._dist.multi_worker:
-            self.session.notes.add_once("log-dir", f"{text}; under {self._dist.name} the fit goes on on every worker "
-                                        "and the monitor writes no files (its report stays in memory)")
+            self.session.notes.add_once(
+                "log-dir",
+                f"{text}; under {self._dist.name} the fit goes on on every worker "
+                "and the monitor writes no files (its report stays in memory)",
+            )
             warnings.warn(text + ": no files are written", XlaKerasWarning, stacklevel=3)
             self.sink.log_dir = None
             return
-        raise LogDirError(error.errno, f"{text}. Pass a writable directory, or log_dir=None to keep the report in "
-                          "memory only") from error
+        raise LogDirError(
+            error.errno, f"{text}. Pass a writable directory, or log_dir=None to keep the report in memory only"
+        ) from error
 
     def _begin_phase(self, phase: str) -> None:
         model = self.model
@@ -518,8 +561,15 @@ class XlaMonitor(keras.callbacks.Callback):
             if installed.rebuilt and installed.xla_now and run.trial.running and not run.trial.default_on:
                 self.quiet_phase = phase  # the trial's first XLA step: a bare fit would not start XLA
             run.installed(phase, installed.token, installed.xla_now)
-        self.session.function_installed(phase, installed.before, installed.token, id(self.model), rebuild,
-                                        installed.xla_now, keep_previous=run is not None)
+        self.session.function_installed(
+            phase,
+            installed.before,
+            installed.token,
+            id(self.model),
+            rebuild,
+            installed.xla_now,
+            keep_previous=run is not None,
+        )
 
     def _read_back(self, phase: str) -> None:
         state = self.backend.read_back(self.model, phase)
@@ -549,8 +599,16 @@ class XlaMonitor(keras.callbacks.Callback):
                 # call measures what the trial's other mode will cost once.
                 self._install("train", rebuild=True)
                 fresh = True
-            self._fastest = FastestRun(self.session, on, step, self.params, self.backend.trial_first_call[not on],
-                                       self.backend.fit_validates(model), fresh, known)
+            self._fastest = FastestRun(
+                self.session,
+                on,
+                step,
+                self.params,
+                self.backend.trial_first_call[not on],
+                self.backend.fit_validates(model),
+                fresh,
+                known,
+            )
             self._fastest.installed("train", self.session.ledger.function("train"), self._current.jit_state.active)
         self._read_back("train")
 
@@ -597,8 +655,7 @@ class XlaMonitor(keras.callbacks.Callback):
         current.cache = self.backend.cache()
         effective = current.cache if current.cache and current.cache["effective"] else None
         current.cache_account.times = CompileTimes(effective["dir"]) if effective else None
-        current.cache_account.model = (model_key(self.model, serialize=self.backend.name != "jax") if effective
-                                       else "")
+        current.cache_account.model = model_key(self.model, serialize=self.backend.name != "jax") if effective else ""
         if current.probe is None:
             current.probe = self.backend.probe(current.session.notes, self.model, self._dist.multi_worker)
         current.probe.configure(current.cache, multi_worker=self._dist.multi_worker)
@@ -651,9 +708,17 @@ class XlaMonitor(keras.callbacks.Callback):
         session.sample_batches(phase, batches)  # a compare per batch; the values are read only for advice
         if self._ends_in_wrapper:  # JAX: the steady case first (a call ends when the next one begins)
             stats = session.phases[phase]
-            if (len(signatures) == 1 and current.probe is not None
-                    and current.traces.quiet(phase, stats.step, stats.last_new_step,
-                                             sink.log_dir if sink.writes else None, self._dist.multi_worker)):
+            if (
+                len(signatures) == 1
+                and current.probe is not None
+                and current.traces.quiet(
+                    phase,
+                    stats.step,
+                    stats.last_new_step,
+                    sink.log_dir if sink.writes else None,
+                    self._dist.multi_worker,
+                )
+            ):
                 scalars = session.call_repeats(phase, signatures[0], jit, start)
                 if scalars is not None:
                     if scalars:
@@ -672,8 +737,15 @@ class XlaMonitor(keras.callbacks.Callback):
         free_probe = getattr(current.probe, "always", False)  # JAX: its events cost nothing, every call is seen
         if plan.new and not self._dist.default:
             self._note_per_device(phase, batches[plan.new[0][0]], plan.new[0][2])
-        if current.traces.maybe_start(phase, stats.step, plan.batches, bool(plan.new), stats.last_new_step,
-                                      sink.log_dir if sink.writes else None, self._dist.multi_worker):
+        if current.traces.maybe_start(
+            phase,
+            stats.step,
+            plan.batches,
+            bool(plan.new),
+            stats.last_new_step,
+            sink.log_dir if sink.writes else None,
+            self._dist.multi_worker,
+        ):
             session.call_in_trace_window(phase, plan, jit, probed=free_probe)
             if not free_probe:
                 return None
@@ -686,9 +758,13 @@ class XlaMonitor(keras.callbacks.Callback):
         per_device = getattr(self.backend, "per_device", None)
         words = per_device(batch, signature) if per_device is not None else None
         if words:
-            self.session.notes.add_once(f"per-device-{phase}", (
-                f"{phase}: under {self._dist.name} over {self._dist.replicas} devices each device gets "
-                f"{words} (the first new signature; XLA compiles the step once for all devices)"))
+            self.session.notes.add_once(
+                f"per-device-{phase}",
+                (
+                    f"{phase}: under {self._dist.name} over {self._dist.replicas} devices each device gets "
+                    f"{words} (the first new signature; XLA compiles the step once for all devices)"
+                ),
+            )
 
     @_hook
     def call_ran(self, phase: str, handle: Optional[Any]) -> None:
@@ -737,8 +813,9 @@ class XlaMonitor(keras.callbacks.Callback):
             if self._fastest is not None and phase == "train":
                 self._fastest.trial.called(outcome.seconds)
                 if outcome.compiles and self._current.jit_state.active:
-                    self._fastest.trial.new_shape_step(self.session.phases["train"].step, outcome.seconds,
-                                                       len(outcome.compiles))
+                    self._fastest.trial.new_shape_step(
+                        self.session.phases["train"].step, outcome.seconds, len(outcome.compiles)
+                    )
             self._apply(phase, outcome)
 
     def _apply(self, phase: str, outcome: Any) -> None:
@@ -789,8 +866,10 @@ class XlaMonitor(keras.callbacks.Callback):
             raise RecompilationStormError(text)
         if storm.action == "fallback":
             self._fall_back(phase, step)
-            text += (" on_storm='fallback': XLA is now off for the rest of this "
-                     f"{'fit' if self._in_fit else _RUN_WORD[phase]}.")
+            text += (
+                " on_storm='fallback': XLA is now off for the rest of this "
+                f"{'fit' if self._in_fit else _RUN_WORD[phase]}."
+            )
         warnings.warn(text, XlaKerasWarning, stacklevel=2)  # once: the warning is the message
         self._flush()
 
@@ -813,8 +892,9 @@ class XlaMonitor(keras.callbacks.Callback):
     # ---------------------------------------------------------------- output
 
     def _flush(self, report: bool = True, text: bool = False) -> None:
-        self.sink.flush(report=(lambda: self.report) if report else None, text=text,
-                        step=self.session.phases["train"].step)
+        self.sink.flush(
+            report=(lambda: self.report) if report else None, text=text, step=self.session.phases["train"].step
+        )
 
     # ------------------------------------------------------------ errors (guards.py)
 
@@ -855,8 +935,11 @@ class XlaMonitor(keras.callbacks.Callback):
             self._observing = False
         else:
             self._enabled = False
-        logger.error("xla_keras: %s; training goes on unmonitored.\n%s", self._current.error,
-                     "".join(traceback.format_exception(type(error), error, error.__traceback__)))
+        logger.error(
+            "xla_keras: %s; training goes on unmonitored.\n%s",
+            self._current.error,
+            "".join(traceback.format_exception(type(error), error, error.__traceback__)),
+        )
         self._abandon_probe(self._active_probe)
         self.traces.stop_quietly()  # a window left open would hold the profiler for the whole process
         if self._fastest is not None and not self._dist.multi_worker:
@@ -890,6 +973,7 @@ class XlaMonitor(keras.callbacks.Callback):
 
 def _missing_profile_tab() -> Optional[str]:
     from xla_keras.tools.doctor import profile_tab_install, profile_tab_installed
+
     return None if profile_tab_installed() else profile_tab_install()
 
 
@@ -904,5 +988,8 @@ def _warn_keras_multi_worker_fault(backend: Any) -> None:
     except Exception:  # noqa: BLE001 - a hint, never a reason to fail
         return
     if problem:
-        warnings.warn(f"{problem}. `xla-keras doctor` prints the smallest patch that makes fit train.",
-                      XlaKerasWarning, stacklevel=3)
+        warnings.warn(
+            f"{problem}. `xla-keras doctor` prints the smallest patch that makes fit train.",
+            XlaKerasWarning,
+            stacklevel=3,
+        )

@@ -15,16 +15,20 @@ def backend_for(keras_backend: str):
     """The backend class for ``keras.backend.backend()``, or raise naming what runs."""
     if keras_backend == "tensorflow":
         from xla_keras.backends.tensorflow import TensorFlowBackend
+
         return TensorFlowBackend
     if keras_backend == "jax":
         from xla_keras.backends.jax import JaxBackend
+
         return JaxBackend
     import os
+
     raise RuntimeError(
         f"xla_keras.XlaMonitor supports Keras's {' and '.join(repr(b) for b in SUPPORTED)} backends, but Keras "
         f"runs the {keras_backend!r} backend here (KERAS_BACKEND={os.environ.get('KERAS_BACKEND', '(unset)')}): "
         f"{keras_backend} does not compile the step with XLA. Set KERAS_BACKEND=tensorflow or KERAS_BACKEND=jax "
-        "before keras is first imported.")
+        "before keras is first imported."
+    )
 
 
 def configure(cpu_autoclustering: bool = False, cache_dir=None) -> dict:
@@ -51,8 +55,11 @@ def configure(cpu_autoclustering: bool = False, cache_dir=None) -> dict:
         {'cache_dir': True}
     """
     import keras
+
     if keras.backend.backend() == "jax":
         from xla_keras.backends.jax.jit import configure as configure_jax
+
         return configure_jax(cpu_autoclustering=cpu_autoclustering, cache_dir=cache_dir)
     from xla_keras.backends.tensorflow.jit import configure as configure_tensorflow
+
     return configure_tensorflow(cpu_autoclustering=cpu_autoclustering, cache_dir=cache_dir)

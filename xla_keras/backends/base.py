@@ -29,10 +29,10 @@ class Distribution:
     """Facts about the model's distribution strategy."""
 
     name: str = "default"
-    default: bool = True        # no strategy (the default one)
+    default: bool = True  # no strategy (the default one)
     replicas: int = 1
     multi_worker: bool = False
-    chief: bool = True          # only the chief writes files
+    chief: bool = True  # only the chief writes files
 
 
 @dataclass(frozen=True)
@@ -160,7 +160,7 @@ class Backend(Protocol):
         """What the running call's data is, for a storm fix's code: "tf.data" or "arrays"."""
 
     multi_worker_note: Optional[str]  # said once under multi-worker training (what the probe cannot do there)
-    ends_calls_in_wrapper: bool       # calls end in the step wrapper; batch-end hooks may run on another thread
+    ends_calls_in_wrapper: bool  # calls end in the step wrapper; batch-end hooks may run on another thread
 
     def running_callback_list(self, model: Any) -> Any: ...
 

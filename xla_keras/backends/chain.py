@@ -39,8 +39,9 @@ class WrapperChain:
     step function under Keras's ``fn``; ``jit_flag(step_fn)``: it is compiled whole by XLA;
     ``xla_now(step_fn)``: XLA compiles it now (jit flag or auto-clustering)."""
 
-    def __init__(self, owner: Any, make_wrapper: Callable, step_function: Callable, jit_flag: Callable,
-                 xla_now: Callable):
+    def __init__(
+        self, owner: Any, make_wrapper: Callable, step_function: Callable, jit_flag: Callable, xla_now: Callable
+    ):
         self._owner = weakref.ref(owner)
         self._make_wrapper = make_wrapper
         self._step_function = step_function
@@ -57,8 +58,14 @@ class WrapperChain:
             owner = fn._xla_keras_owner()
             # Another monitor of this same fit / evaluate / predict call: chain onto it.
             # Anything else is a leftover of an interrupted call: drop it.
-            if (owner is not None and owner is not me and owner.step_wrapper(phase) is fn
-                    and owner.params is not None and me is not None and owner.params is me.params):
+            if (
+                owner is not None
+                and owner is not me
+                and owner.step_wrapper(phase) is fn
+                and owner.params is not None
+                and me is not None
+                and owner.params is me.params
+            ):
                 keep.append(fn)
             fn = fn._xla_keras_original
         return keep, fn
@@ -69,8 +76,15 @@ class WrapperChain:
             upper._xla_keras_original = lower
         setattr(model, FUNCTION_ATTR[phase], wrappers[0] if wrappers else base)
 
-    def install(self, model: Any, phase: str, observer: Any, rebuild: bool = False,
-                enforce_model_jit: bool = False, base: Any = None):
+    def install(
+        self,
+        model: Any,
+        phase: str,
+        observer: Any,
+        rebuild: bool = False,
+        enforce_model_jit: bool = False,
+        base: Any = None,
+    ):
         """Wrap ``phase``'s function (building it when missing, when ``rebuild``, or when its jit flag
         differs from the model's and ``enforce_model_jit``), or ``base``: a Keras function built
         earlier (jit='fastest' swaps its two). Returns (step function found before, the one that
@@ -79,8 +93,12 @@ class WrapperChain:
         before = self._step_function(original) if original is not None else None
         if base is not None:
             original, rebuild = base, False
-        mismatch = (base is None and enforce_model_jit and not model.run_eagerly
-                    and self._jit_flag(before) != bool(model.jit_compile))
+        mismatch = (
+            base is None
+            and enforce_model_jit
+            and not model.run_eagerly
+            and self._jit_flag(before) != bool(model.jit_compile)
+        )
         step_fn = before if base is None else self._step_function(base)
         if original is None or rebuild or mismatch:
             getattr(model, MAKE_FUNCTION[phase])(force=True)

@@ -49,7 +49,8 @@ class KerasBackend:
 
     def install(self, model: Any, phase: str, observer: Any, rebuild: bool = False) -> Installed:
         before, token, rebuilt, xla_now = self._wrappers.install(
-            model, phase, observer, rebuild=rebuild, enforce_model_jit=self.jit.mode != "keep")
+            model, phase, observer, rebuild=rebuild, enforce_model_jit=self.jit.mode != "keep"
+        )
         return Installed(before, token, rebuilt, xla_now)
 
     def wrapper(self, phase: str) -> Any:
@@ -87,8 +88,8 @@ class KerasBackend:
         self.jit.set_model(model, on)
         target = kept.get(on)
         before, token, rebuilt, xla_now = self._wrappers.install(
-            model, phase, observer, rebuild=target is None and current is not None, enforce_model_jit=True,
-            base=target)
+            model, phase, observer, rebuild=target is None and current is not None, enforce_model_jit=True, base=target
+        )
         if target is None and not model.run_eagerly:
             kept[on] = unwrap(getattr(model, FUNCTION_ATTR[phase]))
         return Installed(before, token, rebuilt, xla_now)

@@ -26,19 +26,25 @@ from xla_keras.tensorboard.sink import OutputSink
 class ModelReport:
     """Everything one model's report is made of."""
 
-    def __init__(self, config: MonitorConfig, log_dir: Optional[str], traces_backend: Any,
-                 missing_viewer: Callable[[], Optional[str]], backend_name: str = "tensorflow"):
+    def __init__(
+        self,
+        config: MonitorConfig,
+        log_dir: Optional[str],
+        traces_backend: Any,
+        missing_viewer: Callable[[], Optional[str]],
+        backend_name: str = "tensorflow",
+    ):
         self.backend_name = backend_name
         self.session = Session(config)
         self.sink = OutputSink(log_dir)
         self.traces = TraceWindows(config.profile, traces_backend, self.session.notes, missing_viewer)
-        self.error: Optional[str] = None            # why the monitor disabled itself, if it did
-        self.probe: Any = None                      # the backend's compile probe, made at the first call
-        self.jit_state = JitState(config.jit)       # the read-back of the function that runs
-        self.cache: Optional[dict] = None           # the persistent compilation cache, if any
+        self.error: Optional[str] = None  # why the monitor disabled itself, if it did
+        self.probe: Any = None  # the backend's compile probe, made at the first call
+        self.jit_state = JitState(config.jit)  # the read-back of the function that runs
+        self.cache: Optional[dict] = None  # the persistent compilation cache, if any
         self.cache_account = CacheAccount(None, "", config.jit)
-        self.state: Optional[str] = None            # "finished" / "interrupted" once a call has ended
-        self.stopped: Optional[str] = None          # where the last interrupted call stopped, in words
+        self.state: Optional[str] = None  # "finished" / "interrupted" once a call has ended
+        self.stopped: Optional[str] = None  # where the last interrupted call stopped, in words
 
     def ended(self, interrupted: Optional[str] = None) -> None:
         """A watched call ended: normally, or (``interrupted``: where, in words) by an exception."""
@@ -50,24 +56,38 @@ class ModelReport:
         if self.state == "interrupted" and self.stopped and not running:
             notes.append(self.stopped)
         if self.cache and not self.cache["effective"]:
-            notes.append(f"the persistent compilation cache at {self.cache['dir']} was configured too late for "
-                         "this process (after TensorFlow read its flags): nothing is cached or loaded. Fix: "
-                         "xla_keras.configure(cache_dir=...) right after import, before any model is built, or "
-                         "TF_XLA_FLAGS=--tf_xla_persistent_cache_directory=DIR at start")
+            notes.append(
+                f"the persistent compilation cache at {self.cache['dir']} was configured too late for "
+                "this process (after TensorFlow read its flags): nothing is cached or loaded. Fix: "
+                "xla_keras.configure(cache_dir=...) right after import, before any model is built, or "
+                "TF_XLA_FLAGS=--tf_xla_persistent_cache_directory=DIR at start"
+            )
         account = self.cache_account
         if account.loads_unknown:
-            notes.append(f"{account.loads_unknown} executable(s) came from the persistent cache with no fresh "
-                         "compile time on record, so what they saved is not counted")
+            notes.append(
+                f"{account.loads_unknown} executable(s) came from the persistent cache with no fresh "
+                "compile time on record, so what they saved is not counted"
+            )
         if self.error:
             notes.append(self.error)
         other = getattr(self.probe, "other_compiles", None)
-        return build_report(self.session.snapshot(), ReportContext(
-            jit_mode=jit_mode, jit_state=self.jit_state,
-            probe=self.probe.facts if self.probe is not None else ProbeFacts(), traces=tuple(self.traces.saved),
-            cache_saved_seconds=account.saved_seconds if account.loads_known else None, extra_notes=tuple(notes),
-            refused=refused, log_dir=self.sink.log_dir if self.sink.writes and not refused else None,
-            versions=versions, run_state="running" if running else self.state, backend=self.backend_name,
-            other_compilations=other() if other is not None else {}))
+        return build_report(
+            self.session.snapshot(),
+            ReportContext(
+                jit_mode=jit_mode,
+                jit_state=self.jit_state,
+                probe=self.probe.facts if self.probe is not None else ProbeFacts(),
+                traces=tuple(self.traces.saved),
+                cache_saved_seconds=account.saved_seconds if account.loads_known else None,
+                extra_notes=tuple(notes),
+                refused=refused,
+                log_dir=self.sink.log_dir if self.sink.writes and not refused else None,
+                versions=versions,
+                run_state="running" if running else self.state,
+                backend=self.backend_name,
+                other_compilations=other() if other is not None else {},
+            ),
+        )
 
 
 class ReportBook:

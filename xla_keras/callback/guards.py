@@ -24,9 +24,21 @@ import functools
 import weakref
 from typing import Any, Callable, Tuple
 
-GUARDED_HOOKS = ("on_epoch_begin", "on_epoch_end", "on_train_batch_begin", "on_train_batch_end", "on_train_end",
-                 "on_test_begin", "on_test_end", "on_test_batch_begin", "on_test_batch_end",
-                 "on_predict_begin", "on_predict_end", "on_predict_batch_begin", "on_predict_batch_end")
+GUARDED_HOOKS = (
+    "on_epoch_begin",
+    "on_epoch_end",
+    "on_train_batch_begin",
+    "on_train_batch_end",
+    "on_train_end",
+    "on_test_begin",
+    "on_test_end",
+    "on_test_batch_begin",
+    "on_test_batch_end",
+    "on_predict_begin",
+    "on_predict_end",
+    "on_predict_batch_begin",
+    "on_predict_batch_end",
+)
 
 
 def guarded(*passthrough: type) -> Callable:
@@ -76,6 +88,7 @@ def guard_callback_list(monitor: Any, callback_list: Any, end_of_data: Tuple[typ
                     if getattr(cb, "_xla_keras_monitor", False):
                         cb._on_callback_error()
                 raise
+
         return run
 
     for name in GUARDED_HOOKS:

@@ -25,14 +25,19 @@ WARM_UP_STEPS = 10
 
 
 class TraceWindows:
-    def __init__(self, profile: Any, backend_traces: Any, notes: Notes,
-                 missing_viewer: Callable[[], Optional[str]] = lambda: None):
+    def __init__(
+        self,
+        profile: Any,
+        backend_traces: Any,
+        notes: Notes,
+        missing_viewer: Callable[[], Optional[str]] = lambda: None,
+    ):
         self.profile = profile
         self._backend = backend_traces  # start_trace(dir), stop_trace()
         self.notes = notes
         self._missing_viewer = missing_viewer  # how to get the Profile tab, when it is not installed
-        self.open: Optional[dict] = None   # the window we opened: kind, stop_step, dir, started
-        self.saved: List[str] = []         # "kind: session dir" of every window saved
+        self.open: Optional[dict] = None  # the window we opened: kind, stop_step, dir, started
+        self.saved: List[str] = []  # "kind: session dir" of every window saved
         self._plan: dict = {}
         self._fit_first_step = 1
 
@@ -41,23 +46,42 @@ class TraceWindows:
         self._fit_first_step = first_step
         # The automatic windows (steady, storm) are once per report, not once per fit: a script that
         # calls fit(epochs=1) in a loop would otherwise pay a trace (~0.2 s) and a directory per call.
-        self._plan = {"steady": self._plan.get("steady", False), "storm": self._plan.get("storm", False),
-                      "range": False, "storm_pending": False,
-                      "keras_profiles": keras_profiles and self.profile == "auto"}
+        self._plan = {
+            "steady": self._plan.get("steady", False),
+            "storm": self._plan.get("storm", False),
+            "range": False,
+            "storm_pending": False,
+            "keras_profiles": keras_profiles and self.profile == "auto",
+        }
         if self._plan["keras_profiles"]:
-            self.notes.add_once("keras-profiles", "keras.callbacks.TensorBoard(profile_batch=...) profiles this fit: "
-                                "the monitor's automatic traces stay out of its way")
+            self.notes.add_once(
+                "keras-profiles",
+                "keras.callbacks.TensorBoard(profile_batch=...) profiles this fit: "
+                "the monitor's automatic traces stay out of its way",
+            )
         if isinstance(self.profile, tuple) and self.profile[1] < first_step:
-            self.notes.add_once("range-behind", f"profile={self.profile} names train steps before this fit's first "
-                                f"step ({first_step}; steps count from optimizer.iterations, across fits): "
-                                "nothing is traced", warn=True)
+            self.notes.add_once(
+                "range-behind",
+                f"profile={self.profile} names train steps before this fit's first "
+                f"step ({first_step}; steps count from optimizer.iterations, across fits): "
+                "nothing is traced",
+                warn=True,
+            )
 
     def storm_opened(self) -> None:
         if self.profile == "auto" and not self._plan.get("storm"):
             self._plan["storm_pending"] = True  # trace the next recompiling train step
 
-    def maybe_start(self, phase: str, last_step: int, batches: int, has_new: bool, last_new_step: int,
-                    log_dir: Optional[str], multi_worker: bool) -> bool:
+    def maybe_start(
+        self,
+        phase: str,
+        last_step: int,
+        batches: int,
+        has_new: bool,
+        last_new_step: int,
+        log_dir: Optional[str],
+        multi_worker: bool,
+    ) -> bool:
         """Open a window if this train call should be in one. True if the call runs inside a window."""
         if self.open is not None:
             return True
@@ -74,14 +98,15 @@ class TraceWindows:
         try:
             self._backend.start_trace(run_dir)
         except Exception as error:  # noqa: BLE001 - another profiler: skip, never crash
-            self.notes.add_once("trace-busy", f"skipped a profiler trace: another profiler is running ({error!r}); "
-                                "stop only what we started")
+            self.notes.add_once(
+                "trace-busy",
+                f"skipped a profiler trace: another profiler is running ({error!r}); stop only what we started",
+            )
             return False
         self.open = {"kind": kind, "stop_step": stop, "dir": run_dir, "started": time.time()}
         return True
 
-    def quiet(self, phase: str, last_step: int, last_new_step: int, log_dir: Optional[str],
-              multi_worker: bool) -> bool:
+    def quiet(self, phase: str, last_step: int, last_new_step: int, log_dir: Optional[str], multi_worker: bool) -> bool:
         """No window is open and none would open for a one-batch call with no new signature (the
         step path's fast path may skip ``maybe_start``)."""
         if self.open is not None:
@@ -102,8 +127,12 @@ class TraceWindows:
             return None, None  # keras's TensorBoard profiles this fit / multi-worker: only ranges the user asked
         elif plan.get("storm_pending") and has_new:
             kind, stop = "storm", last_step + batches  # one recompiling step
-        elif (not plan.get("steady") and not has_new and first >= self._fit_first_step + WARM_UP_STEPS
-              and first - last_new_step > STEADY_WINDOW_STEPS):
+        elif (
+            not plan.get("steady")
+            and not has_new
+            and first >= self._fit_first_step + WARM_UP_STEPS
+            and first - last_new_step > STEADY_WINDOW_STEPS
+        ):
             kind, stop = "steady", last_step + STEADY_WINDOW_STEPS
         return kind, stop
 
@@ -119,8 +148,11 @@ class TraceWindows:
         self.stop()
         if kind == "range" and train_step < stop:
             self._plan["range"] = False
-            self.notes.add_once("range-split", f"profile={self.profile}: validation ran inside the range, so its "
-                                "trace is split in two sessions (validation steps are not traced)")
+            self.notes.add_once(
+                "range-split",
+                f"profile={self.profile}: validation ran inside the range, so its "
+                "trace is split in two sessions (validation steps are not traced)",
+            )
 
     def stop(self) -> Optional[str]:
         """Stop the window we opened (and only that one); returns the saved session dir."""
@@ -133,15 +165,21 @@ class TraceWindows:
             self.notes.add_once("trace-stop", f"a profiler trace could not be saved: {error!r}", warn=True)
             return None
         profile_dir = os.path.join(window["dir"], "plugins", "profile")
-        sessions = sorted((os.path.join(profile_dir, d) for d in os.listdir(profile_dir)), key=os.path.getmtime) \
-            if os.path.isdir(profile_dir) else []
+        sessions = (
+            sorted((os.path.join(profile_dir, d) for d in os.listdir(profile_dir)), key=os.path.getmtime)
+            if os.path.isdir(profile_dir)
+            else []
+        )
         if not sessions:
             return None
         self.saved.append(f"{window['kind']}: {sessions[-1]}")
         fix = self._missing_viewer()
         if fix:
-            self.notes.add_once("profile-tab", "profiler traces were written, but the Profile tab's plugin is not "
-                                f"installed, so TensorBoard will not show them. Fix: {fix}")
+            self.notes.add_once(
+                "profile-tab",
+                "profiler traces were written, but the Profile tab's plugin is not "
+                f"installed, so TensorBoard will not show them. Fix: {fix}",
+            )
         return sessions[-1]
 
     def stop_quietly(self) -> None:

@@ -24,8 +24,7 @@ def directory(value: Any, name: str) -> Optional[str]:
     if value is None:
         return None
     if not isinstance(value, (str, os.PathLike)):
-        raise TypeError(f"{name} must be a str, an os.PathLike (e.g. pathlib.Path) or None; "
-                        f"got {type(value).__name__}")
+        raise TypeError(f"{name} must be a str, an os.PathLike (e.g. pathlib.Path) or None; got {type(value).__name__}")
     path = os.fspath(value)
     if isinstance(path, bytes) or not path:
         raise ValueError(f"{name} must be a non-empty directory path or None; got {value!r}")

@@ -31,9 +31,7 @@ from xla_keras.core.signatures import InputSignature, fingerprint
 _MODULE_ANCHOR = re.compile(r"^\w*Compiler::RunBackend$")
 _MODULE_ANCHOR_FALLBACK = re.compile(r"^\w*Compiler::Compile\w*Executable$")
 # Events that are part of compiling, never the op that asked for it.
-_COMPILER_EVENT = re.compile(
-    r"Compiler::|^HLO passes|^Codegen$|Pass$|^mlir::|^ThunkEmitter::|^TaskDispatcher::"
-)
+_COMPILER_EVENT = re.compile(r"Compiler::|^HLO passes|^Codegen$|Pass$|^mlir::|^ThunkEmitter::|^TaskDispatcher::")
 
 
 class TraceEvent(NamedTuple):
@@ -50,8 +48,12 @@ class TraceEvent(NamedTuple):
 def _innermost_enclosing(events: List[TraceEvent], anchor: TraceEvent) -> Optional[TraceEvent]:
     best = None
     for e in events:
-        if e.start_ps <= anchor.start_ps and e.end_ps >= anchor.end_ps and e is not anchor \
-                and not _COMPILER_EVENT.search(e.name):
+        if (
+            e.start_ps <= anchor.start_ps
+            and e.end_ps >= anchor.end_ps
+            and e is not anchor
+            and not _COMPILER_EVENT.search(e.name)
+        ):
             if best is None or e.duration_ps < best.duration_ps:
                 best = e
     return best
@@ -120,8 +122,7 @@ def cache_loads_from_trace(events: Iterable[TraceEvent]) -> List[float]:
             continue  # something compiled on this thread: not (only) a cache load
         ops = [e for e in evs if _LOAD_OPS.search(e.name)]
         # innermost ops only: the kernel, not EagerExecute around it
-        ops = [o for o in ops if not any(p is not o and o.start_ps <= p.start_ps and p.end_ps <= o.end_ps
-                                         for p in ops)]
+        ops = [o for o in ops if not any(p is not o and o.start_ps <= p.start_ps and p.end_ps <= o.end_ps for p in ops)]
         for op in ops:
             runs = [e.start_ps for e in evs if _EXECUTE.search(e.name) and op.start_ps <= e.start_ps <= op.end_ps]
             end = min(runs) if runs else op.end_ps
@@ -160,8 +161,9 @@ def step_kernel_seconds(events: Iterable[TraceEvent]) -> List[float]:
     return [e.duration_ps / 1e12 for e in kernels]
 
 
-def xla_compile_op_seconds(events: Iterable[TraceEvent],
-                           min_seconds: float = XLA_COMPILE_OP_MIN_SECONDS) -> Tuple[List[float], int]:
+def xla_compile_op_seconds(
+    events: Iterable[TraceEvent], min_seconds: float = XLA_COMPILE_OP_MIN_SECONDS
+) -> Tuple[List[float], int]:
     """(seconds of each ``_XlaCompile`` op that compiled, in order; how many
     ``_XlaCompile`` ops ran at all). An auto-clustered graph runs one such
     op per cluster per step: none at all means nothing was clustered."""
@@ -187,8 +189,8 @@ class CompileLedger:
         # its occurrences here, so swapping back finds its compiled signatures (at most one per phase).
         self._parked: Dict[str, Tuple[object, Dict[int, int]]] = {}
         self._lifetime: Dict[str, set] = {}
-        self.last_fingerprint = 0    # of the signature last observed
-        self.last_known = False      # whether it had been seen before (any function)
+        self.last_fingerprint = 0  # of the signature last observed
+        self.last_known = False  # whether it had been seen before (any function)
 
     def function(self, phase: str) -> object:
         """The function last declared for ``phase`` (None if none)."""

@@ -90,12 +90,12 @@ class CallPlan(NamedTuple):
     (A NamedTuple: one is made per step, and a frozen dataclass costs microseconds to build.)"""
 
     phase: str
-    first_step: int                          # global step of the call's first batch
+    first_step: int  # global step of the call's first batch
     batches: int
     new: Tuple[Tuple[int, int, InputSignature], ...]  # (index in the call, step, signature) new to the function
-    probe: bool                              # worth a compile probe
-    ragged_probe: bool = False               # probing a known ragged signature (new split values?)
-    steady_seconds: Optional[float] = None   # the phase's steady median step, when known
+    probe: bool  # worth a compile probe
+    ragged_probe: bool = False  # probing a known ragged signature (new split values?)
+    steady_seconds: Optional[float] = None  # the phase's steady median step, when known
 
     @property
     def new_indices(self) -> Tuple[int, ...]:
@@ -121,19 +121,19 @@ class PhaseStats:
     def __init__(self, max_records: int):
         self.timing = PhaseTiming()
         self.history = ShapeHistory()
-        self.sample = BatchSample()   # a bounded reservoir of host batches, for real lengths
+        self.sample = BatchSample()  # a bounded reservoir of host batches, for real lengths
         self.view: Optional[SampleView] = None  # the sample as last measured (storm open, fit end)
-        self.step = 0                 # global 1-based step of the last batch run
-        self.steps_run = 0            # batches run under the monitor
+        self.step = 0  # global 1-based step of the last batch run
+        self.steps_run = 0  # batches run under the monitor
         self.last_new_step = 0
         self.pending_storm: Optional[Tuple[int, int, int]] = None  # (step, count, window_start)
         self.deferred_new: Optional[int] = None  # step of a smaller new batch, maybe the last
         self.usual_rows: Optional[int] = None
         self.compile_count = 0
         self.ragged_fps: set = set()  # fingerprints of ragged signatures (bounded by the distinct ones)
-        self.ragged_misses = 0        # ragged probes in a row that saw no compile
-        self.value_compiles = 0       # compiles of known ragged shapes (new split values)
-        self.measured_seconds = 0.0   # compiles timed by a probe
+        self.ragged_misses = 0  # ragged probes in a row that saw no compile
+        self.value_compiles = 0  # compiles of known ragged shapes (new split values)
+        self.measured_seconds = 0.0  # compiles timed by a probe
         self.timing_step_share = 0.0  # sum of step_seconds / call_compiles of timing estimates
         self.timing_batch_share = 0.0  # sum of call_batches / call_compiles of timing estimates
         self.records: List[Compilation] = []
@@ -143,7 +143,7 @@ class PhaseStats:
         self.slow_count = 0
         self.epoch_steady_sum = 0.0
         self.epoch_steady_n = 0
-        self.rebuilds = 0             # step functions rebuilt outside the monitor
+        self.rebuilds = 0  # step functions rebuilt outside the monitor
         self.after_switch: Optional[PhaseTiming] = None  # steady steps since a storm fallback (non-XLA)
         # Repeat calls counted but not yet timed: [start, step, steady] (bounded: drained at REPEAT_DRAIN).
         self.repeats: List[list] = []
@@ -179,7 +179,7 @@ class CallScratch:
     in_trace_window: bool = False
     observation: Optional[CompileObservation] = None
     fingerprint: Optional[int] = None  # the last batch's, for the repeat fast path
-    repeating: bool = False            # the last call took the repeat fast path
+    repeating: bool = False  # the last call took the repeat fast path
 
 
 class Notes:
@@ -285,13 +285,24 @@ class Session:
         """The monitor itself dropped or rebuilt these phases' functions (not a user's rebuild)."""
         self._forced.update(phases)
 
-    def function_installed(self, phase: str, before: object, token: object, model_id: int, rebuilt: bool,
-                           xla_now: bool, keep_previous: bool = False) -> None:
+    def function_installed(
+        self,
+        phase: str,
+        before: object,
+        token: object,
+        model_id: int,
+        rebuilt: bool,
+        xla_now: bool,
+        keep_previous: bool = False,
+    ) -> None:
         """The step function ``token`` now runs ``phase`` (``before``: the one found there). A
         function replaced since the phase last ran, and not by the monitor (e.g. model.compile),
         starts an empty XLA cache: known shapes compile again, and the report says why."""
-        replaced = (self._function_models.get(phase) == model_id and phase not in self._forced
-                    and self.ledger.function(phase) is not before)
+        replaced = (
+            self._function_models.get(phase) == model_id
+            and phase not in self._forced
+            and self.ledger.function(phase) is not before
+        )
         self._forced.discard(phase)
         self._function_models[phase] = model_id
         if self.ledger.set_function(phase, token, keep_previous) and replaced and not rebuilt and xla_now:
@@ -304,8 +315,9 @@ class Session:
 
     # ---------------------------------------------------------------- calls
 
-    def call_began(self, phase: str, signatures: Sequence[InputSignature], jit: JitState,
-                   start: Optional[float] = None) -> CallPlan:
+    def call_began(
+        self, phase: str, signatures: Sequence[InputSignature], jit: JitState, start: Optional[float] = None
+    ) -> CallPlan:
         """A call of ``phase``'s step function is about to run these batches."""
         stats, call = self.phases[phase], self.calls[phase]
         call.repeating = False
@@ -359,8 +371,15 @@ class Session:
                 call.probe_signature = call.probe_signature or (step, sig)
             call.signature = sig
             call.fingerprint = fp
-        return CallPlan(phase, stats.step + 1, len(signatures), tuple(new), probe, call.ragged_probe,
-                        stats.timing.recent_median_seconds)  # no sort per step
+        return CallPlan(
+            phase,
+            stats.step + 1,
+            len(signatures),
+            tuple(new),
+            probe,
+            call.ragged_probe,
+            stats.timing.recent_median_seconds,
+        )  # no sort per step
 
     def _count_new(self, phase: str, step: int) -> None:
         opened = self.detector.new_signature(phase, step)
@@ -373,16 +392,20 @@ class Session:
         (``probed``: JAX's events still time compiles there), compile times from step time."""
         self.calls[phase].in_trace_window = True
         if plan.probe and jit.xla_expected and not probed:
-            self.notes.add_once("trace-window", "compile times of steps inside a profiler trace window are "
-                                "estimated from step time (the profiler was writing the trace)")
+            self.notes.add_once(
+                "trace-window",
+                "compile times of steps inside a profiler trace window are "
+                "estimated from step time (the profiler was writing the trace)",
+            )
 
     def call_observed(self, phase: str, observation: Optional[CompileObservation]) -> None:
         self.calls[phase].observation = observation
 
     # ------------------------------------------------------------ repeats (the step path's fast path)
 
-    def call_repeats(self, phase: str, signature: InputSignature, jit: JitState,
-                     start: float) -> Optional[List[Scalar]]:
+    def call_repeats(
+        self, phase: str, signature: InputSignature, jit: JitState, start: float
+    ) -> Optional[List[Scalar]]:
         """The fast path of a one-batch call (JAX's step wrapper): when its signature is the last
         call's, known to the function, not ragged, and no call is pending, the call is counted at
         once (step, batch count, ledger) and only its start is kept: its time is the next call's
@@ -406,8 +429,13 @@ class Session:
         no partial batch pending and no auto-clustering probes: counted as such in the ledger (True),
         or nothing is counted (False: the caller observes it in full)."""
         stats, call = self.phases[phase], self.calls[phase]
-        return (call.signature is not None and stats.deferred_new is None and not jit.autoclustering
-                and signature == call.signature and self.ledger.repeat(phase, call.fingerprint, stats.ragged_fps))
+        return (
+            call.signature is not None
+            and stats.deferred_new is None
+            and not jit.autoclustering
+            and signature == call.signature
+            and self.ledger.repeat(phase, call.fingerprint, stats.ragged_fps)
+        )
 
     def repeat_observed(self, phase: str, observation: CompileObservation) -> CallOutcome:
         """A repeat call compiled after all (JAX saw it): its compiles are recorded at its step,
@@ -417,9 +445,20 @@ class Session:
         if stats.repeats:
             stats.repeats[-1][2] = False
         for module_seconds in observation.modules:
-            self._record(phase, Compilation(phase, stats.step, call.signature, module_seconds, observation.source,
-                                            cached=observation.cached, traced=observation.traced,
-                                            call_compiles=len(observation.modules)), outcome)
+            self._record(
+                phase,
+                Compilation(
+                    phase,
+                    stats.step,
+                    call.signature,
+                    module_seconds,
+                    observation.source,
+                    cached=observation.cached,
+                    traced=observation.traced,
+                    call_compiles=len(observation.modules),
+                ),
+                outcome,
+            )
         return outcome
 
     def drain(self, phase: str, end: Optional[float] = None, timed: bool = True) -> List[Scalar]:
@@ -443,8 +482,16 @@ class Session:
                 self._steady_step(phase, stats, stop - start, step, 1, signature, scalars)
         return scalars
 
-    def _steady_step(self, phase: str, stats: PhaseStats, per_step: float, step: int, n: int,
-                     signature: Optional[InputSignature], scalars: List[Scalar]) -> None:
+    def _steady_step(
+        self,
+        phase: str,
+        stats: PhaseStats,
+        per_step: float,
+        step: int,
+        n: int,
+        signature: Optional[InputSignature],
+        scalars: List[Scalar],
+    ) -> None:
         """One call's time per batch, for the steady median (or a slow step); ``step``: its last."""
         if self.trial is not None and phase == "train":
             # jit='fastest' is measuring both modes: the phase's median (and its slow steps) would mix
@@ -495,8 +542,9 @@ class Session:
         """A call began and its end was not reported yet."""
         return self.calls[phase].batches > 0
 
-    def call_ended(self, phase: str, jit: JitState, now: Optional[float] = None,
-                   timed: bool = True) -> Optional[CallOutcome]:
+    def call_ended(
+        self, phase: str, jit: JitState, now: Optional[float] = None, timed: bool = True
+    ) -> Optional[CallOutcome]:
         """The batch-end hook of the call: account its steps, compiles and time (None: no call was pending).
         ``timed``: False when the end was not observed as it happened (JAX's last call before a phase
         boundary, whose wait includes queued device work): it then never counts as a steady step."""
@@ -517,21 +565,32 @@ class Session:
         elif call.new and jit.xla_expected:
             traced = observation is not None and observation.traced
             for step, sig in call.new:
-                record = Compilation(phase, step, sig, 0.0, "timing", step_seconds=seconds, traced=traced,
-                                     call_batches=n, call_compiles=len(call.new))
+                record = Compilation(
+                    phase,
+                    step,
+                    sig,
+                    0.0,
+                    "timing",
+                    step_seconds=seconds,
+                    traced=traced,
+                    call_batches=n,
+                    call_compiles=len(call.new),
+                )
                 record.seconds = record.estimate_from(stats.timing.median_seconds)
                 self._record(phase, record, outcome)
         elif not call.new and not call.in_trace_window and observation is None and timed:  # probes cost time
             self._steady_step(phase, stats, seconds / n, stats.step, n, call.signature, outcome.scalars)
         if call.new:
-            outcome.scalars.append(Scalar(phase, TAG_DISTINCT_SIGNATURES, self.ledger.distinct_count(phase),
-                                          stats.step))
+            outcome.scalars.append(
+                Scalar(phase, TAG_DISTINCT_SIGNATURES, self.ledger.distinct_count(phase), stats.step)
+            )
         if stats.pending_storm is not None:
             outcome.storm, stats.pending_storm = stats.pending_storm, None
         return outcome
 
-    def _record_observed(self, phase: str, observation: CompileObservation, seconds: float, n: int,
-                         outcome: CallOutcome) -> None:
+    def _record_observed(
+        self, phase: str, observation: CompileObservation, seconds: float, n: int, outcome: CallOutcome
+    ) -> None:
         stats, call = self.phases[phase], self.calls[phase]
         # A compile with no new signature (JAX: e.g. a rebuilt function's first call) belongs to the last batch.
         owners = call.new or ([call.probe_signature] if call.probe_signature else [(stats.step, call.signature)])
@@ -546,10 +605,22 @@ class Session:
             stats.value_compiles += len(modules)
         for i, module_seconds in enumerate(modules):
             step, sig = owners[min(i, len(owners) - 1)]
-            self._record(phase, Compilation(phase, step, sig, module_seconds, observation.source,
-                                            cached=observation.cached, step_seconds=seconds,
-                                            traced=observation.traced, call_batches=n,
-                                            call_compiles=len(modules)), outcome)
+            self._record(
+                phase,
+                Compilation(
+                    phase,
+                    step,
+                    sig,
+                    module_seconds,
+                    observation.source,
+                    cached=observation.cached,
+                    step_seconds=seconds,
+                    traced=observation.traced,
+                    call_batches=n,
+                    call_compiles=len(modules),
+                ),
+                outcome,
+            )
 
     def _record(self, phase: str, record: Compilation, outcome: CallOutcome) -> None:
         stats = self.phases[phase]
@@ -571,8 +642,9 @@ class Session:
             record.last_batch = True
         scalars = []
         if self.config.update_freq == "epoch" and stats.epoch_steady_n:
-            scalars.append(Scalar(phase, TAG_STEP_TIME, 1e3 * stats.epoch_steady_sum / stats.epoch_steady_n,
-                                  stats.step))
+            scalars.append(
+                Scalar(phase, TAG_STEP_TIME, 1e3 * stats.epoch_steady_sum / stats.epoch_steady_n, stats.step)
+            )
         median = stats.timing.median_seconds
         if median is not None:
             scalars.append(Scalar(phase, TAG_STEADY_STEP_TIME, 1e3 * median, stats.step))
@@ -608,8 +680,9 @@ class Session:
             sample = self.phases[phase].sample
             if sample.seen:
                 self._views_taken += 1
-                self.phases[phase].view = SampleView(tuple(sample.kept), sample.seen, self._views_taken,
-                                                     sample.reason_unsampled())
+                self.phases[phase].view = SampleView(
+                    tuple(sample.kept), sample.seen, self._views_taken, sample.reason_unsampled()
+                )
 
     # ---------------------------------------------------------------- storms
 
@@ -617,17 +690,31 @@ class Session:
         stats = self.phases[phase]
         self.take_views((phase,))
         varying, advice, fix = self._analyse(phase)
-        storm = Storm(phase, step, count, varying, advice, fix, compiles=stats.compile_count,
-                      compile_seconds=stats.compile_seconds(), steady_step_seconds=stats.timing.median_seconds,
-                      window_start=window_start, action=action)
+        storm = Storm(
+            phase,
+            step,
+            count,
+            varying,
+            advice,
+            fix,
+            compiles=stats.compile_count,
+            compile_seconds=stats.compile_seconds(),
+            steady_step_seconds=stats.timing.median_seconds,
+            window_start=window_start,
+            action=action,
+        )
         self.storms.append(storm)
         return storm
 
     def fell_back(self, phase: str, step: int, reason: str) -> None:
         """A storm switched XLA off: from now on each phase's steady steps are also timed apart,
         so the report can state what running without XLA cost against the XLA steps before."""
-        self.fallback = {"phase": phase, "step": step, "reason": reason,
-                         "xla_steady_step_seconds": {p: s.timing.median_seconds for p, s in self.phases.items()}}
+        self.fallback = {
+            "phase": phase,
+            "step": step,
+            "reason": reason,
+            "xla_steady_step_seconds": {p: s.timing.median_seconds for p, s in self.phases.items()},
+        }
         for stats in self.phases.values():
             stats.after_switch = PhaseTiming()
 
@@ -636,7 +723,8 @@ class Session:
             return None
         view = dict(self.fallback)
         view["steady_step_seconds_after"] = {
-            p: (s.after_switch.median_seconds if s.after_switch is not None else None) for p, s in self.phases.items()}
+            p: (s.after_switch.median_seconds if s.after_switch is not None else None) for p, s in self.phases.items()
+        }
         return view
 
     def storm_scalar(self, storm: Storm) -> Scalar:
@@ -656,14 +744,17 @@ class Session:
         key = (len(history.signatures), history.runs, self.data_kind, view.version if view else None)
         cached = self._analysis.get(phase)
         if cached is None or cached[0] != key:  # analyse reads only these (and the costs of that moment)
-            cached = self._analysis[phase] = (key, analyse(phase, history, self.config.storm_threshold,
-                                                           self.data_kind, view, self._costs(stats)))
+            cached = self._analysis[phase] = (
+                key,
+                analyse(phase, history, self.config.storm_threshold, self.data_kind, view, self._costs(stats)),
+            )
         return cached[1]
 
     @staticmethod
     def _costs(stats: PhaseStats) -> Costs:
-        rows = sum((batch_rows(sig) or 0) * stats.history.batches.get(fp, 0)
-                   for fp, sig in stats.history.signatures.items())
+        rows = sum(
+            (batch_rows(sig) or 0) * stats.history.batches.get(fp, 0) for fp, sig in stats.history.signatures.items()
+        )
         per_run = rows // stats.history.runs if stats.history.runs else rows  # so far, in the first run
         mean = stats.compile_seconds() / stats.compile_count if stats.compile_count else None
         return Costs(per_run or None, mean, stats.timing.median_seconds, bool(stats.history.runs))
@@ -675,15 +766,29 @@ class Session:
             if phase in storm_phases:
                 continue
             first = stats.records[0].seconds if stats.records and stats.records[0].source in MEASURED else None
-            over = over_budget(stats.compile_count, stats.compile_seconds(), stats.steps_run,
-                               stats.timing.median_seconds, self.config.compile_budget, first)
+            over = over_budget(
+                stats.compile_count,
+                stats.compile_seconds(),
+                stats.steps_run,
+                stats.timing.median_seconds,
+                self.config.compile_budget,
+                first,
+            )
             if over is None:
                 continue
             varying, advice, fix = self._analyse(phase)
             if fix.get("kind") == "unknown":
                 continue  # nothing in the shapes explains the compiles: no fix to offer
-            item = PhaseAdvice(phase, stats.compile_count, stats.compile_seconds(), *over,
-                               self.config.compile_budget, varying, advice, fix)
+            item = PhaseAdvice(
+                phase,
+                stats.compile_count,
+                stats.compile_seconds(),
+                *over,
+                self.config.compile_budget,
+                varying,
+                advice,
+                fix,
+            )
             item.advice = budget_text(phase, item)
             out.append(item)
         return tuple(out)
@@ -695,18 +800,36 @@ class Session:
         for name, stats in self.phases.items():
             median = stats.timing.median_seconds
             # Timing estimates use the final steady median: new records, never the stored ones changed.
-            records = tuple(dataclasses.replace(r, seconds=r.estimate_from(median)) if r.source == "timing" else r
-                            for r in stats.records)
-            phases[name] = PhaseSnapshot(stats.steps_run, stats.compile_count, stats.compile_seconds(), median,
-                                         records, stats.records_dropped, tuple(stats.slow), stats.slow_count,
-                                         stats.value_compiles, stats.rebuilds, stats.history)
+            records = tuple(
+                dataclasses.replace(r, seconds=r.estimate_from(median)) if r.source == "timing" else r
+                for r in stats.records
+            )
+            phases[name] = PhaseSnapshot(
+                stats.steps_run,
+                stats.compile_count,
+                stats.compile_seconds(),
+                median,
+                records,
+                stats.records_dropped,
+                tuple(stats.slow),
+                stats.slow_count,
+                stats.value_compiles,
+                stats.rebuilds,
+                stats.history,
+            )
         storms = tuple(self._refreshed(s) for s in self.storms)
         decision = self.jit_decision
         view = decision.view() if isinstance(decision, Trial) else decision.to_dict() if decision else None
-        return SessionSnapshot(phases, self.ledger.distinct_signatures(), storms, tuple(self.notes.texts),
-                               self.wall.seconds(), self._fallback_view(),
-                               self._budget_advice({s.phase for s in storms}), view)
-
+        return SessionSnapshot(
+            phases,
+            self.ledger.distinct_signatures(),
+            storms,
+            tuple(self.notes.texts),
+            self.wall.seconds(),
+            self._fallback_view(),
+            self._budget_advice({s.phase for s in storms}),
+            view,
+        )
 
 
 @dataclass(frozen=True)
@@ -718,8 +841,8 @@ class ReportContext:
     probe: ProbeFacts
     traces: Tuple[str, ...] = ()
     cache_saved_seconds: Optional[float] = None
-    extra_notes: Tuple[str, ...] = ()   # the backend's and the monitor's notes (cache, errors)
-    refused: Optional[str] = None       # the monitor stepped aside: the reason replaces the verdict
+    extra_notes: Tuple[str, ...] = ()  # the backend's and the monitor's notes (cache, errors)
+    refused: Optional[str] = None  # the monitor stepped aside: the reason replaces the verdict
     log_dir: Optional[str] = None
     versions: Dict[str, str] = field(default_factory=dict)
     run_state: Optional[str] = None
@@ -747,9 +870,13 @@ def build_report(snapshot: SessionSnapshot, context: ReportContext) -> XlaReport
     report.compile_share = share(report.compile_seconds, report.wall_seconds)
     measured = sum(1 for c in report.compilations if c.source in MEASURED)
     report.jit_active, report.jit_reason = verdict(
-        context.jit_state, context.probe, measured=measured, compiled=report.total_compilations,
+        context.jit_state,
+        context.probe,
+        measured=measured,
+        compiled=report.total_compilations,
         steps=sum(report.steps.values()),
-        fell_back=snapshot.fallback is not None or bool(snapshot.jit_decision and snapshot.jit_decision["switches"]))
+        fell_back=snapshot.fallback is not None or bool(snapshot.jit_decision and snapshot.jit_decision["switches"]),
+    )
     if context.refused:
         report.jit_active, report.jit_reason = None, context.refused
     report.storms = list(snapshot.storms)
@@ -774,16 +901,20 @@ def _phase_notes(snapshot: SessionSnapshot) -> List[str]:
     notes = []
     for name, phase in snapshot.phases.items():
         if phase.rebuilds:
-            notes.append(f"{name}: the step function was rebuilt {phase.rebuilds} time(s) outside the monitor (e.g. "
-                         "model.compile(...)): a rebuilt function starts with an empty XLA compile cache, so shapes "
-                         "compiled before compile again")
+            notes.append(
+                f"{name}: the step function was rebuilt {phase.rebuilds} time(s) outside the monitor (e.g. "
+                "model.compile(...)): a rebuilt function starts with an empty XLA compile cache, so shapes "
+                "compiled before compile again"
+            )
     for name, phase in snapshot.phases.items():
         if phase.value_compiles:
-            notes.append(f"{name}: XLA compiled {phase.value_compiles} module(s) for ragged batches of shapes it had "
-                         "compiled already: the model needs the row splits as compile-time constants (e.g. "
-                         "tf.reduce_mean over the ragged axis), so XLA compiles per distinct row lengths, not per "
-                         "shape. Fix: pad to dense batches (padded_batch, RaggedTensor.to_tensor) or compute from the "
-                         "row splits with gathers")
+            notes.append(
+                f"{name}: XLA compiled {phase.value_compiles} module(s) for ragged batches of shapes it had "
+                "compiled already: the model needs the row splits as compile-time constants (e.g. "
+                "tf.reduce_mean over the ragged axis), so XLA compiles per distinct row lengths, not per "
+                "shape. Fix: pad to dense batches (padded_batch, RaggedTensor.to_tensor) or compute from the "
+                "row splits with gathers"
+            )
     storm_phases = {s.phase for s in snapshot.storms} | {a.phase for a in snapshot.advice}  # advice says it all
     for name, phase in snapshot.phases.items():
         note = partial_batch_note(name, phase.history) if name not in storm_phases else None
@@ -799,5 +930,6 @@ def _trial_break_even(decision: dict, report: XlaReport) -> Optional[float]:
     """jit='fastest' measured both modes' steady steps in this fit: the steps after which the train
     phase's XLA compiles are repaid (inf: XLA's steps were not faster)."""
     medians = decision.get("medians") or {}
-    return break_even_steps(sum(c.seconds for c in report.compilations if c.phase == "train"),
-                            medians.get("on"), medians.get("off"))
+    return break_even_steps(
+        sum(c.seconds for c in report.compilations if c.phase == "train"), medians.get("on"), medians.get("off")
+    )

@@ -89,8 +89,7 @@ def _components(value: Any) -> Optional[list]:
         parts += [(f"row_splits_{i}", s) for i, s in enumerate(value.nested_row_splits)]
         return parts
     if all(hasattr(value, a) for a in ("indices", "values", "dense_shape")):
-        return [("indices", value.indices), ("values", value.values),
-                ("dense_shape", value.dense_shape)]
+        return [("indices", value.indices), ("values", value.values), ("dense_shape", value.dense_shape)]
     return None
 
 
@@ -108,8 +107,12 @@ def _plain_leaf(value: Any) -> int:
     kind = type(value)
     plain = _PLAIN_LEAF_TYPES.get(kind)
     if plain is None:
-        plain = int(not isinstance(value, (Replicas, dict, list, tuple)) and _components(value) is None
-                    and hasattr(value, "shape") and hasattr(value, "dtype"))
+        plain = int(
+            not isinstance(value, (Replicas, dict, list, tuple))
+            and _components(value) is None
+            and hasattr(value, "shape")
+            and hasattr(value, "dtype")
+        )
         if plain and kind.__module__.split(".")[0] in _INT_SHAPE_MODULES and type(value.shape) is tuple:
             plain = 2
         if len(_PLAIN_LEAF_TYPES) < 256:

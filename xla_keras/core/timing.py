@@ -81,8 +81,9 @@ def share(part: float, whole: float) -> Optional[float]:
     return None if whole <= 0 else min(1.0, part / whole)
 
 
-def break_even_steps(compile_seconds: float, xla_step: Optional[float],
-                     baseline_step: Optional[float]) -> Optional[float]:
+def break_even_steps(
+    compile_seconds: float, xla_step: Optional[float], baseline_step: Optional[float]
+) -> Optional[float]:
     """Steps after which XLA's faster steps have paid for its compiles.
 
     None when unknown; ``float('inf')`` when XLA's steps are not faster, so it

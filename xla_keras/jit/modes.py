@@ -36,15 +36,17 @@ class JitState:
         return {True: "ON", False: "OFF", None: "pending (auto-clustering: compiles will tell)"}[self.active]
 
 
-def fallback_or_eager(mode: str, fallback_reason: Optional[str], run_eagerly: bool, refusal: Optional[str],
-                      after_fallback: str = "") -> Optional[JitState]:
+def fallback_or_eager(
+    mode: str, fallback_reason: Optional[str], run_eagerly: bool, refusal: Optional[str], after_fallback: str = ""
+) -> Optional[JitState]:
     """The read-back when nothing compiles whatever the step function is: a storm fallback switched
     XLA off for this fit, or the model runs eagerly. None otherwise (read the function)."""
     if fallback_reason:
         return JitState(mode, active=False, reason=fallback_reason + after_fallback)
     if run_eagerly:
-        return JitState(mode, active=False,
-                        reason=refusal or "the model runs eagerly (run_eagerly=True): nothing is compiled")
+        return JitState(
+            mode, active=False, reason=refusal or "the model runs eagerly (run_eagerly=True): nothing is compiled"
+        )
     return None
 
 
@@ -86,6 +88,7 @@ class SavedModelJit:
         """Set jit_compile to ``want`` (when it differs); True when Keras kept it (it refuses True
         for a model that does not support XLA, with a warning we replace by our own reason)."""
         import warnings
+
         raw = self._get_raw(model)
         if raw is None or bool(raw) != want:
             with warnings.catch_warnings():
@@ -111,13 +114,13 @@ class SavedModelJit:
 class ProbeFacts:
     """What the compile probes could see, for the verdict and the report."""
 
-    used: bool = False          # at least one probe ran
-    busy: bool = False          # the profiler was busy at least once
-    off: str = ""               # why probes are off by design, e.g. "under MultiWorkerMirroredStrategy"
-    blind: bool = False         # the framework's XLA compiler emits no profiler events here
+    used: bool = False  # at least one probe ran
+    busy: bool = False  # the profiler was busy at least once
+    off: str = ""  # why probes are off by design, e.g. "under MultiWorkerMirroredStrategy"
+    blind: bool = False  # the framework's XLA compiler emits no profiler events here
     xla_ops_seen: bool = False  # an auto-clustered graph's compile op ran in a probe
-    framework: str = ""         # e.g. "TensorFlow 2.16.2", for the reasons
-    source: str = "profiler"    # what times compiles: the TensorFlow profiler, or "jax.monitoring"
+    framework: str = ""  # e.g. "TensorFlow 2.16.2", for the reasons
+    source: str = "profiler"  # what times compiles: the TensorFlow profiler, or "jax.monitoring"
 
     @property
     def label(self) -> str:
@@ -127,8 +130,9 @@ class ProbeFacts:
         return f"{self.source}+timing" if self.busy else self.source
 
 
-def verdict(state: JitState, probe: ProbeFacts, *, measured: int, compiled: int, steps: int,
-            fell_back: bool) -> Tuple[Optional[bool], str]:
+def verdict(
+    state: JitState, probe: ProbeFacts, *, measured: int, compiled: int, steps: int, fell_back: bool
+) -> Tuple[Optional[bool], str]:
     """The report's (jit_active, jit_reason): the read-back, checked against what the probes saw.
 
     ``measured``: compiles a probe saw (not estimated); ``compiled``: every compile counted.
@@ -137,8 +141,10 @@ def verdict(state: JitState, probe: ProbeFacts, *, measured: int, compiled: int,
     if measured and not state.active and not state.autoclustering:
         if fell_back:
             return False, f"{state.reason}; XLA compiled {measured} module(s) before the switch"
-        return True, (f"{state.reason}; but the profiler saw XLA compile {measured} module(s): something "
-                      "else enabled XLA (e.g. TF_XLA_FLAGS=--tf_xla_auto_jit)")
+        return True, (
+            f"{state.reason}; but the profiler saw XLA compile {measured} module(s): something "
+            "else enabled XLA (e.g. TF_XLA_FLAGS=--tf_xla_auto_jit)"
+        )
     if not state.autoclustering:
         return state.active, state.reason
     if compiled and measured:
@@ -150,10 +156,14 @@ def verdict(state: JitState, probe: ProbeFacts, *, measured: int, compiled: int,
     if probe.blind:
         # No compiler events to read, and no cluster's compile op compiled in a probed step:
         # that may be lazy compilation or a cluster the probes missed, not proof that nothing compiled.
-        return None, (f"{state.reason}; not verified: {probe.framework}'s XLA compiler emits no profiler events "
-                      "here, and no cluster's _XlaCompile op compiled in a probed step"
-                      + (" (clusters did run)" if probe.xla_ops_seen else ""))
+        return None, (
+            f"{state.reason}; not verified: {probe.framework}'s XLA compiler emits no profiler events "
+            "here, and no cluster's _XlaCompile op compiled in a probed step"
+            + (" (clusters did run)" if probe.xla_ops_seen else "")
+        )
     if steps:
-        return False, (f"{state.reason}, but no cluster compiled: TensorFlow found nothing worth "
-                       "clustering, or the CPU global-jit flag was set after TensorFlow created its devices")
+        return False, (
+            f"{state.reason}, but no cluster compiled: TensorFlow found nothing worth "
+            "clustering, or the CPU global-jit flag was set after TensorFlow created its devices"
+        )
     return None, state.reason

@@ -53,8 +53,17 @@ def remembered_first_call(model: Any) -> Optional[float]:
 class FastestRun:
     """One fit under ``jit="fastest"`` with a trial to run."""
 
-    def __init__(self, session: Any, default_on: bool, start_step: int, params: Optional[dict],
-                 one_time_factor: float, validates: bool, fresh: bool = True, known_first_call: Optional[float] = None):
+    def __init__(
+        self,
+        session: Any,
+        default_on: bool,
+        start_step: int,
+        params: Optional[dict],
+        one_time_factor: float,
+        validates: bool,
+        fresh: bool = True,
+        known_first_call: Optional[float] = None,
+    ):
         params = params or {}
         self.session = session
         self.epochs = params.get("epochs")
@@ -134,8 +143,9 @@ class FastestRun:
 
     def stop(self, step: int, reason: str) -> None:
         """A storm fallback switched XLA off for the rest of the fit: the trial ends there."""
-        self.trial.stop(step, "storm", f"{reason}: the trial stopped, XLA is off for the rest of the fit", False,
-                        self.outlook(step))
+        self.trial.stop(
+            step, "storm", f"{reason}: the trial stopped, XLA is off for the rest of the fit", False, self.outlook(step)
+        )
         self.session.trial_ended(self.trial)
 
     def final_on(self) -> bool:
@@ -147,8 +157,9 @@ class FastestRun:
         """The fit ended: a trial still running keeps the default. Returns the decision to keep on the model."""
         trial = self.trial
         if trial.running:
-            trial.stop(step, "unfinished", "the fit ended before the trial could decide", trial.default_on,
-                       self.outlook(step))
+            trial.stop(
+                step, "unfinished", "the fit ended before the trial could decide", trial.default_on, self.outlook(step)
+            )
         self.session.trial_ended(trial)
         decision = trial.decision
         return decision if decision is not None and decision.basis in REUSABLE else None

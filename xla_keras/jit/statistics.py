@@ -12,7 +12,7 @@ import math
 from statistics import median
 from typing import NamedTuple, Optional, Sequence
 
-NOTCH = 1.58          # median +- NOTCH * IQR / sqrt(n): the notch of a box plot
+NOTCH = 1.58  # median +- NOTCH * IQR / sqrt(n): the notch of a box plot
 
 
 class Spread(NamedTuple):
@@ -88,5 +88,9 @@ class Ratio(NamedTuple):
         return f"{self.value:.3f} (95% interval {self.low:.3f}-{self.high:.3f})"
 
     def to_dict(self) -> dict:
-        return {"on_over_off": self.value, "low": self.low if self.n >= 2 else None,
-                "high": self.high if self.n >= 2 else None, "rounds": self.n}
+        return {
+            "on_over_off": self.value,
+            "low": self.low if self.n >= 2 else None,
+            "high": self.high if self.n >= 2 else None,
+            "rounds": self.n,
+        }

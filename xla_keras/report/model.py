@@ -66,11 +66,16 @@ class Compilation:
 
     def to_dict(self) -> Dict[str, Any]:
         return {
-            "phase": self.phase, "step": self.step,
+            "phase": self.phase,
+            "step": self.step,
             "signature": to_jsonable(self.signature),
-            "seconds": self.seconds, "source": self.source, "cached": self.cached,
-            "step_seconds": self.step_seconds, "traced": self.traced,
-            "call_batches": self.call_batches, "call_compiles": self.call_compiles,
+            "seconds": self.seconds,
+            "source": self.source,
+            "cached": self.cached,
+            "step_seconds": self.step_seconds,
+            "traced": self.traced,
+            "call_batches": self.call_batches,
+            "call_compiles": self.call_compiles,
             "last_batch": self.last_batch,
         }
 
@@ -103,8 +108,13 @@ class SlowStep:
     signature: InputSignature
 
     def to_dict(self) -> Dict[str, Any]:
-        return {"phase": self.phase, "step": self.step, "seconds": self.seconds,
-                "steady_seconds": self.steady_seconds, "signature": to_jsonable(self.signature)}
+        return {
+            "phase": self.phase,
+            "step": self.step,
+            "seconds": self.seconds,
+            "steady_seconds": self.steady_seconds,
+            "signature": to_jsonable(self.signature),
+        }
 
     @classmethod
     def from_dict(cls, d: Dict[str, Any]) -> "SlowStep":
@@ -136,8 +146,7 @@ class XlaReport:
     jit_decision: Optional[Dict[str, Any]] = None
     steps: Dict[str, int] = field(default_factory=lambda: dict.fromkeys(PHASES, 0))
     steady_step_seconds: Optional[float] = None
-    steady_step_seconds_by_phase: Dict[str, Optional[float]] = field(
-        default_factory=lambda: dict.fromkeys(PHASES))
+    steady_step_seconds_by_phase: Dict[str, Optional[float]] = field(default_factory=lambda: dict.fromkeys(PHASES))
     compile_seconds: float = 0.0
     wall_seconds: float = 0.0
     compile_share: Optional[float] = None
@@ -247,22 +256,36 @@ def render(report: XlaReport) -> str:
     lines.append(f"  jit requested   : {report.jit_mode}    XLA active: {_active_word(report.jit_active)}")
     if report.jit_reason:
         lines.append(f"  why             : {report.jit_reason}")
-    compiles = ", ".join(
-        f"{p} {report.compilation_count.get(p, 0)}" + (f" ({_ms(by_phase[p])})" if p in by_phase else "")
-        for p in phases) or "none"
+    compiles = (
+        ", ".join(
+            f"{p} {report.compilation_count.get(p, 0)}" + (f" ({_ms(by_phase[p])})" if p in by_phase else "")
+            for p in phases
+        )
+        or "none"
+    )
     how = f"  [measured by {'/'.join(sorted(sources))}]" if sources else ""
     lines.append(f"  compiles        : {compiles}{how}")
-    lines.append("  signatures      : " + (", ".join(
-        f"{p} {report.distinct_signatures.get(p, 0)}" for p in phases) or "none"))
-    lines.append(f"  compile time    : {_ms(report.compile_seconds)}"
-                 + (f" = {report.compile_share:.0%} of {_ms(report.wall_seconds)} monitored"
-                    if report.compile_share is not None else ""))
-    lines.append("  steady step     : " + (", ".join(
-        f"{p} {_ms(report.steady_step_seconds_by_phase.get(p))}" for p in phases) or "n/a"))
+    lines.append(
+        "  signatures      : " + (", ".join(f"{p} {report.distinct_signatures.get(p, 0)}" for p in phases) or "none")
+    )
+    lines.append(
+        f"  compile time    : {_ms(report.compile_seconds)}"
+        + (
+            f" = {report.compile_share:.0%} of {_ms(report.wall_seconds)} monitored"
+            if report.compile_share is not None
+            else ""
+        )
+    )
+    lines.append(
+        "  steady step     : "
+        + (", ".join(f"{p} {_ms(report.steady_step_seconds_by_phase.get(p))}" for p in phases) or "n/a")
+    )
     cached = sum(1 for c in report.compilations if c.cached)
     if cached:
-        lines.append(f"  persistent cache: {cached} of the compiles were loads from the cache"
-                     + (f", {_ms(report.cache_saved_seconds)} saved" if report.cache_saved_seconds is not None else ""))
+        lines.append(
+            f"  persistent cache: {cached} of the compiles were loads from the cache"
+            + (f", {_ms(report.cache_saved_seconds)} saved" if report.cache_saved_seconds is not None else "")
+        )
     for line in _other_compile_lines(report):
         lines.append(f"  other compiles  : {line}")
     if report.break_even_steps is not None:
@@ -271,9 +294,10 @@ def render(report: XlaReport) -> str:
         lines.append(f"  break-even      : {_no_break_even(report)}")
     if report.slow_step_count:
         worst = max(report.slow_steps, key=lambda s: s.seconds, default=None)
-        lines.append(f"  slow steps      : {report.slow_step_count} known-signature steps far above the "
-                     f"steady median" + (f" (worst: {worst.phase} step {worst.step}, {_ms(worst.seconds)})"
-                                         if worst else ""))
+        lines.append(
+            f"  slow steps      : {report.slow_step_count} known-signature steps far above the "
+            f"steady median" + (f" (worst: {worst.phase} step {worst.step}, {_ms(worst.seconds)})" if worst else "")
+        )
     for storm in report.storms:
         lines.append(f"  STORM ({storm.phase}, step {storm.step}, {storm.action}): {storm.advice}")
     for item in report.advice:
@@ -289,15 +313,19 @@ def render(report: XlaReport) -> str:
         lines.append("  compiled for    :")
         shown = report.compilations[:8]
         for c in shown:
-            lines.append(f"    {c.phase} step {c.step}: {describe(c.signature)}  {_ms(c.seconds)}"
-                         + (" (estimated from step time)" if c.source == "timing" else "")
-                         + (" (loaded from the persistent cache)" if c.cached else ""))
+            lines.append(
+                f"    {c.phase} step {c.step}: {describe(c.signature)}  {_ms(c.seconds)}"
+                + (" (estimated from step time)" if c.source == "timing" else "")
+                + (" (loaded from the persistent cache)" if c.cached else "")
+            )
         rest = report.total_compilations - len(shown)
         if rest > 0:
             lines.append(f"    ... {rest} more")
     if report.traces:
-        lines.append(f"  profiler traces : {len(report.traces)} for the Profile tab "
-                     f"({', '.join(t.split(':')[0] for t in report.traces)})")
+        lines.append(
+            f"  profiler traces : {len(report.traces)} for the Profile tab "
+            f"({', '.join(t.split(':')[0] for t in report.traces)})"
+        )
     for note in report.notes:
         lines.append(f"  note: {note}")
     if report.log_dir:
@@ -308,19 +336,20 @@ def render(report: XlaReport) -> str:
 def fallback_cost(fallback: Dict[str, Any]) -> Optional[str]:
     """What running without XLA cost after a storm fallback, measured: the phase's steady step
     after the switch against its steady XLA step before it."""
-    before = (fallback.get("xla_steady_step_seconds") or {})
-    after = (fallback.get("steady_step_seconds_after") or {})
+    before = fallback.get("xla_steady_step_seconds") or {}
+    after = fallback.get("steady_step_seconds_after") or {}
     parts = []
     for phase in PHASES:
         new, old = after.get(phase), before.get(phase)
         if new is None:
             continue
         if old:
-            parts.append(f"{phase} steady step {_ms(new)} vs {_ms(old)} with XLA before the switch "
-                         f"({new / old:.1f}x)")
+            parts.append(f"{phase} steady step {_ms(new)} vs {_ms(old)} with XLA before the switch ({new / old:.1f}x)")
         else:
-            parts.append(f"{phase} steady step {_ms(new)} (no steady XLA step was measured before the switch: "
-                         "every XLA step had compiled)")
+            parts.append(
+                f"{phase} steady step {_ms(new)} (no steady XLA step was measured before the switch: "
+                "every XLA step had compiled)"
+            )
     return "; ".join(parts) or None
 
 
@@ -343,8 +372,11 @@ def decision_lines(decision: Optional[Dict[str, Any]]) -> List[str]:
     steps = decision.get("steps_measured") or {}
     kept = decision.get("mode")
     lines = [f"XLA {kept.upper()} kept ({decision.get('basis')})" if kept else "measuring (no decision yet)"]
-    measured = [f"XLA {m}: median {_ms(medians.get(m))} (IQR {_ms(spreads.get(m))}) over {steps.get(m, 0)} steps"
-                for m in ("on", "off") if medians.get(m) is not None]
+    measured = [
+        f"XLA {m}: median {_ms(medians.get(m))} (IQR {_ms(spreads.get(m))}) over {steps.get(m, 0)} steps"
+        for m in ("on", "off")
+        if medians.get(m) is not None
+    ]
     if measured:
         lines.append("; ".join(measured))
     cost = [f"trial compiles {_ms(decision.get('trial_compile_seconds') or 0.0)}"]
@@ -361,15 +393,18 @@ def decision_lines(decision: Optional[Dict[str, Any]]) -> List[str]:
 
 _OTHER_WORDS = {
     "in_steps": "inside the step calls, not the step's own program (op by op: one per primitive and shape; "
-                "or a helper such as predict's concatenate)",
+    "or a helper such as predict's concatenate)",
     "outside_steps": "outside the step calls (initialisation, metrics, optimizer set-up)",
 }
 
 
 def _other_compile_lines(report: XlaReport) -> List[str]:
     """Compiles kept out of the step ledger, one line per kind (JAX)."""
-    return [f"{int(v.get('count', 0))} executable(s), {_ms(v.get('seconds', 0.0))}, {_OTHER_WORDS.get(k, k)}"
-            for k, v in sorted(report.other_compilations.items()) if v.get("count")]
+    return [
+        f"{int(v.get('count', 0))} executable(s), {_ms(v.get('seconds', 0.0))}, {_OTHER_WORDS.get(k, k)}"
+        for k, v in sorted(report.other_compilations.items())
+        if v.get("count")
+    ]
 
 
 def render_markdown(report: XlaReport) -> str:
@@ -378,21 +413,36 @@ def render_markdown(report: XlaReport) -> str:
     by_phase: Dict[str, float] = {}
     for c in report.compilations:
         by_phase[c.phase] = by_phase.get(c.phase, 0.0) + c.seconds
-    out = ["## XLA report", "",
-           f"**jit requested:** `{report.jit_mode}` &nbsp; **XLA active:** {_active_word(report.jit_active)}", "",
-           f"{report.jit_reason}", "",
-           "| phase | steps | compiles | compile time | distinct signatures | steady step |",
-           "|---|---|---|---|---|---|"]
+    out = [
+        "## XLA report",
+        "",
+        f"**jit requested:** `{report.jit_mode}` &nbsp; **XLA active:** {_active_word(report.jit_active)}",
+        "",
+        f"{report.jit_reason}",
+        "",
+        "| phase | steps | compiles | compile time | distinct signatures | steady step |",
+        "|---|---|---|---|---|---|",
+    ]
     for p in phases:
-        out.append(f"| {p} | {report.steps.get(p, 0)} | {report.compilation_count.get(p, 0)} | "
-                   f"{_ms(by_phase.get(p)) if p in by_phase else '0'} | {report.distinct_signatures.get(p, 0)} | "
-                   f"{_ms(report.steady_step_seconds_by_phase.get(p))} |")
-    out += ["", f"**compile time:** {_ms(report.compile_seconds)}"
-            + (f" ({report.compile_share:.0%} of {_ms(report.wall_seconds)} monitored)"
-               if report.compile_share is not None else "")]
+        out.append(
+            f"| {p} | {report.steps.get(p, 0)} | {report.compilation_count.get(p, 0)} | "
+            f"{_ms(by_phase.get(p)) if p in by_phase else '0'} | {report.distinct_signatures.get(p, 0)} | "
+            f"{_ms(report.steady_step_seconds_by_phase.get(p))} |"
+        )
+    out += [
+        "",
+        f"**compile time:** {_ms(report.compile_seconds)}"
+        + (
+            f" ({report.compile_share:.0%} of {_ms(report.wall_seconds)} monitored)"
+            if report.compile_share is not None
+            else ""
+        ),
+    ]
     out.append("")
-    out.append("**break-even:** " + (f"{report.break_even_steps:.0f} steps" if report.break_even_steps is not None
-                                     else _no_break_even(report)))
+    out.append(
+        "**break-even:** "
+        + (f"{report.break_even_steps:.0f} steps" if report.break_even_steps is not None else _no_break_even(report))
+    )
     for line in _other_compile_lines(report):
         out += ["", f"**other compiles:** {line}"]
     if report.slow_step_count:
@@ -400,8 +450,10 @@ def render_markdown(report: XlaReport) -> str:
     if report.storms:
         out += ["", "### Recompilation storms"]
         for storm in report.storms:
-            out.append(f"- **{storm.phase}, step {storm.step}** ({storm.count} new shapes, action "
-                       f"`{storm.action}`): {storm.advice}")
+            out.append(
+                f"- **{storm.phase}, step {storm.step}** ({storm.count} new shapes, action "
+                f"`{storm.action}`): {storm.advice}"
+            )
     if report.advice:
         out += ["", "### Compile budget"]
         out += [f"- **{item.phase}**: {item.advice}" for item in report.advice]

@@ -58,8 +58,14 @@ PLUGIN_NAME = "xla_keras"
 TAG_REPORT_DATA = "xla/report_data"
 PLUGIN_CONTENT = b'{"encoding": "gzip+json", "version": 1}'
 MAX_REPORT_DATA_BYTES = 64 * 1024 * 1024  # a decompressed report larger than this is not ours
-SCALAR_TAGS = (TAG_STEP_TIME, TAG_STEADY_STEP_TIME, TAG_COMPILATIONS, TAG_COMPILE_TIME, TAG_DISTINCT_SIGNATURES,
-               TAG_STORM)
+SCALAR_TAGS = (
+    TAG_STEP_TIME,
+    TAG_STEADY_STEP_TIME,
+    TAG_COMPILATIONS,
+    TAG_COMPILE_TIME,
+    TAG_DISTINCT_SIGNATURES,
+    TAG_STORM,
+)
 
 # The custom-scalars layout: one category, four charts (title, tags).
 LAYOUT_CATEGORY = "XLA"
@@ -102,9 +108,9 @@ def decode_report_data(data: bytes) -> Dict[str, Any]:
 class ParsedReport:
     """A report read from its JSON form, and what the reader should know about it."""
 
-    report: Any                    # XlaReport
-    schema_version: int            # as written (1 for files without the key)
-    newer: bool                    # written by a newer xla_keras: keys this one does not know were skipped
+    report: Any  # XlaReport
+    schema_version: int  # as written (1 for files without the key)
+    newer: bool  # written by a newer xla_keras: keys this one does not know were skipped
     message: Optional[str] = None  # say this to the user when set
 
 
@@ -115,6 +121,7 @@ def parse_report(data: Dict[str, Any]) -> ParsedReport:
     version is read for the keys this version knows, and ``message`` says so.
     Raises ValueError for something that is not a report at all."""
     from xla_keras.report.model import XlaReport
+
     if not isinstance(data, dict):
         raise ValueError(f"a JSON {type(data).__name__}, not an XlaMonitor report")
     version = data.get("schema_version", 1)
@@ -125,9 +132,15 @@ def parse_report(data: Dict[str, Any]) -> ParsedReport:
     report = XlaReport.from_dict(_migrate(data, version))
     if version > SCHEMA_VERSION:
         from xla_keras import __version__
-        return ParsedReport(report, version, True, f"written by a newer xla_keras (report schema {version}; this is "
-                            f"xla_keras {__version__}, schema {SCHEMA_VERSION}): only the keys this version knows "
-                            "are shown")
+
+        return ParsedReport(
+            report,
+            version,
+            True,
+            f"written by a newer xla_keras (report schema {version}; this is "
+            f"xla_keras {__version__}, schema {SCHEMA_VERSION}): only the keys this version knows "
+            "are shown",
+        )
     return ParsedReport(report, version, False)
 
 

@@ -57,11 +57,19 @@ class Storm:
     action: str = "warn"
 
     def to_dict(self) -> Dict[str, Any]:
-        return {"phase": self.phase, "step": self.step, "count": self.count, "varying": self.varying,
-                "advice": self.advice, "fix": self.fix, "compiles": self.compiles,
-                "compile_seconds": self.compile_seconds,
-                "steady_step_seconds": self.steady_step_seconds, "window_start": self.window_start,
-                "action": self.action}
+        return {
+            "phase": self.phase,
+            "step": self.step,
+            "count": self.count,
+            "varying": self.varying,
+            "advice": self.advice,
+            "fix": self.fix,
+            "compiles": self.compiles,
+            "compile_seconds": self.compile_seconds,
+            "steady_step_seconds": self.steady_step_seconds,
+            "window_start": self.window_start,
+            "action": self.action,
+        }
 
     @classmethod
     def from_dict(cls, d: Dict[str, Any]) -> "Storm":
@@ -112,8 +120,8 @@ class ShapeHistory:
         self.max_signatures = max_signatures
         self.signatures: Dict[int, InputSignature] = {}
         self.batches: Dict[int, int] = {}
-        self.ends: Dict[int, int] = {}   # times a signature was the last batch of an epoch
-        self.runs = 0                    # epochs (train) or evaluate/predict runs ended
+        self.ends: Dict[int, int] = {}  # times a signature was the last batch of an epoch
+        self.runs = 0  # epochs (train) or evaluate/predict runs ended
         self.last: Optional[int] = None
         self.untracked = 0
 
@@ -186,14 +194,19 @@ def batch_rows(sig: InputSignature) -> Optional[int]:
 class _Axis:
     path: str
     axis: int
-    values: Dict[int, int]           # value -> batches
+    values: Dict[int, int]  # value -> batches
     also: List[str] = field(default_factory=list)  # co-varying "path:axis"
 
     def describe(self) -> Dict[str, Any]:
         vals = sorted(v for v in self.values if v is not None)
-        out = {"path": self.path, "axis": self.axis, "min": vals[0] if vals else None,
-               "max": vals[-1] if vals else None, "n_values": len(vals),
-               "values": vals[:MAX_VALUES_LISTED]}
+        out = {
+            "path": self.path,
+            "axis": self.axis,
+            "min": vals[0] if vals else None,
+            "max": vals[-1] if vals else None,
+            "n_values": len(vals),
+            "values": vals[:MAX_VALUES_LISTED],
+        }
         if self.also:
             out["also"] = list(self.also)
         return out
@@ -244,12 +257,17 @@ def _fmt_ms(seconds: Optional[float]) -> str:
 
 def storm_text(storm: Storm, window: int) -> str:
     """The one-paragraph warning (also the RecompilationStormError message)."""
-    return (f"Recompilation storm ({storm.phase}): {storm.count} new input shapes in "
-            f"{storm.step - storm.window_start + 1} steps (window {window}), {storm.compiles} compiles so "
-            f"far, {_fmt_ms(storm.compile_seconds)} compiling"
-            + (f" vs {_fmt_ms(storm.steady_step_seconds)} per steady step" if storm.steady_step_seconds is not None
-               else " (no steady step measured yet)")
-            + f". {storm.advice}")
+    return (
+        f"Recompilation storm ({storm.phase}): {storm.count} new input shapes in "
+        f"{storm.step - storm.window_start + 1} steps (window {window}), {storm.compiles} compiles so "
+        f"far, {_fmt_ms(storm.compile_seconds)} compiling"
+        + (
+            f" vs {_fmt_ms(storm.steady_step_seconds)} per steady step"
+            if storm.steady_step_seconds is not None
+            else " (no steady step measured yet)"
+        )
+        + f". {storm.advice}"
+    )
 
 
 def partial_batch_note(phase: str, history: ShapeHistory) -> Optional[str]:
@@ -259,11 +277,15 @@ def partial_batch_note(phase: str, history: ShapeHistory) -> Optional[str]:
         return None
     rows, full = next(iter(partial.values()))
     if phase == "train":
-        return (f"train: the last batch of each epoch has {rows} rows instead of {full}: one extra compile "
-                "for this phase (no storm by itself); batch with drop_remainder=True to avoid it")
-    return (f"{phase}: the last batch of each run has {rows} rows instead of {full}: one extra compile for this "
-            "phase (no storm by itself), which keeps every example; pad it to the full size to avoid it "
-            "(drop_remainder=True would drop examples from the results)")
+        return (
+            f"train: the last batch of each epoch has {rows} rows instead of {full}: one extra compile "
+            "for this phase (no storm by itself); batch with drop_remainder=True to avoid it"
+        )
+    return (
+        f"{phase}: the last batch of each run has {rows} rows instead of {full}: one extra compile for this "
+        "phase (no storm by itself), which keeps every example; pad it to the full size to avoid it "
+        "(drop_remainder=True would drop examples from the results)"
+    )
 
 
 def train_vs_validation_note(train: ShapeHistory, test: ShapeHistory) -> Optional[str]:
@@ -277,7 +299,10 @@ def train_vs_validation_note(train: ShapeHistory, test: ShapeHistory) -> Optiona
     changes = [c for c in diff(main_train, main_test) if c.axis is not None]
     if not changes:
         return None
-    described = ", ".join(f"'{c.path}' axis {c.axis}: {c.old} in training vs {c.new} in validation"
-                          for c in changes[:3])
-    return (f"validation batches are shaped unlike training batches ({described}); the validation step "
-            "is a separate XLA program that compiles its own shapes anyway, so this costs no extra compile")
+    described = ", ".join(
+        f"'{c.path}' axis {c.axis}: {c.old} in training vs {c.new} in validation" for c in changes[:3]
+    )
+    return (
+        f"validation batches are shaped unlike training batches ({described}); the validation step "
+        "is a separate XLA program that compiles its own shapes anyway, so this costs no extra compile"
+    )

@@ -99,7 +99,7 @@ class BatchSample:
         self.max_bytes = max_bytes
         self.kept: List[Dict[str, Any]] = []
         self.seen = 0
-        self.on_device = 0       # batches examined that lived on a device: not sampled
+        self.on_device = 0  # batches examined that lived on a device: not sampled
         self._bytes = 0
         self._rng = random.Random(seed)
         self._next: Optional[int] = 0  # 0-based index of the next batch to examine; None: stopped
@@ -191,8 +191,12 @@ class RealLengths:
 
     def bucketed_tokens(self, pad_to) -> int:
         """Tokens once every row is padded to ``pad_to(its real length)`` (bucketing by length)."""
-        return int(sum(sum(pad_to(int(v)) * int(c) for v, c in zip(*np.unique(rows, return_counts=True)))
-                       for _, rows in self.batches))
+        return int(
+            sum(
+                sum(pad_to(int(v)) * int(c) for v, c in zip(*np.unique(rows, return_counts=True)))
+                for _, rows in self.batches
+            )
+        )
 
     def rows(self) -> int:
         return int(sum(len(rows) for _, rows in self.batches))

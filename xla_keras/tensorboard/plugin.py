@@ -89,16 +89,24 @@ class XlaPlugin(base_plugin.TBPlugin):
 
     def _ids(self, request):
         from tensorboard import plugin_util
+
         return plugin_util.context(request.environ), plugin_util.experiment_id(request.environ)
 
     def _runs(self, request) -> Dict[str, Dict[str, Any]]:
         """The tab's runs: {run: {"tensorboard_run", "series" (None: XLA scalars but no report)}}."""
         ctx, eid = self._ids(request)
         from tensorboard.data import provider
+
         found: Dict[str, Dict[str, Any]] = {}
-        with_report = self._provider.list_tensors(
-            ctx, experiment_id=eid, plugin_name=PLUGIN_NAME,
-            run_tag_filter=provider.RunTagFilter(tags=[TAG_REPORT_DATA])) or {}
+        with_report = (
+            self._provider.list_tensors(
+                ctx,
+                experiment_id=eid,
+                plugin_name=PLUGIN_NAME,
+                run_tag_filter=provider.RunTagFilter(tags=[TAG_REPORT_DATA]),
+            )
+            or {}
+        )
         for tb_run, tags in with_report.items():
             run = views.tab_run(tb_run)
             if run is not None and TAG_REPORT_DATA in tags:
@@ -124,9 +132,11 @@ class XlaPlugin(base_plugin.TBPlugin):
         (``{"step", "wall_time"}``); ValueError if unreadable."""
         series = info["series"]
         if series is None:
-            raise ValueError("this run has XLA scalars but no report for the tab yet: it was written by "
-                             "xla_keras 0.1, or the fit was interrupted before the monitor's first flush. "
-                             "`xla-keras report LOGDIR` reads its xla_report.json")
+            raise ValueError(
+                "this run has XLA scalars but no report for the tab yet: it was written by "
+                "xla_keras 0.1, or the fit was interrupted before the monitor's first flush. "
+                "`xla-keras report LOGDIR` reads its xla_report.json"
+            )
         key = (info["tensorboard_run"], series.max_step, series.max_wall_time)
         with self._lock:
             if key in self._reports:
@@ -134,13 +144,20 @@ class XlaPlugin(base_plugin.TBPlugin):
                 return self._reports[key]
         content = getattr(series, "plugin_content", PLUGIN_CONTENT) or PLUGIN_CONTENT
         if _content_version(content) > _content_version(PLUGIN_CONTENT):
-            raise ValueError("the report was written by a newer xla_keras (its tab data format is newer "
-                             "than this one reads): upgrade xla_keras where TensorBoard runs")
+            raise ValueError(
+                "the report was written by a newer xla_keras (its tab data format is newer "
+                "than this one reads): upgrade xla_keras where TensorBoard runs"
+            )
         ctx, eid = self._ids(request)
         from tensorboard.data import provider
+
         data = self._provider.read_tensors(
-            ctx, experiment_id=eid, plugin_name=PLUGIN_NAME, downsample=1,
-            run_tag_filter=provider.RunTagFilter(runs=[info["tensorboard_run"]], tags=[TAG_REPORT_DATA]))
+            ctx,
+            experiment_id=eid,
+            plugin_name=PLUGIN_NAME,
+            downsample=1,
+            run_tag_filter=provider.RunTagFilter(runs=[info["tensorboard_run"]], tags=[TAG_REPORT_DATA]),
+        )
         datums = (data.get(info["tensorboard_run"]) or {}).get(TAG_REPORT_DATA) or []
         if not datums:
             raise ValueError("the run's report summary holds no data yet")
@@ -166,8 +183,9 @@ class XlaPlugin(base_plugin.TBPlugin):
                 rows.append(dict(views.summary(run, report), message=None, written=written))
             except MALFORMED as error:
                 rows.append({"run": run, "message": _malformed(error)})
-        return _json({"runs": rows, "profile_tab": _profile_tab_installed(),
-                      "profile_install": _profile_install_line()})
+        return _json(
+            {"runs": rows, "profile_tab": _profile_tab_installed(), "profile_install": _profile_install_line()}
+        )
 
     def _one_run(self, request, build):
         try:
@@ -186,9 +204,14 @@ class XlaPlugin(base_plugin.TBPlugin):
 
     @wrappers.Request.application
     def _serve_compiles(self, request):
-        return self._one_run(request, lambda run, report, written: {
-            "run": run, "ledger": views.ledger(report.get("compilations") or []),
-            "compilations_dropped": report.get("compilations_dropped", 0)})
+        return self._one_run(
+            request,
+            lambda run, report, written: {
+                "run": run,
+                "ledger": views.ledger(report.get("compilations") or []),
+                "compilations_dropped": report.get("compilations_dropped", 0),
+            },
+        )
 
     @wrappers.Request.application
     def _serve_storms(self, request):
@@ -202,14 +225,20 @@ class XlaPlugin(base_plugin.TBPlugin):
             return _json({"error": str(error)}, error.code)
         ctx, eid = self._ids(request)
         from tensorboard.data import provider
+
         wanted = {views.tensorboard_run(run, leaf): phase for phase, leaf in LANES.items()}
         data = self._provider.read_scalars(
-            ctx, experiment_id=eid, plugin_name="scalars", downsample=STEP_POINTS,
-            run_tag_filter=provider.RunTagFilter(runs=list(wanted), tags=[TAG_STEP_TIME, TAG_STEADY_STEP_TIME]))
+            ctx,
+            experiment_id=eid,
+            plugin_name="scalars",
+            downsample=STEP_POINTS,
+            run_tag_filter=provider.RunTagFilter(runs=list(wanted), tags=[TAG_STEP_TIME, TAG_STEADY_STEP_TIME]),
+        )
         lanes = {}
         for tb_run, tags in (data or {}).items():
-            lanes[wanted[tb_run]] = {tag.split("/", 1)[1]: [[d.step, d.value] for d in points]
-                                     for tag, points in tags.items()}
+            lanes[wanted[tb_run]] = {
+                tag.split("/", 1)[1]: [[d.step, d.value] for d in points] for tag, points in tags.items()
+            }
         return _json({"run": run, "lanes": lanes})
 
     @wrappers.Request.application
@@ -220,8 +249,8 @@ class XlaPlugin(base_plugin.TBPlugin):
         with open(os.path.join(STATIC_DIR, name), "rb") as f:
             body = f.read()
         from tensorboard.backend import http_util
-        return http_util.Respond(request, body, STATIC_FILES[name])
 
+        return http_util.Respond(request, body, STATIC_FILES[name])
 
 
 # What reading a damaged report can raise: every one becomes a message for that run, never a 500.
@@ -233,8 +262,12 @@ def _malformed(error: Exception) -> str:
 
 
 def _json(body: Any, code: int = 200):
-    return wrappers.Response(json.dumps(body, allow_nan=False, default=str), status=code,
-                             content_type="application/json", headers={"X-Content-Type-Options": "nosniff"})
+    return wrappers.Response(
+        json.dumps(body, allow_nan=False, default=str),
+        status=code,
+        content_type="application/json",
+        headers={"X-Content-Type-Options": "nosniff"},
+    )
 
 
 def _content_version(content: bytes) -> int:
@@ -253,7 +286,7 @@ def _profile_install_line() -> Optional[str]:
         return None
     try:
         from xla_keras.tools.doctor import profile_tab_install
+
         return profile_tab_install()
     except Exception:  # noqa: BLE001 - no TensorFlow where TensorBoard runs: the general line
         return "pip install tensorboard-plugin-profile"
-

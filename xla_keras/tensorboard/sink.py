@@ -50,17 +50,21 @@ def _layout() -> Any:
     from tensorboard.plugins.custom_scalar import layout_pb2
 
     def chart(title, tags):
-        return layout_pb2.Chart(title=title, multiline=layout_pb2.MultilineChartContent(
-            tag=[f"^{t}$" for t in tags]))
+        return layout_pb2.Chart(title=title, multiline=layout_pb2.MultilineChartContent(tag=[f"^{t}$" for t in tags]))
 
-    return layout_pb2.Layout(category=[layout_pb2.Category(
-        title=LAYOUT_CATEGORY, chart=[chart(title, tags) for title, tags in LAYOUT_CHARTS])])
+    return layout_pb2.Layout(
+        category=[
+            layout_pb2.Category(title=LAYOUT_CATEGORY, chart=[chart(title, tags) for title, tags in LAYOUT_CHARTS])
+        ]
+    )
 
 
 def _string_tensor(value: bytes) -> Any:
     from tensorboard.compat.proto import tensor_pb2, tensor_shape_pb2, types_pb2
-    return tensor_pb2.TensorProto(dtype=types_pb2.DT_STRING, string_val=[value],
-                                  tensor_shape=tensor_shape_pb2.TensorShapeProto())
+
+    return tensor_pb2.TensorProto(
+        dtype=types_pb2.DT_STRING, string_val=[value], tensor_shape=tensor_shape_pb2.TensorShapeProto()
+    )
 
 
 class LocalEventFile:
@@ -78,6 +82,7 @@ class LocalEventFile:
         os.makedirs(logdir, exist_ok=True)
         from tensorboard.compat.proto.event_pb2 import Event
         from tensorboard.summary.writer.record_writer import RecordWriter
+
         # TensorBoard's own naming (tools read the host and pid from it): time, host, pid, a counter.
         name = "events.out.tfevents.%010d.%s.%s.%s" % (time.time(), socket.gethostname(), os.getpid(), next(self._ids))
         self._file = open(os.path.join(logdir, name), "wb")
@@ -123,6 +128,7 @@ class SummaryWriters:
             path = os.path.join(self.log_dir, run)
             if "://" in path:  # gs://, s3://, hdfs://: TensorBoard's writer, through TensorFlow's filesystems
                 from tensorboard.summary.writer.event_file_writer import EventFileWriter
+
                 # flush_secs is a backstop only: the sink flushes itself (see the module's docstring).
                 writer = EventFileWriter(path, flush_secs=5)
             else:
@@ -135,39 +141,62 @@ class SummaryWriters:
         if run is None:
             return
         from tensorboard.compat.proto.summary_pb2 import Summary
+
         self._event(run, step, Summary.Value(tag=tag, simple_value=float(value)))
 
     def _event(self, run: str, step: int, value: Any) -> None:
         from tensorboard.compat.proto.event_pb2 import Event
         from tensorboard.compat.proto.summary_pb2 import Summary
+
         self._writer(run).add_event(Event(wall_time=time.time(), step=int(step), summary=Summary(value=[value])))
 
     def text(self, phase: str, tag: str, markdown: str, step: int) -> None:
         """A text summary (TensorBoard's Text tab renders it as markdown)."""
         from tensorboard.compat.proto.summary_pb2 import Summary
         from tensorboard.plugins.text import metadata
+
         run = RUNS.get(phase)
         if run is not None:
-            self._event(run, step, Summary.Value(
-                tag=tag, metadata=metadata.create_summary_metadata(display_name=tag, description=""),
-                tensor=_string_tensor(markdown.encode("utf-8"))))
+            self._event(
+                run,
+                step,
+                Summary.Value(
+                    tag=tag,
+                    metadata=metadata.create_summary_metadata(display_name=tag, description=""),
+                    tensor=_string_tensor(markdown.encode("utf-8")),
+                ),
+            )
 
     def report_data(self, report_dict: dict, step: int) -> None:
         """The report for the XLA tab, as a summary of our plugin in the ``train`` run."""
         from tensorboard.compat.proto.summary_pb2 import DATA_CLASS_TENSOR, Summary, SummaryMetadata
-        metadata = SummaryMetadata(plugin_data=SummaryMetadata.PluginData(plugin_name=PLUGIN_NAME,
-                                                                          content=PLUGIN_CONTENT),
-                                   data_class=DATA_CLASS_TENSOR)
-        self._event("train", step, Summary.Value(tag=TAG_REPORT_DATA, metadata=metadata,
-                                                 tensor=_string_tensor(encode_report_data(report_dict))))
+
+        metadata = SummaryMetadata(
+            plugin_data=SummaryMetadata.PluginData(plugin_name=PLUGIN_NAME, content=PLUGIN_CONTENT),
+            data_class=DATA_CLASS_TENSOR,
+        )
+        self._event(
+            "train",
+            step,
+            Summary.Value(
+                tag=TAG_REPORT_DATA, metadata=metadata, tensor=_string_tensor(encode_report_data(report_dict))
+            ),
+        )
 
     def layout(self) -> None:
         """The custom-scalars layout with the "XLA" category (written once per writer)."""
         from tensorboard.compat.proto.summary_pb2 import Summary
         from tensorboard.plugins.custom_scalar import metadata
-        self._event("train", 0, Summary.Value(
-            tag=metadata.CONFIG_SUMMARY_TAG, metadata=metadata.create_summary_metadata(),
-            tensor=_string_tensor(_layout().SerializeToString())))
+
+        self._event(
+            "train",
+            0,
+            Summary.Value(
+                tag=metadata.CONFIG_SUMMARY_TAG,
+                metadata=metadata.create_summary_metadata(),
+                tensor=_string_tensor(_layout().SerializeToString()),
+            ),
+        )
 
     def flush(self) -> None:
         for writer in self._writers.values():
@@ -245,8 +274,11 @@ class OutputSink:
             as_dict = built.to_dict()
             if text:
                 self._out().text("train", TAG_REPORT, built.to_markdown(), step)
-            if text or self._last_report_data is None or \
-                    self._last_flush - self._last_report_data >= REPORT_DATA_EVERY_SECONDS:
+            if (
+                text
+                or self._last_report_data is None
+                or self._last_flush - self._last_report_data >= REPORT_DATA_EVERY_SECONDS
+            ):
                 self._last_report_data = self._last_flush
                 self._out().report_data(as_dict, step)
             write_report_json(self.log_dir, as_dict)

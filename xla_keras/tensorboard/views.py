@@ -35,6 +35,7 @@ def tensorboard_run(run: str, leaf: str = TRAIN_RUN) -> str:
 
 # ------------------------------------------------------------------ the ledger
 
+
 def change_text(old: Optional[list], new: list, last_batch: bool = False) -> str:
     """What changed from the previous distinct signature of the phase, in words:
     ``"x axis 1: 84 → 90"``, ``"batch 64 → 16 (last batch)"``, ``"first signature"``."""
@@ -87,21 +88,31 @@ def ledger(compilations: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
         else:
             changed = change_text(before, signature, bool(c.get("last_batch")))
             previous[phase] = signature
-        rows.append({
-            "index": index + 1, "phase": phase, "step": c.get("step"), "seconds": c.get("seconds"),
-            "source": c.get("source"), "cached": c.get("cached"), "last_batch": bool(c.get("last_batch")),
-            "signature": describe(from_jsonable(signature)), "changed": changed,
-        })
+        rows.append(
+            {
+                "index": index + 1,
+                "phase": phase,
+                "step": c.get("step"),
+                "seconds": c.get("seconds"),
+                "source": c.get("source"),
+                "cached": c.get("cached"),
+                "last_batch": bool(c.get("last_batch")),
+                "signature": describe(from_jsonable(signature)),
+                "changed": changed,
+            }
+        )
     return rows
 
 
 # ------------------------------------------------------------------ the rest of a run
 
+
 def status(report: Dict[str, Any]) -> Dict[str, Any]:
     """The status strip: jit requested / active / why, compiles, seconds, steady step, break-even."""
     counts = report.get("compilation_count") or {}
     return {
-        "jit_mode": report.get("jit_mode"), "jit_active": report.get("jit_active"),
+        "jit_mode": report.get("jit_mode"),
+        "jit_active": report.get("jit_active"),
         "jit_reason": report.get("jit_reason", ""),
         "compilation_count": {p: counts.get(p, 0) for p in PHASES},
         "total_compilations": sum(counts.get(p, 0) for p in PHASES),
@@ -109,15 +120,18 @@ def status(report: Dict[str, Any]) -> Dict[str, Any]:
         "compilations_dropped": report.get("compilations_dropped", 0),
         "distinct_signatures": report.get("distinct_signatures") or {},
         "steps": report.get("steps") or {},
-        "compile_seconds": report.get("compile_seconds"), "wall_seconds": report.get("wall_seconds"),
+        "compile_seconds": report.get("compile_seconds"),
+        "wall_seconds": report.get("wall_seconds"),
         "compile_share": report.get("compile_share"),
         "steady_step_seconds": report.get("steady_step_seconds"),
         "steady_step_seconds_by_phase": report.get("steady_step_seconds_by_phase") or {},
         "break_even_steps": report.get("break_even_steps"),
         "cache_saved_seconds": report.get("cache_saved_seconds"),
-        "probe": report.get("probe"), "storms": len(report.get("storms") or []),
+        "probe": report.get("probe"),
+        "storms": len(report.get("storms") or []),
         "advice": len(report.get("advice") or []),
-        "fallback": report.get("fallback"), "versions": report.get("versions") or {},
+        "fallback": report.get("fallback"),
+        "versions": report.get("versions") or {},
         "run_state": report.get("run_state"),
         "backend": report.get("backend") or "tensorflow",
         "other_compilations": report.get("other_compilations") or {},
@@ -126,17 +140,33 @@ def status(report: Dict[str, Any]) -> Dict[str, Any]:
 
 def storms(report: Dict[str, Any]) -> List[Dict[str, Any]]:
     """A card per storm: the advice, the numbers, the fix and its code."""
-    return [{"step": s.get("step"), "window_start": s.get("window_start"), "count": s.get("count"),
-             "compiles": s.get("compiles"), "compile_seconds": s.get("compile_seconds"),
-             "steady_step_seconds": s.get("steady_step_seconds"), "action": s.get("action"), **_advised(s)}
-            for s in report.get("storms") or []]
+    return [
+        {
+            "step": s.get("step"),
+            "window_start": s.get("window_start"),
+            "count": s.get("count"),
+            "compiles": s.get("compiles"),
+            "compile_seconds": s.get("compile_seconds"),
+            "steady_step_seconds": s.get("steady_step_seconds"),
+            "action": s.get("action"),
+            **_advised(s),
+        }
+        for s in report.get("storms") or []
+    ]
 
 
 def _advised(item: Dict[str, Any]) -> Dict[str, Any]:
     """What storm and budget cards share: the phase, the advice, what varies and the fix."""
     fix = item.get("fix") or {}
-    return {"phase": item.get("phase"), "advice": item.get("advice", ""), "varying": item.get("varying") or [],
-            "fix_kind": fix.get("kind"), "fix_code": fix.get("code"), "fix": fix, "real": real_padding(fix)}
+    return {
+        "phase": item.get("phase"),
+        "advice": item.get("advice", ""),
+        "varying": item.get("varying") or [],
+        "fix_kind": fix.get("kind"),
+        "fix_code": fix.get("code"),
+        "fix": fix,
+        "real": real_padding(fix),
+    }
 
 
 def real_padding(fix: Dict[str, Any]) -> Optional[Dict[str, Any]]:
@@ -148,24 +178,53 @@ def real_padding(fix: Dict[str, Any]) -> Optional[Dict[str, Any]]:
     if not real.get("measured"):
         return {"measured": False, "reason": real.get("reason", "")}
     bucket = fix.get("bucket_by_length") or {}
-    return {"measured": True, "path": real.get("path"), "sampled_batches": real.get("sampled_batches"),
-            "batches_seen": real.get("batches_seen"), "mean": real.get("mean"),
-            "rows": [{"fix": "as fed", "lengths": None, "compiles": None,
-                      "overhead": fix.get("batches_real_padding_overhead")},
-                     {"fix": "pad_to_lengths", "lengths": fix.get("lengths"), "compiles": fix.get("compiles"),
-                      "overhead": fix.get("real_padding_overhead")}]
-            + ([{"fix": "bucket_by_length", "lengths": bucket.get("lengths"), "compiles": bucket.get("compiles"),
-                 "overhead": bucket.get("real_padding_overhead")}] if bucket else []),
-            "better_fix": fix.get("better_fix"), "compute_ratio": fix.get("compute_ratio"),
-            "bucket_code": bucket.get("code")}
+    return {
+        "measured": True,
+        "path": real.get("path"),
+        "sampled_batches": real.get("sampled_batches"),
+        "batches_seen": real.get("batches_seen"),
+        "mean": real.get("mean"),
+        "rows": [
+            {"fix": "as fed", "lengths": None, "compiles": None, "overhead": fix.get("batches_real_padding_overhead")},
+            {
+                "fix": "pad_to_lengths",
+                "lengths": fix.get("lengths"),
+                "compiles": fix.get("compiles"),
+                "overhead": fix.get("real_padding_overhead"),
+            },
+        ]
+        + (
+            [
+                {
+                    "fix": "bucket_by_length",
+                    "lengths": bucket.get("lengths"),
+                    "compiles": bucket.get("compiles"),
+                    "overhead": bucket.get("real_padding_overhead"),
+                }
+            ]
+            if bucket
+            else []
+        ),
+        "better_fix": fix.get("better_fix"),
+        "compute_ratio": fix.get("compute_ratio"),
+        "bucket_code": bucket.get("code"),
+    }
 
 
 def budget_advice(report: Dict[str, Any]) -> List[Dict[str, Any]]:
     """A card per phase over the compile budget (below the storm threshold): advice and fix."""
-    return [{"compiles": a.get("compiles"), "compile_seconds": a.get("compile_seconds"),
-             "recompile_seconds": a.get("recompile_seconds"), "wall_seconds": a.get("wall_seconds"),
-             "share": a.get("share"), "budget": a.get("budget"), **_advised(a)}
-            for a in report.get("advice") or []]
+    return [
+        {
+            "compiles": a.get("compiles"),
+            "compile_seconds": a.get("compile_seconds"),
+            "recompile_seconds": a.get("recompile_seconds"),
+            "wall_seconds": a.get("wall_seconds"),
+            "share": a.get("share"),
+            "budget": a.get("budget"),
+            **_advised(a),
+        }
+        for a in report.get("advice") or []
+    ]
 
 
 def jit_decision(report: Dict[str, Any]) -> Optional[Dict[str, Any]]:
@@ -176,16 +235,32 @@ def jit_decision(report: Dict[str, Any]) -> Optional[Dict[str, Any]]:
     medians, spreads = decision.get("medians") or {}, decision.get("spreads") or {}
     steps, blocks = decision.get("steps_measured") or {}, decision.get("blocks") or {}
     first = decision.get("first_call_seconds") or {}
-    return {"mode": decision.get("mode"), "basis": decision.get("basis"), "why": decision.get("why", ""),
-            "default": decision.get("default"),
-            "rows": [{"mode": m, "median": medians.get(m), "spread": spreads.get(m), "steps": steps.get(m, 0),
-                      "blocks": blocks.get(m, 0), "first_call": first.get(m), "kept": decision.get("mode") == m}
-                     for m in ("on", "off")],
-            "ratio": decision.get("ratio"), "trial_compile_seconds": decision.get("trial_compile_seconds"),
-            "predicted_saving_seconds": decision.get("predicted_saving_seconds"),
-            "steps_left": decision.get("steps_left"), "decided_at_step": decision.get("decided_at_step"),
-            "switches": decision.get("switches"), "expected_compiles": decision.get("expected_compiles"),
-            "revised_at_step": decision.get("revised_at_step")}
+    return {
+        "mode": decision.get("mode"),
+        "basis": decision.get("basis"),
+        "why": decision.get("why", ""),
+        "default": decision.get("default"),
+        "rows": [
+            {
+                "mode": m,
+                "median": medians.get(m),
+                "spread": spreads.get(m),
+                "steps": steps.get(m, 0),
+                "blocks": blocks.get(m, 0),
+                "first_call": first.get(m),
+                "kept": decision.get("mode") == m,
+            }
+            for m in ("on", "off")
+        ],
+        "ratio": decision.get("ratio"),
+        "trial_compile_seconds": decision.get("trial_compile_seconds"),
+        "predicted_saving_seconds": decision.get("predicted_saving_seconds"),
+        "steps_left": decision.get("steps_left"),
+        "decided_at_step": decision.get("decided_at_step"),
+        "switches": decision.get("switches"),
+        "expected_compiles": decision.get("expected_compiles"),
+        "revised_at_step": decision.get("revised_at_step"),
+    }
 
 
 def traces(report: Dict[str, Any], run: str) -> List[Dict[str, Any]]:
@@ -194,23 +269,38 @@ def traces(report: Dict[str, Any], run: str) -> List[Dict[str, Any]]:
     for entry in report.get("traces") or []:
         kind, _, path = str(entry).partition(": ")
         session = os.path.basename(path.rstrip("/\\")) if path else ""
-        out.append({"kind": kind, "session": session,
-                    "profile_run": f"{tensorboard_run(run)}/{session}" if session else None})
+        out.append(
+            {"kind": kind, "session": session, "profile_run": f"{tensorboard_run(run)}/{session}" if session else None}
+        )
     return out
 
 
 def summary(run: str, report: Dict[str, Any]) -> Dict[str, Any]:
     """One row of the compare view (several runs side by side, e.g. compare()'s three modes)."""
     s = status(report)
-    return {"run": run, "jit_mode": s["jit_mode"], "jit_active": s["jit_active"],
-            "compilation_count": s["compilation_count"], "total_compilations": s["total_compilations"],
-            "compile_seconds": s["compile_seconds"], "wall_seconds": s["wall_seconds"],
-            "steady_step_seconds": s["steady_step_seconds"], "storms": s["storms"],
-            "break_even_steps": s["break_even_steps"], "run_state": report.get("run_state")}
+    return {
+        "run": run,
+        "jit_mode": s["jit_mode"],
+        "jit_active": s["jit_active"],
+        "compilation_count": s["compilation_count"],
+        "total_compilations": s["total_compilations"],
+        "compile_seconds": s["compile_seconds"],
+        "wall_seconds": s["wall_seconds"],
+        "steady_step_seconds": s["steady_step_seconds"],
+        "storms": s["storms"],
+        "break_even_steps": s["break_even_steps"],
+        "run_state": report.get("run_state"),
+    }
 
 
-_NUMBERS = ("compile_seconds", "wall_seconds", "compile_share", "steady_step_seconds", "break_even_steps",
-            "cache_saved_seconds")
+_NUMBERS = (
+    "compile_seconds",
+    "wall_seconds",
+    "compile_share",
+    "steady_step_seconds",
+    "break_even_steps",
+    "cache_saved_seconds",
+)
 
 
 def check(report: Any) -> Any:
@@ -259,9 +349,11 @@ def state_message(report: Dict[str, Any], written: Optional[Dict[str, Any]] = No
     step = (written or {}).get("step")
     at = f" (at train step {step})" if step is not None else ""
     if state == "running":
-        return (f"This report was written while the fit was running{at}. If it is not running any more, it was "
-                "killed before its next flush (or its last events were not fully written): what is shown is what "
-                "it had logged by then.")
+        return (
+            f"This report was written while the fit was running{at}. If it is not running any more, it was "
+            "killed before its next flush (or its last events were not fully written): what is shown is what "
+            "it had logged by then."
+        )
     if state == "interrupted":
         stopped = next((n for n in report.get("notes") or [] if "stopped early" in n), None)
         return "Interrupted: " + (stopped or "the last call stopped early; the report holds what ran before.")
@@ -278,10 +370,20 @@ def run_view(run: str, report: Dict[str, Any], written: Optional[Dict[str, Any]]
         messages.append(state)
     dropped = report.get("compilations_dropped") or 0
     if dropped:
-        messages.append(f"{dropped} more compiles happened than the report lists (max_records): counts and "
-                        "seconds include them, the ledger and the timeline show the first "
-                        f"{len(report.get('compilations') or [])}")
-    return {"run": run, "status": status(report), "ledger": ledger(report.get("compilations") or []),
-            "storms": storms(report), "advice": budget_advice(report), "jit_decision": jit_decision(report),
-            "traces": traces(report, run),
-            "notes": list(report.get("notes") or []), "messages": messages, "written": written}
+        messages.append(
+            f"{dropped} more compiles happened than the report lists (max_records): counts and "
+            "seconds include them, the ledger and the timeline show the first "
+            f"{len(report.get('compilations') or [])}"
+        )
+    return {
+        "run": run,
+        "status": status(report),
+        "ledger": ledger(report.get("compilations") or []),
+        "storms": storms(report),
+        "advice": budget_advice(report),
+        "jit_decision": jit_decision(report),
+        "traces": traces(report, run),
+        "notes": list(report.get("notes") or []),
+        "messages": messages,
+        "written": written,
+    }

@@ -50,8 +50,10 @@ def cmd_report(args: List[str], as_json: bool, out=sys.stdout) -> int:
         return 2
     paths = find_reports(log_dir)
     if not paths:
-        print(f"xla-keras report: no {REPORT_FILE} under {log_dir!r}; was XlaMonitor(log_dir=...) "
-              "pointed there?", file=sys.stderr)
+        print(
+            f"xla-keras report: no {REPORT_FILE} under {log_dir!r}; was XlaMonitor(log_dir=...) pointed there?",
+            file=sys.stderr,
+        )
         return 1
     reports, failed = {}, 0
     for path in paths:
@@ -92,6 +94,7 @@ def cmd_doctor(args: List[str], out=sys.stdout) -> int:
         print("usage: xla-keras doctor", file=sys.stderr)
         return 2
     from xla_keras.tools.doctor import doctor, exit_code
+
     findings = doctor()
     for finding in findings:
         out.write(str(finding) + "\n")
@@ -105,6 +108,7 @@ def cmd_explain(args: List[str], out=sys.stdout) -> int:
         print("usage: xla-keras explain LOGFILE|-", file=sys.stderr)
         return 2
     from xla_keras.tools.explain import explain, render
+
     source = args[0]
     if source == "-":
         findings = explain(sys.stdin)
@@ -126,12 +130,12 @@ def run(argv: List[str]) -> int:
         return 0
     if args and args[0] == "--version":
         from xla_keras import __version__
+
         print(f"xla-keras {__version__}")
         return 0
     if not args or args[0] not in COMMANDS:
         given = repr(args[0]) if args else "nothing"
-        print(f"xla-keras: command must be one of {', '.join(COMMANDS)}; got {given}",
-              file=sys.stderr)
+        print(f"xla-keras: command must be one of {', '.join(COMMANDS)}; got {given}", file=sys.stderr)
         return 2
     if args[0] == "doctor":
         return cmd_doctor(args[1:])

@@ -45,8 +45,10 @@ class CompareTable:
         return {"steps": self.steps, "results": [asdict(r) for r in self.results]}
 
     def __str__(self) -> str:
-        head = (f"{'mode':15s} {'XLA ran':>8s} {'compiles':>8s} {'first step':>11s} {'compile':>9s} "
-                f"{'steady step':>12s} {'spread':>8s} {'vs off':>7s} {'break-even':>11s}")
+        head = (
+            f"{'mode':15s} {'XLA ran':>8s} {'compiles':>8s} {'first step':>11s} {'compile':>9s} "
+            f"{'steady step':>12s} {'spread':>8s} {'vs off':>7s} {'break-even':>11s}"
+        )
         lines = [f"xla_keras.compare: {self.steps} steps per mode, same initial weights and batches", head]
         for r in self.results:
             ran = {True: "yes", False: "NO", None: "?"}[r.xla_ran]
@@ -59,18 +61,23 @@ class CompareTable:
                 even = f"{r.break_even_step:.0f}"
             else:
                 even = "never" if r.speedup_vs_off is not None and r.speedup_vs_off <= 1 else "n/a"
-            lines.append(f"{r.mode:15s} {ran:>8s} {r.compiles:8d} {r.first_step_seconds * 1e3:9.0f} ms "
-                         f"{r.compile_seconds * 1e3:6.0f} ms {steady:>12s} {spread:>8s} {speed:>7s} {even:>11s}")
-        slower = [r.mode for r in self.results if r.speedup_vs_off is not None and r.speedup_vs_off < 1
-                  and r.mode != "off"]
+            lines.append(
+                f"{r.mode:15s} {ran:>8s} {r.compiles:8d} {r.first_step_seconds * 1e3:9.0f} ms "
+                f"{r.compile_seconds * 1e3:6.0f} ms {steady:>12s} {spread:>8s} {speed:>7s} {even:>11s}"
+            )
+        slower = [
+            r.mode for r in self.results if r.speedup_vs_off is not None and r.speedup_vs_off < 1 and r.mode != "off"
+        ]
         if slower:
             lines.append(f"XLA is slower than 'off' here for: {', '.join(slower)} (common on small CPUs).")
         for r in self.results:
             if r.xla_ran is False and r.mode != "off":
                 lines.append(f"{r.mode}: XLA did not run: {r.reason}")
             if r.op_level_compiles:
-                lines.append(f"{r.mode}: JAX also compiled {r.op_level_compiles} op-level executable(s) inside the "
-                             "steps (one per primitive and shape when a step runs op by op): in its compile time")
+                lines.append(
+                    f"{r.mode}: JAX also compiled {r.op_level_compiles} op-level executable(s) inside the "
+                    "steps (one per primitive and shape when a step runs op by op): in its compile time"
+                )
         if any(r.break_even_step == 0 for r in self.results):
             lines.append("break-even 0: that mode compiled less than 'off' did, so it is ahead from the first step.")
         return "\n".join(lines)
@@ -85,21 +92,25 @@ def _batches(data: Any, steps: int, batch_size: int, backend: str = "tensorflow"
     cycled (every step a mode times is a real step). Tensors on TensorFlow,
     numpy arrays on JAX (no TensorFlow needed unless the data is tf.data)."""
     import itertools
+
     if _is_tf_dataset(data):
         batches = list(data.take(steps).as_numpy_iterator() if backend == "jax" else data.take(steps))
     elif isinstance(data, (tuple, list)) and 1 <= len(data) <= 3:
         if backend == "jax":
             import numpy as np
+
             tensor = np.asarray
         else:
             import tensorflow as tf
+
             tensor = tf.constant
         n = len(data[0])
-        batches = [tuple(tensor(part[i:i + batch_size]) for part in data)
-                   for i in range(0, n, batch_size)][:steps]
+        batches = [tuple(tensor(part[i : i + batch_size]) for part in data) for i in range(0, n, batch_size)][:steps]
     else:
-        raise TypeError("data must be a tf.data.Dataset of batches or a tuple (x, y[, sample_weight]) of arrays; "
-                        f"got {type(data).__name__}")
+        raise TypeError(
+            "data must be a tf.data.Dataset of batches or a tuple (x, y[, sample_weight]) of arrays; "
+            f"got {type(data).__name__}"
+        )
     if not batches:
         raise ValueError("data yielded no batch")
     return list(itertools.islice(itertools.cycle(batches), steps))
@@ -114,8 +125,10 @@ def _dataset(batches: list, backend: str = "tensorflow") -> Any:
     import tensorflow as tf
 
     def spec(*leaves):
-        dims = [d if all(len(t.shape) == len(leaves[0].shape) and t.shape[i] == d for t in leaves) else None
-                for i, d in enumerate(leaves[0].shape)]
+        dims = [
+            d if all(len(t.shape) == len(leaves[0].shape) and t.shape[i] == d for t in leaves) else None
+            for i, d in enumerate(leaves[0].shape)
+        ]
         return tf.TensorSpec([None] + dims[1:], leaves[0].dtype)
 
     signature = tf.nest.map_structure(spec, *batches)
@@ -146,6 +159,7 @@ def _built(model: Any, batch: Any) -> Any:
 def _copier(model_or_builder: Union[Any, Callable[[], Any]], batch: Any) -> Callable[[], Any]:
     """Fresh compiled copies with the same initial weights and optimizer config."""
     import keras
+
     if isinstance(model_or_builder, keras.Model):
         source = model_or_builder
         if not source.compiled:
@@ -157,11 +171,14 @@ def _copier(model_or_builder: Union[Any, Callable[[], Any]], batch: Any) -> Call
             try:
                 clone = keras.models.clone_model(source)
             except Exception as error:  # noqa: BLE001 - say what to do instead
-                raise TypeError(f"compare() could not clone this model ({error}); pass a function that builds "
-                                "and compiles a new one instead") from error
+                raise TypeError(
+                    f"compare() could not clone this model ({error}); pass a function that builds "
+                    "and compiles a new one instead"
+                ) from error
             _built(clone, batch).set_weights(weights)
             clone.compile_from_config(config)
             return clone
+
         return copy
     if callable(model_or_builder):
         weights = _built(model_or_builder(), batch).get_weights()
@@ -170,14 +187,22 @@ def _copier(model_or_builder: Union[Any, Callable[[], Any]], batch: Any) -> Call
             model = _built(model_or_builder(), batch)
             model.set_weights(weights)
             return model
+
         return build
-    raise TypeError(f"model_or_builder must be a compiled keras.Model or a function returning one; "
-                    f"got {type(model_or_builder).__name__}")
+    raise TypeError(
+        f"model_or_builder must be a compiled keras.Model or a function returning one; "
+        f"got {type(model_or_builder).__name__}"
+    )
 
 
-def compare(model_or_builder: Union[Any, Callable[[], Any]], data: Any, steps: int = 50,
-            modes: Optional[Sequence[str]] = None, log_dir: Optional[str] = None,
-            batch_size: int = 32) -> CompareTable:
+def compare(
+    model_or_builder: Union[Any, Callable[[], Any]],
+    data: Any,
+    steps: int = 50,
+    modes: Optional[Sequence[str]] = None,
+    log_dir: Optional[str] = None,
+    batch_size: int = 32,
+) -> CompareTable:
     """Run the configurations side by side and return the table.
 
     Args:
@@ -201,6 +226,7 @@ def compare(model_or_builder: Union[Any, Callable[[], Any]], data: Any, steps: i
 
     from xla_keras.backends import backend_for
     from xla_keras.monitor import XlaMonitor
+
     backend_name = keras.backend.backend()
     backend = backend_for(backend_name)
     unsupported = backend().unsupported()
@@ -208,16 +234,20 @@ def compare(model_or_builder: Union[Any, Callable[[], Any]], data: Any, steps: i
         reason = unsupported.replace(" The fit goes on unmonitored.", "")
         raise RuntimeError(f"xla_keras.compare cannot run here: {reason}")
     comparable = tuple(m for m in backend.jit_modes if m not in ("keep", "fastest"))  # fastest picks among them
-    choices = ', '.join(map(repr, comparable))
+    choices = ", ".join(map(repr, comparable))
     if modes is None:
         modes = ("off", "autoclustering", "on") if backend_name == "tensorflow" else ("off", "on")
     if isinstance(modes, str):
-        raise ValueError(f"modes must be a sequence of modes drawn from {choices}, e.g. ({modes!r},); "
-                         f"got the string {modes!r}")
+        raise ValueError(
+            f"modes must be a sequence of modes drawn from {choices}, e.g. ({modes!r},); got the string {modes!r}"
+        )
     bad = [m for m in modes if m not in comparable]
     if bad or not modes:
-        extra = (" (auto-clustering is a TensorFlow feature; Keras runs the JAX backend here)"
-                 if "autoclustering" in bad and backend_name == "jax" else "")
+        extra = (
+            " (auto-clustering is a TensorFlow feature; Keras runs the JAX backend here)"
+            if "autoclustering" in bad and backend_name == "jax"
+            else ""
+        )
         raise ValueError(f"modes must be drawn from {choices}; got {list(modes)!r}{extra}")
     if integer(steps) is None or steps < 3:
         raise ValueError(f"steps must be an int >= 3; got {steps!r}")
@@ -244,8 +274,9 @@ def compare(model_or_builder: Union[Any, Callable[[], Any]], data: Any, steps: i
     results, monitors = [], {}
     for mode in order:
         model = new_model()
-        monitor = XlaMonitor(log_dir=os.path.join(log_dir, mode) if log_dir else None, jit=mode, verbose=0,
-                             profile=None)
+        monitor = XlaMonitor(
+            log_dir=os.path.join(log_dir, mode) if log_dir else None, jit=mode, verbose=0, profile=None
+        )
         timer = StepTimes()
         monitors[mode] = monitor
         model.fit(_dataset(batches, backend_name), epochs=1, callbacks=[timer, monitor], verbose=0)
@@ -257,12 +288,20 @@ def compare(model_or_builder: Union[Any, Callable[[], Any]], data: Any, steps: i
             q = statistics.quantiles(steady, n=4)
             spread = (q[2] - q[0]) * 1e3
         in_steps = report.other_compilations.get("in_steps") or {}
-        results.append(ModeResult(
-            mode=mode, xla_ran=report.jit_active, reason=report.jit_reason, compiles=report.total_compilations,
-            first_step_seconds=timer.times[0] if timer.times else 0.0,
-            compile_seconds=report.compile_seconds + float(in_steps.get("seconds", 0.0)),
-            steady_step_ms=statistics.median(steady) * 1e3 if steady else None, steady_spread_ms=spread,
-            steady_samples=len(steady), op_level_compiles=int(in_steps.get("count", 0))))
+        results.append(
+            ModeResult(
+                mode=mode,
+                xla_ran=report.jit_active,
+                reason=report.jit_reason,
+                compiles=report.total_compilations,
+                first_step_seconds=timer.times[0] if timer.times else 0.0,
+                compile_seconds=report.compile_seconds + float(in_steps.get("seconds", 0.0)),
+                steady_step_ms=statistics.median(steady) * 1e3 if steady else None,
+                steady_spread_ms=spread,
+                steady_samples=len(steady),
+                op_level_compiles=int(in_steps.get("count", 0)),
+            )
+        )
     baseline = results[0].steady_step_ms
     for r in results:
         if baseline and r.steady_step_ms and r.steady_samples >= 3 and results[0].steady_samples >= 3:
@@ -281,13 +320,16 @@ def _write_break_even(log_dir: str, results: List["ModeResult"], monitors: dict)
     """Each XLA mode's report learns its break-even against the "off" mode measured beside it (the
     monitor alone has no non-XLA baseline), so the report file and the XLA tab show it too."""
     from xla_keras.tensorboard.sink import OutputSink
+
     for r in results:
         if r.break_even_step is None:
             continue
         report = monitors[r.mode].report
         report.break_even_steps = r.break_even_step
-        report.notes.append(f"break-even measured by compare() against its 'off' mode ({results[0].steady_step_ms:.3f} "
-                            f"ms per steady step, vs {r.steady_step_ms:.3f} ms here)")
+        report.notes.append(
+            f"break-even measured by compare() against its 'off' mode ({results[0].steady_step_ms:.3f} "
+            f"ms per steady step, vs {r.steady_step_ms:.3f} ms here)"
+        )
         sink = OutputSink(os.path.join(log_dir, r.mode))
         sink.flush(report=lambda report=report: report, text=True, step=report.steps["train"])
         sink.close()
@@ -295,4 +337,5 @@ def _write_break_even(log_dir: str, results: List["ModeResult"], monitors: dict)
 
 def _now() -> float:
     import time
+
     return time.perf_counter()

@@ -23,55 +23,88 @@ class Pattern:
 
 
 PATTERNS = [
-    Pattern("unknown_tf_xla_flag", re.compile(r"Unknown flag in TF_XLA_FLAGS: (\S+)"),
-            "TensorFlow found a flag it does not know in TF_XLA_FLAGS and aborted the process at its first op.",
-            "Fatal: nothing ran.",
-            "Remove or correct the flag (`xla-keras doctor` checks TF_XLA_FLAGS before you start)."),
-    Pattern("unknown_xla_flag", re.compile(r"Unknown flags? in XLA_FLAGS: (.+)"),
-            "XLA found a flag it does not know in XLA_FLAGS and aborted at its first compile.",
-            "Fatal.", "Remove or correct the flag (`xla-keras doctor` checks XLA_FLAGS)."),
-    Pattern("not_using_xla_cpu", re.compile(r"Not using XLA:CPU for cluster"),
-            "Auto-clustering found clusters to compile, but TensorFlow's CPU global-jit flag is off, so on CPU "
-            "they run without XLA.",
-            "Yes if you asked for auto-clustering on CPU: XLA is not running.",
-            "Start with TF_XLA_FLAGS=--tf_xla_cpu_global_jit, or call xla_keras.configure(cpu_autoclustering=True) "
-            "right after import, before any model is built (the flag is read when TensorFlow creates its devices)."),
-    Pattern("compiled_cluster", re.compile(r"Compiled cluster using XLA!"),
-            "XLA compiled something in this process (logged once per process, whatever the number of compiles).",
-            "Information: XLA ran at least once. It says nothing about how often it recompiled.",
-            "Nothing to fix. To count compiles and their cost, use XlaMonitor."),
-    Pattern("compile_time", re.compile(r"Compilation of XLA executable time: ([0-9.]+) (h|min|s|ms|us)\b"
-                                       r"(?: \((\d+) us\))?"),
-            "One XLA compile and how long it took (TF_CPP_VMODULE=device_compiler=1).",
-            "Many of these during training means recompiles: each new input shape compiles again.",
-            "If they keep coming, fix the input shapes (XlaMonitor names the input and axis and computes "
-            "padding lengths), or switch XLA off for this model."),
-    Pattern("megamorphic", re.compile(r"megamorphic", re.IGNORECASE),
-            "A cluster compiled more than 10 times with fewer than 50 runs per compile: TensorFlow marked it "
-            "megamorphic and runs it without XLA from now on.",
-            "Yes: those compiles were wasted and that part of the graph no longer uses XLA.",
-            "Make the shapes stable (fixed batch size, drop_remainder=True, padding to a few lengths)."),
-    Pattern("retracing", re.compile(r"triggered tf\.function retracing"),
-            "A tf.function was traced again: Python arguments or tensor shapes/dtypes changed between calls.",
-            "Tracing costs time; under XLA each new concrete shape also compiles (even when tracing relaxes "
-            "shapes to None), so the same cause usually recompiles too.",
-            "Pass tensors, not Python values; fix the shapes; or use reduce_retracing=True / an input_signature."),
-    Pattern("keras_refused_jit", re.compile(r"Model doesn't support `?jit_compile=True`?"),
-            "Keras refused jit_compile=True: a layer has supports_jit=False or op determinism is enabled.",
-            "Yes if you expected XLA: the model runs without it (model.jit_compile reads False).",
-            "Find the layer (XlaMonitor(jit='on') names it), or accept running without XLA."),
-    Pattern("keras_multi_worker_fit", re.compile(r"Attempt to convert a value \(PerReplica:"),
-            "Something tried to turn a per-replica value into one tensor. Under MultiWorkerMirroredStrategy "
-            "this is Keras 3.15's own fit: it averages the first batch across workers to build the model and "
-            "fails before the first step (keras-team/keras#20585). Elsewhere, a PerReplica value reached code "
-            "that expects a tensor (e.g. outside strategy.run).",
-            "Fatal: the call failed.",
-            "Run the patch `xla-keras doctor` prints (with TF_CONFIG set) on every worker before fit, or use a "
-            "Keras release with the fix."),
-    Pattern("xla_service", re.compile(r"XLA service \S+ initialized for platform (\w+)"),
-            "XLA's runtime started for a platform.",
-            "Information only: it does not mean XLA compiled or ran anything.",
-            "Nothing to fix."),
+    Pattern(
+        "unknown_tf_xla_flag",
+        re.compile(r"Unknown flag in TF_XLA_FLAGS: (\S+)"),
+        "TensorFlow found a flag it does not know in TF_XLA_FLAGS and aborted the process at its first op.",
+        "Fatal: nothing ran.",
+        "Remove or correct the flag (`xla-keras doctor` checks TF_XLA_FLAGS before you start).",
+    ),
+    Pattern(
+        "unknown_xla_flag",
+        re.compile(r"Unknown flags? in XLA_FLAGS: (.+)"),
+        "XLA found a flag it does not know in XLA_FLAGS and aborted at its first compile.",
+        "Fatal.",
+        "Remove or correct the flag (`xla-keras doctor` checks XLA_FLAGS).",
+    ),
+    Pattern(
+        "not_using_xla_cpu",
+        re.compile(r"Not using XLA:CPU for cluster"),
+        "Auto-clustering found clusters to compile, but TensorFlow's CPU global-jit flag is off, so on CPU "
+        "they run without XLA.",
+        "Yes if you asked for auto-clustering on CPU: XLA is not running.",
+        "Start with TF_XLA_FLAGS=--tf_xla_cpu_global_jit, or call xla_keras.configure(cpu_autoclustering=True) "
+        "right after import, before any model is built (the flag is read when TensorFlow creates its devices).",
+    ),
+    Pattern(
+        "compiled_cluster",
+        re.compile(r"Compiled cluster using XLA!"),
+        "XLA compiled something in this process (logged once per process, whatever the number of compiles).",
+        "Information: XLA ran at least once. It says nothing about how often it recompiled.",
+        "Nothing to fix. To count compiles and their cost, use XlaMonitor.",
+    ),
+    Pattern(
+        "compile_time",
+        re.compile(
+            r"Compilation of XLA executable time: ([0-9.]+) (h|min|s|ms|us)\b"
+            r"(?: \((\d+) us\))?"
+        ),
+        "One XLA compile and how long it took (TF_CPP_VMODULE=device_compiler=1).",
+        "Many of these during training means recompiles: each new input shape compiles again.",
+        "If they keep coming, fix the input shapes (XlaMonitor names the input and axis and computes "
+        "padding lengths), or switch XLA off for this model.",
+    ),
+    Pattern(
+        "megamorphic",
+        re.compile(r"megamorphic", re.IGNORECASE),
+        "A cluster compiled more than 10 times with fewer than 50 runs per compile: TensorFlow marked it "
+        "megamorphic and runs it without XLA from now on.",
+        "Yes: those compiles were wasted and that part of the graph no longer uses XLA.",
+        "Make the shapes stable (fixed batch size, drop_remainder=True, padding to a few lengths).",
+    ),
+    Pattern(
+        "retracing",
+        re.compile(r"triggered tf\.function retracing"),
+        "A tf.function was traced again: Python arguments or tensor shapes/dtypes changed between calls.",
+        "Tracing costs time; under XLA each new concrete shape also compiles (even when tracing relaxes "
+        "shapes to None), so the same cause usually recompiles too.",
+        "Pass tensors, not Python values; fix the shapes; or use reduce_retracing=True / an input_signature.",
+    ),
+    Pattern(
+        "keras_refused_jit",
+        re.compile(r"Model doesn't support `?jit_compile=True`?"),
+        "Keras refused jit_compile=True: a layer has supports_jit=False or op determinism is enabled.",
+        "Yes if you expected XLA: the model runs without it (model.jit_compile reads False).",
+        "Find the layer (XlaMonitor(jit='on') names it), or accept running without XLA.",
+    ),
+    Pattern(
+        "keras_multi_worker_fit",
+        re.compile(r"Attempt to convert a value \(PerReplica:"),
+        "Something tried to turn a per-replica value into one tensor. Under MultiWorkerMirroredStrategy "
+        "this is Keras 3.15's own fit: it averages the first batch across workers to build the model and "
+        "fails before the first step (keras-team/keras#20585). Elsewhere, a PerReplica value reached code "
+        "that expects a tensor (e.g. outside strategy.run).",
+        "Fatal: the call failed.",
+        "Run the patch `xla-keras doctor` prints (with TF_CONFIG set) on every worker before fit, or use a "
+        "Keras release with the fix.",
+    ),
+    Pattern(
+        "xla_service",
+        re.compile(r"XLA service \S+ initialized for platform (\w+)"),
+        "XLA's runtime started for a platform.",
+        "Information only: it does not mean XLA compiled or ran anything.",
+        "Nothing to fix.",
+    ),
 ]
 
 
@@ -106,13 +139,21 @@ def explain(lines: Iterable[str]) -> List[Finding]:
 
 def render(findings: List[Finding], source: Optional[str] = None) -> str:
     if not findings:
-        return (f"No TensorFlow/XLA lines found{' in ' + source if source else ''}. TensorFlow hides most of them "
-                "unless TF_CPP_MIN_LOG_LEVEL=0 (and TF_CPP_VMODULE=device_compiler=1 for compile times).")
+        return (
+            f"No TensorFlow/XLA lines found{' in ' + source if source else ''}. TensorFlow hides most of them "
+            "unless TF_CPP_MIN_LOG_LEVEL=0 (and TF_CPP_VMODULE=device_compiler=1 for compile times)."
+        )
     out = []
     for f in findings:
         head = f"[{f.pattern.key}] {f.count} line(s), first at line {f.first_line}"
         if f.pattern.key == "compile_time":
             head += f": {f.count} compiles, {f.total_ms / 1e3:.2f} s in all"
-        out += [head, f"  e.g.    {f.examples[0]}", f"  means   {f.pattern.meaning}",
-                f"  matters {f.pattern.matters}", f"  fix     {f.pattern.fix}", ""]
+        out += [
+            head,
+            f"  e.g.    {f.examples[0]}",
+            f"  means   {f.pattern.meaning}",
+            f"  matters {f.pattern.matters}",
+            f"  fix     {f.pattern.fix}",
+            "",
+        ]
     return "\n".join(out).rstrip()

@@ -63,6 +63,7 @@ class JaxBackend(KerasBackend):
         """Under keras.distribution: each input's per-device shape, in words (attribute reads
         of the shardings, no transfer), or None when no input is split across devices."""
         import keras
+
         leaves = [leaf for leaf in keras.tree.flatten(batch) if hasattr(leaf, "shape")]
         parts = []
         for leaf, described in zip(leaves, signature):

@@ -35,8 +35,8 @@ CACHE_SAVED_EVENT = "/jax/compilation_cache/compile_time_saved_sec"
 
 def versions() -> dict:
     from xla_keras import __version__
-    return {"jax": _version("jax"), "jaxlib": _version("jaxlib"), "keras": _version("keras"),
-            "xla_keras": __version__}
+
+    return {"jax": _version("jax"), "jaxlib": _version("jaxlib"), "keras": _version("keras"), "xla_keras": __version__}
 
 
 def _is_jitted(obj: Any) -> bool:
@@ -105,6 +105,7 @@ def executable_count(step_fn: Any) -> Optional[int]:
 def user_data(model: Any) -> Any:
     """The ``x`` the user passed to the running fit / evaluate / predict (its frame's local), or None."""
     from xla_keras.backends.tensorflow._internals import _model_call_frames
+
     frame = next(_model_call_frames(model, ("fit", "evaluate", "predict")), None)
     return frame.get("x") if frame is not None else None
 
@@ -112,21 +113,33 @@ def user_data(model: Any) -> Any:
 def keras_distribution() -> Any:
     """Keras's global distribution (``keras.distribution.distribution()``), or None."""
     import keras
+
     return keras.distribution.distribution()
 
 
 def distribution_facts() -> dict:
     import jax
+
     dist = keras_distribution()
     processes = jax.process_count()
     if dist is None:
-        return {"name": "default", "default": True, "replicas": 1, "multi_worker": processes > 1,
-                "chief": jax.process_index() == 0}
+        return {
+            "name": "default",
+            "default": True,
+            "replicas": 1,
+            "multi_worker": processes > 1,
+            "chief": jax.process_index() == 0,
+        }
     mesh = getattr(dist, "device_mesh", None)
     devices = getattr(mesh, "devices", None)
     replicas = int(getattr(devices, "size", 0) or len(jax.devices()))
-    return {"name": type(dist).__name__, "default": False, "replicas": replicas, "multi_worker": processes > 1,
-            "chief": jax.process_index() == 0}
+    return {
+        "name": type(dist).__name__,
+        "default": False,
+        "replicas": replicas,
+        "multi_worker": processes > 1,
+        "chief": jax.process_index() == 0,
+    }
 
 
 def shard_shape(value: Any) -> Optional[Tuple[int, ...]]:
@@ -146,6 +159,7 @@ def devices() -> list:
     import logging
 
     import jax
+
     bridge = logging.getLogger("jax._src.xla_bridge")  # JAX's module logger
     level = bridge.level
     bridge.setLevel(logging.WARNING)
@@ -158,23 +172,29 @@ def devices() -> list:
 # --------------------------------------------------------------------------
 # JAX's persistent compilation cache (jax.config options).
 
+
 def cache_config() -> dict:
     import jax
-    return {"dir": jax.config.jax_compilation_cache_dir,
-            "min_compile_secs": float(jax.config.jax_persistent_cache_min_compile_time_secs),
-            "min_entry_bytes": int(jax.config.jax_persistent_cache_min_entry_size_bytes),
-            "enabled": bool(getattr(jax.config, "jax_enable_compilation_cache", True))}
+
+    return {
+        "dir": jax.config.jax_compilation_cache_dir,
+        "min_compile_secs": float(jax.config.jax_persistent_cache_min_compile_time_secs),
+        "min_entry_bytes": int(jax.config.jax_persistent_cache_min_entry_size_bytes),
+        "enabled": bool(getattr(jax.config, "jax_enable_compilation_cache", True)),
+    }
 
 
 def set_cache(directory: str, min_compile_secs: float) -> None:
     """Point JAX's persistent cache at ``directory``. JAX reads the directory when
     it first needs the cache; ``reset_cache`` makes a later change take effect."""
     import jax
+
     jax.config.update("jax_compilation_cache_dir", directory)
     jax.config.update("jax_persistent_cache_min_compile_time_secs", float(min_compile_secs))
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
     try:
         from jax._src import compilation_cache
+
         compilation_cache.reset_cache()
     except Exception:  # noqa: BLE001 - older JAX: the next compile reads the config
         pass
@@ -183,12 +203,14 @@ def set_cache(directory: str, min_compile_secs: float) -> None:
 # --------------------------------------------------------------------------
 # Traces for the Profile tab.
 
+
 class ProfilerBusy(RuntimeError):
     """Another profiling session is running."""
 
 
 def start_trace(logdir: str) -> None:
     import jax
+
     try:
         jax.profiler.start_trace(logdir)
     except RuntimeError as error:
@@ -199,4 +221,5 @@ def start_trace(logdir: str) -> None:
 
 def stop_trace() -> None:
     import jax
+
     jax.profiler.stop_trace()

@@ -29,10 +29,13 @@ MODES = ("keep", "on", "off", "fastest")
 AUTOCLUSTERING_REFUSED = (
     "jit='autoclustering' is a TensorFlow feature (TensorFlow picks clusters of its graph for XLA); Keras runs "
     "the JAX backend here, where a jitted step is already one whole XLA program. Choose 'keep', 'on', 'off' or "
-    "'fastest'")
+    "'fastest'"
+)
 
-OP_BY_OP = ("JAX still compiles one small executable per primitive and input shape when it runs a step op by "
-            "op; those are counted apart (report.other_compilations['in_steps']), not as step compiles")
+OP_BY_OP = (
+    "JAX still compiles one small executable per primitive and input shape when it runs a step op by "
+    "op; those are counted apart (report.other_compilations['in_steps']), not as step compiles"
+)
 
 # What configure(cache_dir=...) asked, for the report.
 _opt_in: dict = {"cache_dir": None}
@@ -54,8 +57,10 @@ def configure(cpu_autoclustering: bool = False, cache_dir: Optional[str] = None)
     if not isinstance(cpu_autoclustering, bool):
         raise TypeError(f"cpu_autoclustering must be True or False; got {cpu_autoclustering!r}")
     if cpu_autoclustering:
-        raise ValueError("cpu_autoclustering=True is a TensorFlow setting (auto-clustering); Keras runs the JAX "
-                         "backend here, where jit_compile=True already compiles each step whole. Leave it False")
+        raise ValueError(
+            "cpu_autoclustering=True is a TensorFlow setting (auto-clustering); Keras runs the JAX "
+            "backend here, where jit_compile=True already compiles each step whole. Leave it False"
+        )
     result = {}
     if cache_dir is not None:
         if not isinstance(cache_dir, (str, os.PathLike)) or not str(cache_dir):
@@ -73,8 +78,12 @@ def persistent_cache() -> Optional[dict]:
     config = _internals.cache_config()
     if not config["dir"] or not config["enabled"]:
         return None
-    return {"dir": os.path.abspath(config["dir"]), "effective": True, "read_only": False,
-            "min_compile_secs": config["min_compile_secs"]}
+    return {
+        "dir": os.path.abspath(config["dir"]),
+        "effective": True,
+        "read_only": False,
+        "min_compile_secs": config["min_compile_secs"],
+    }
 
 
 class JitController:
@@ -104,12 +113,12 @@ class JitController:
                     f"under {facts['name']} over {facts['replicas']} devices"
                     + (" in several processes" if facts["multi_worker"] else "")
                     + ": each process would time its own shard, and one decision for all needs a collective the "
-                    "monitor does not issue")
+                    "monitor does not issue"
+                )
                 return False
             self.refusal = fastest_blocked(_internals.layers_without_jit(model))
             if not self.refusal:
-                self._model_jit.apply(model, self.start_on if self.start_on is not None
-                                      else _internals.auto_jit(model))
+                self._model_jit.apply(model, self.start_on if self.start_on is not None else _internals.auto_jit(model))
             return False
         if not self._model_jit.apply(model, self.mode == "on"):
             blockers = _internals.layers_without_jit(model)
@@ -130,15 +139,22 @@ class JitController:
 
     def read_back(self, model: Any, step_fn: Any) -> JitState:
         """What really runs, from the step function Keras's JAX trainer built."""
-        done = fallback_or_eager(self.mode, self.fallback_reason, model.run_eagerly, self.refusal,
-                                 after_fallback=f"; the step now runs op by op ({OP_BY_OP})")
+        done = fallback_or_eager(
+            self.mode,
+            self.fallback_reason,
+            model.run_eagerly,
+            self.refusal,
+            after_fallback=f"; the step now runs op by op ({OP_BY_OP})",
+        )
         if done is not None:
             return done
         state = JitState(self.mode)
         if _internals.is_jitted(step_fn):
             state.active = True
-            state.reason = self.refusal or ("jax.jit on the step function that runs: every step is one XLA "
-                                            "program, compiled once per new input signature")
+            state.reason = self.refusal or (
+                "jax.jit on the step function that runs: every step is one XLA "
+                "program, compiled once per new input signature"
+            )
             return state
         state.active = False
         if self.refusal:
@@ -146,8 +162,10 @@ class JitController:
         elif self.mode == "off":
             state.reason = f"jit='off': the step runs op by op, no whole-step XLA program ({OP_BY_OP})"
         else:
-            state.reason = ("XLA is OFF for the step: the model was compiled with jit_compile=False, so the step "
-                            f"runs op by op ({OP_BY_OP}). Pass jit='on' to compile it whole")
+            state.reason = (
+                "XLA is OFF for the step: the model was compiled with jit_compile=False, so the step "
+                f"runs op by op ({OP_BY_OP}). Pass jit='on' to compile it whole"
+            )
         return state
 
 

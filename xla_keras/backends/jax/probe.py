@@ -75,6 +75,7 @@ class EventRecorder:
             if self._registered:
                 return
             from jax import monitoring
+
             monitoring.register_event_duration_secs_listener(self._on_duration)
             monitoring.register_event_listener(self._on_event)
             self._registered = True
@@ -121,11 +122,13 @@ RECORDER = EventRecorder()
 UNNAMED_EVENTS = (
     "JAX {version} names no function in its compile events (JAX 0.6.1 and later do): the step's compiles are "
     "the growth of its jitted function's executable cache, taken in order from the unnamed compile events of "
-    "the call (the step runs before any helper of its call, e.g. predict's concatenate)")
+    "the call (the step runs before any helper of its call, e.g. predict's concatenate)"
+)
 
 
-def split(events: List[Event], compiled: Optional[str], traced: Optional[str],
-          unnamed_steps: Optional[int] = None) -> Tuple[list, list, list]:
+def split(
+    events: List[Event], compiled: Optional[str], traced: Optional[str], unnamed_steps: Optional[int] = None
+) -> Tuple[list, list, list]:
     """(seconds of each step executable, whether each was a cache load, the other compiles' events).
 
     Events without a name (JAX before 0.6.1) inside a jitted step call: the first ``unnamed_steps``
@@ -148,8 +151,10 @@ def split(events: List[Event], compiled: Optional[str], traced: Optional[str],
             pending, unnamed_trace = 0.0, 0.0
         elif event == _internals.TRACE_EVENT and compiled is not None and unnamed:
             unnamed_trace = max(unnamed_trace, seconds)
-        elif compiled is not None and ((event == _internals.LOWER_EVENT and (name == compiled or unnamed))
-                                       or (event == _internals.TRACE_EVENT and name == traced)):
+        elif compiled is not None and (
+            (event == _internals.LOWER_EVENT and (name == compiled or unnamed))
+            or (event == _internals.TRACE_EVENT and name == traced)
+        ):
             pending += seconds
         elif event != _internals.TRACE_EVENT:
             other.append(record)
@@ -165,11 +170,11 @@ class JaxProbe:
     def __init__(self, notes: Notes, step_function: Callable[[str], Any], watching: Callable[[], bool]):
         self.notes = notes
         self._step_function = step_function  # phase -> the function that runs per batch
-        self._watching = watching            # the monitor is inside a fit / evaluate / predict
+        self._watching = watching  # the monitor is inside a fit / evaluate / predict
         self.cache: Optional[dict] = None
         self.used = False
-        self.op_level = Totals()             # compiles inside step calls that are not the step's executable
-        self.outside = Totals()              # compiles outside the step calls, while watching
+        self.op_level = Totals()  # compiles inside step calls that are not the step's executable
+        self.outside = Totals()  # compiles outside the step calls, while watching
         self.off = ""
         self._sizes: Dict[str, Tuple[int, Optional[int]]] = {}  # phase -> (id of the step fn, executables it held)
         RECORDER.register()
@@ -177,8 +182,7 @@ class JaxProbe:
 
     @property
     def facts(self) -> ProbeFacts:
-        return ProbeFacts(used=self.used, framework=f"JAX {_internals.versions()['jax']}",
-                          source="jax.monitoring")
+        return ProbeFacts(used=self.used, framework=f"JAX {_internals.versions()['jax']}", source="jax.monitoring")
 
     def configure(self, cache: Optional[dict], multi_worker: bool) -> None:
         self.cache = cache if cache and cache.get("effective") else None
@@ -210,8 +214,9 @@ class JaxProbe:
             if now[1] is not None:
                 held = before[1] if before is not None and before[0] == now[0] and before[1] is not None else 0
                 unnamed_steps = max(0, now[1] - held)
-        modules, loads, other = split(handle, _internals.compiled_name(step_fn), _internals.traced_name(step_fn),
-                                      unnamed_steps)
+        modules, loads, other = split(
+            handle, _internals.compiled_name(step_fn), _internals.traced_name(step_fn), unnamed_steps
+        )
         if other:
             self.op_level.add(other)
         if not modules:

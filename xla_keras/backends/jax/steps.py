@@ -49,8 +49,9 @@ class StepWrappers(WrapperChain):
     """One monitor's wrappers on Keras's JAX step functions."""
 
     def __init__(self, owner: Any):
-        super().__init__(owner, _make_wrapper, _internals.find_step_function, _internals.is_jitted,
-                         _internals.is_jitted)
+        super().__init__(
+            owner, _make_wrapper, _internals.find_step_function, _internals.is_jitted, _internals.is_jitted
+        )
 
 
 def _make_wrapper(model: Any, phase: str, observer: Any):

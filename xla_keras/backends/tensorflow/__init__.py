@@ -33,7 +33,8 @@ MULTI_WORKER_PROFILER = (
     "under MultiWorkerMirroredStrategy the monitor does not start the profiler (TensorFlow 2.21 aborted the "
     "worker process when a profiling session stopped, about 1 run in 4 in our tests): new input signatures are "
     "counted as compiles and their seconds estimated from step time; auto-clustering's modules are not counted "
-    "one by one, and automatic traces are off (profile=(start, stop) still traces, at that risk)")
+    "one by one, and automatic traces are off (profile=(start, stop) still traces, at that risk)"
+)
 
 
 class TensorFlowBackend(KerasBackend):
@@ -68,10 +69,12 @@ class TensorFlowBackend(KerasBackend):
         if _internals.is_keras3_model(model):
             return None
         kind = f"{type(model).__module__}.{type(model).__qualname__}"
-        return (f"XlaMonitor observes Keras 3 models, and this is a {kind} (tf_keras / TF_USE_LEGACY_KERAS=1, or "
-                "Keras 2): its fit builds its step functions differently, so the monitor steps aside and the fit "
-                "goes on unmonitored. Fix: build the model with Keras 3 (`import keras`, without "
-                "TF_USE_LEGACY_KERAS=1)")
+        return (
+            f"XlaMonitor observes Keras 3 models, and this is a {kind} (tf_keras / TF_USE_LEGACY_KERAS=1, or "
+            "Keras 2): its fit builds its step functions differently, so the monitor steps aside and the fit "
+            "goes on unmonitored. Fix: build the model with Keras 3 (`import keras`, without "
+            "TF_USE_LEGACY_KERAS=1)"
+        )
 
     # ------------------------------------------------------------ step functions
 
@@ -116,4 +119,5 @@ class TensorFlowBackend(KerasBackend):
 
     def multi_worker_fit_problem(self) -> Optional[str]:
         from xla_keras.backends.tensorflow.multiworker import keras_fit_problem
+
         return keras_fit_problem()

@@ -33,8 +33,16 @@ class InternalsMoved(RuntimeError):
 
 # Other distributions of the same modules: pip metadata names the distribution, not the module.
 _DISTRIBUTIONS = {
-    "tensorflow": ("tensorflow", "tensorflow-cpu", "tensorflow-gpu", "tensorflow-intel", "tensorflow-macos",
-                   "tf-nightly", "tf-nightly-cpu", "intel-tensorflow"),
+    "tensorflow": (
+        "tensorflow",
+        "tensorflow-cpu",
+        "tensorflow-gpu",
+        "tensorflow-intel",
+        "tensorflow-macos",
+        "tf-nightly",
+        "tf-nightly-cpu",
+        "intel-tensorflow",
+    ),
     "keras": ("keras", "keras-nightly"),
 }
 
@@ -45,10 +53,12 @@ def _version(package: str) -> str:
     (tensorflow-cpu, keras-nightly, ...). Never imports the module (doctor must not start TensorFlow
     before it has checked TF_XLA_FLAGS)."""
     import sys
+
     module = sys.modules.get(package)
     if module is not None and isinstance(getattr(module, "__version__", None), str):
         return module.__version__
     from importlib.metadata import PackageNotFoundError, version
+
     for distribution in _DISTRIBUTIONS.get(package, (package,)):
         try:
             return version(distribution)
@@ -62,6 +72,7 @@ def _version(package: str) -> str:
 def _release(text: str) -> Tuple[int, ...]:
     """(major, minor, patch) of a version string such as "2.16.2" or "3.7.0.dev2024"."""
     import re
+
     return tuple(int(part) for part in re.findall(r"\d+", text)[:3]) or (0,)
 
 
@@ -84,20 +95,24 @@ def keras_unsupported() -> Optional[str]:
     installed = keras_version()
     if installed >= MIN_KERAS or installed == (0,):  # unknown (no version found): assume it can
         return None
-    return (f"Keras {_version('keras')} is older than {'.'.join(map(str, MIN_KERAS))}: its train function "
-            "pulls batches inside a tf.function (one_step_on_iterator), so the monitor cannot read the input "
-            "shapes without breaking fit. The fit goes on unmonitored. Fix: pip install \"keras>=3.7\" "
-            "(it runs on TensorFlow 2.16 and later)")
+    return (
+        f"Keras {_version('keras')} is older than {'.'.join(map(str, MIN_KERAS))}: its train function "
+        "pulls batches inside a tf.function (one_step_on_iterator), so the monitor cannot read the input "
+        'shapes without breaking fit. The fit goes on unmonitored. Fix: pip install "keras>=3.7" '
+        "(it runs on TensorFlow 2.16 and later)"
+    )
 
 
 def is_keras3_model(model: Any) -> bool:
     """A Keras 3 model (not tf_keras / TF_USE_LEGACY_KERAS=1 / Keras 2)."""
     import keras
+
     return isinstance(model, keras.Model)
 
 
 def versions() -> dict:
     from xla_keras import __version__
+
     return {"tensorflow": _version("tensorflow"), "keras": _version("keras"), "xla_keras": __version__}
 
 
@@ -115,6 +130,7 @@ def _is_tf_function(obj: Any) -> bool:
     # __dict__ (so _jit_compile too) onto a plain function: insist on the
     # real tf.function type, reached through __wrapped__.
     import tensorflow as tf
+
     return isinstance(obj, tf.types.experimental.PolymorphicFunction) and hasattr(obj, "_jit_compile")
 
 
@@ -174,8 +190,10 @@ def tracing_count(step_fn: Any) -> Optional[int]:
 # --------------------------------------------------------------------------
 # Batches: the iterator Keras passes in and distribution wrappers.
 
+
 def data_iterator_types() -> Tuple[type, ...]:
     import tensorflow as tf
+
     return (tf.data.Iterator, tf.distribute.DistributedIterator)
 
 
@@ -189,6 +207,7 @@ def unwrap_distributed(value: Any) -> Any:
         raise InternalsMoved("tensorflow.python.distribute.values", e) from e
     if isinstance(value, ds_values.DistributedValues):
         from xla_keras.core.signatures import Replicas
+
         return Replicas(value.values)
     return value
 
@@ -196,9 +215,11 @@ def unwrap_distributed(value: Any) -> Any:
 # --------------------------------------------------------------------------
 # Global XLA flags.
 
+
 def _tf_session_module():
     try:
         from tensorflow.python.client import _pywrap_tf_session
+
         _pywrap_tf_session.TF_SetTfXlaCpuGlobalJit  # noqa: B018 - presence check
         return _pywrap_tf_session
     except (ImportError, AttributeError) as e:
@@ -223,6 +244,7 @@ def devices_initialized() -> bool:
     which flags read at device creation no longer take effect."""
     try:
         from tensorflow.python.eager import context
+
         return bool(context.context()._initialized)
     except (ImportError, AttributeError) as e:
         raise InternalsMoved("tensorflow.python.eager.context.context()._initialized", e) from e
@@ -258,6 +280,7 @@ def autoclustering_setting() -> Optional[bool]:
     TF_XLA_FLAGS default applies), True (autoclustering) or False (off)."""
     try:
         from tensorflow.python.eager import context
+
         return context.context()._optimizer_jit
     except (ImportError, AttributeError) as e:
         raise InternalsMoved("tensorflow.python.eager.context.context()._optimizer_jit", e) from e
@@ -265,6 +288,7 @@ def autoclustering_setting() -> Optional[bool]:
 
 def restore_autoclustering_setting(value: Optional[bool]) -> None:
     from tensorflow.python.eager import context
+
     context.context().optimizer_jit = value  # None puts the TF_XLA_FLAGS default back
 
 
@@ -272,6 +296,7 @@ def autoclustering_enabled() -> bool:
     """Whether graphs are auto-clustered: set from Python, or by the
     TF_XLA_FLAGS default when Python never set a level."""
     import tensorflow as tf
+
     if tf.config.optimizer.get_jit() == "autoclustering":
         return True
     return autoclustering_setting() is None and env_auto_jit_on()
@@ -279,16 +304,19 @@ def autoclustering_enabled() -> bool:
 
 def set_autoclustering(enabled: bool) -> None:
     import tensorflow as tf
+
     tf.config.optimizer.set_jit("autoclustering" if enabled else False)
 
 
 def has_accelerator() -> bool:
     import tensorflow as tf
+
     return any(d.device_type != "CPU" for d in tf.config.list_physical_devices())
 
 
 # --------------------------------------------------------------------------
 # The in-memory profiler probe.
+
 
 class ProfilerBusy(RuntimeError):
     """Another profiler session (e.g. keras.callbacks.TensorBoard's) is running."""
@@ -344,8 +372,11 @@ def stop_probe(probe: Probe) -> List[TraceEvent]:
         raise InternalsMoved("tensorflow.tsl.profiler.protobuf.trace_events_pb2", e) from e
     trace = trace_events_pb2.Trace()
     trace.ParseFromString(data)
-    return [TraceEvent((e.device_id, e.resource_id), e.name, e.timestamp_ps, e.duration_ps)
-            for e in trace.trace_events if e.duration_ps > 0]
+    return [
+        TraceEvent((e.device_id, e.resource_id), e.name, e.timestamp_ps, e.duration_ps)
+        for e in trace.trace_events
+        if e.duration_ps > 0
+    ]
 
 
 def abandon_probe(probe: Probe) -> None:
@@ -375,9 +406,11 @@ def profiler_sees_xla_compiler() -> Optional[bool]:
 # --------------------------------------------------------------------------
 # Distribution.
 
+
 def strategy_facts(model: Any) -> dict:
     """Name, replica count, multi-worker-ness and chief-ness of the model's strategy."""
     import tensorflow as tf
+
     strategy = model.distribute_strategy
     extended = strategy.extended
     multi_worker = isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy)
@@ -402,14 +435,19 @@ def keras_multi_worker_fit_faults() -> List[str]:
     The multi-worker test proves this agrees with what fit does on two workers."""
     import inspect
     import re
+
     try:
         from keras.src.backend.tensorflow import trainer
+
         functions = {"build": trainer.TensorFlowTrainer._maybe_symbolic_build, "logs": trainer.reduce_per_replica}
     except (ImportError, AttributeError) as e:
-        raise InternalsMoved("keras.src.backend.tensorflow.trainer (_maybe_symbolic_build, reduce_per_replica)",
-                             e) from e
-    patterns = {"build": r"distribute_strategy\.reduce\(\s*[\"']MEAN[\"']",
-                "logs": r"strategy\.reduce\(\s*[\"']MEAN[\"'],\s*v,\s*axis=0\s*\)"}
+        raise InternalsMoved(
+            "keras.src.backend.tensorflow.trainer (_maybe_symbolic_build, reduce_per_replica)", e
+        ) from e
+    patterns = {
+        "build": r"distribute_strategy\.reduce\(\s*[\"']MEAN[\"']",
+        "logs": r"strategy\.reduce\(\s*[\"']MEAN[\"'],\s*v,\s*axis=0\s*\)",
+    }
     faults = []
     for name, function in functions.items():
         try:
@@ -467,11 +505,13 @@ def auto_jit(model: Any) -> bool:
 # --------------------------------------------------------------------------
 # Trace windows for the Profile tab (tf.profiler.experimental).
 
+
 def start_trace(logdir: str) -> None:
     """tf.profiler.experimental.start, without its leak: when it fails because
     a low-level session is running, TF 2.21 leaves its module-level session
     set, so every later start in the process fails too. Undo that."""
     import tensorflow as tf
+
     try:
         from tensorflow.python.profiler import profiler_v2
     except ImportError as e:
@@ -493,6 +533,7 @@ def start_trace(logdir: str) -> None:
                 except Exception:  # noqa: BLE001 - it never started
                     pass
                 session = None  # its destructor logs: inside the quiet window
+
             without_profiler_lines(drop)
         raise
 
@@ -500,6 +541,7 @@ def start_trace(logdir: str) -> None:
 def stop_trace() -> None:
     import tensorflow as tf
     from tensorflow.python.profiler import profiler_v2
+
     try:
         without_profiler_lines(tf.profiler.experimental.stop)
     except BaseException:
@@ -514,6 +556,7 @@ def _model_call_frames(model: Any, names: Tuple[str, ...]):
     """Locals of the frames, innermost first, of ``model.<name>(...)`` calls on the stack.
     Walks frames: call it once per fit / evaluate / predict, never per step."""
     import sys
+
     frame = sys._getframe(2)
     while frame is not None:
         if frame.f_code.co_name in names and frame.f_locals.get("self") is model:
@@ -551,6 +594,7 @@ def running_callback_list(model: Any) -> Any:
     / ``predict`` (its ``callbacks`` local), or None outside them. Validation
     inside fit shares fit's list."""
     import keras
+
     for local in _model_call_frames(model, ("fit", "evaluate", "predict")):
         callbacks = local.get("callbacks")
         # A user's own fit() override holds a plain list: Keras's is further up.
@@ -564,7 +608,11 @@ def keras_profile_windows(model: Any) -> List[Tuple[int, int]]:
     """(start, stop) batches that keras.callbacks.TensorBoard callbacks of the
     running fit will profile, found through the fit call's `callbacks` local."""
     import keras
+
     local = running_fit(model)
     callback_list = local.get("callbacks") if local is not None else None
-    return [(int(cb._start_batch), int(cb._stop_batch)) for cb in getattr(callback_list, "callbacks", None) or []
-            if isinstance(cb, keras.callbacks.TensorBoard) and getattr(cb, "_stop_batch", 0) > 0]
+    return [
+        (int(cb._start_batch), int(cb._stop_batch))
+        for cb in getattr(callback_list, "callbacks", None) or []
+        if isinstance(cb, keras.callbacks.TensorBoard) and getattr(cb, "_stop_batch", 0) > 0
+    ]

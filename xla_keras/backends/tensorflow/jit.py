@@ -27,16 +27,25 @@ from xla_keras.jit.modes import (
     validate_mode,
 )
 
-__all__ = ["configure", "persistent_cache", "cpu_autoclustering_effective", "JitController", "MODES",
-           "FIX_CPU_AUTOCLUSTERING", "XlaKerasWarning"]
+__all__ = [
+    "configure",
+    "persistent_cache",
+    "cpu_autoclustering_effective",
+    "JitController",
+    "MODES",
+    "FIX_CPU_AUTOCLUSTERING",
+    "XlaKerasWarning",
+]
 FIX_CPU_AUTOCLUSTERING = (
     "call xla_keras.configure(cpu_autoclustering=True) right after import, before any "
     "model is built, or start Python with TF_XLA_FLAGS=--tf_xla_cpu_global_jit"
 )
 
 # What configure() did, so the monitor can tell an early opt-in from a late one.
-_opt_in: dict = {"cpu_autoclustering": None,  # None: not asked; True: in time; False: too late
-                 "cache_dir": None}  # (absolute dir, in time) once asked
+_opt_in: dict = {
+    "cpu_autoclustering": None,  # None: not asked; True: in time; False: too late
+    "cache_dir": None,
+}  # (absolute dir, in time) once asked
 
 
 def configure(cpu_autoclustering: bool = False, cache_dir: Optional[str] = None) -> dict:
@@ -79,7 +88,10 @@ def configure(cpu_autoclustering: bool = False, cache_dir: Optional[str] = None)
                 "xla_keras.configure(cache_dir=...) came too late: TensorFlow has already created its devices "
                 "and read TF_XLA_FLAGS, so no persistent compilation cache is used in this process. Fix: call "
                 "it right after import, before any model is built, or start Python with "
-                f"TF_XLA_FLAGS=--tf_xla_persistent_cache_directory={path}.", XlaKerasWarning, stacklevel=2)
+                f"TF_XLA_FLAGS=--tf_xla_persistent_cache_directory={path}.",
+                XlaKerasWarning,
+                stacklevel=2,
+            )
         _opt_in["cache_dir"] = (path, in_time)
         result["cache_dir"] = in_time
     if cpu_autoclustering:
@@ -90,7 +102,10 @@ def configure(cpu_autoclustering: bool = False, cache_dir: Optional[str] = None)
             warnings.warn(
                 "xla_keras.configure(cpu_autoclustering=True) came too late: TensorFlow has already "
                 "created its devices, so auto-clustering on CPU will compile nothing in this process. "
-                f"Fix: {FIX_CPU_AUTOCLUSTERING}.", XlaKerasWarning, stacklevel=2)
+                f"Fix: {FIX_CPU_AUTOCLUSTERING}.",
+                XlaKerasWarning,
+                stacklevel=2,
+            )
         result["cpu_autoclustering"] = in_time
     return result
 
@@ -183,13 +198,18 @@ class JitController:
                 f"jit='on' refused under {facts['name']} with {facts['replicas']} replicas: "
                 "jit_compile=True crashes fit there (XLA cannot reach variables on another "
                 "replica's device; CPU collectives are not implemented under XLA) while the flag "
-                "still reads True. Use jit='autoclustering' instead")
+                "still reads True. Use jit='autoclustering' instead"
+            )
             return False
         if not self._model_jit.apply(model, self.mode == "on"):
             blockers = _internals.layers_without_jit(model)
-            why = (f"layers with supports_jit=False: {', '.join(blockers)}" if blockers else
-                   "op determinism is enabled (tf.config.experimental.enable_op_determinism)"
-                   if _internals.op_determinism_enabled() else "Keras's model_supports_jit said no")
+            why = (
+                f"layers with supports_jit=False: {', '.join(blockers)}"
+                if blockers
+                else "op determinism is enabled (tf.config.experimental.enable_op_determinism)"
+                if _internals.op_determinism_enabled()
+                else "Keras's model_supports_jit said no"
+            )
             self.refusal = f"Keras refused jit_compile=True ({why}); the model runs without XLA"
         # "off" and "on" both mean: no auto-clustering around the step function.
         return self._set_autoclustering(self.mode == "autoclustering")
@@ -201,7 +221,8 @@ class JitController:
             self.refusal = fastest_as_keep(
                 f"under {facts['name']} with {facts['replicas']} replicas"
                 + (" across workers" if facts["multi_worker"] else "")
-                + ": jit_compile=True is refused there (see jit='on'), so only one mode can run")
+                + ": jit_compile=True is refused there (see jit='on'), so only one mode can run"
+            )
             return False
         self.refusal = fastest_blocked(_internals.layers_without_jit(model), _internals.op_determinism_enabled())
         if self.refusal:
@@ -240,8 +261,10 @@ class JitController:
         state = JitState(self.mode)
         if _internals.function_jit_flag(step_fn):
             state.active = True
-            state.reason = self.refusal or ("jit_compile=True on the step function that runs: every step is one "
-                                            "XLA program, compiled once per new input signature")
+            state.reason = self.refusal or (
+                "jit_compile=True on the step function that runs: every step is one "
+                "XLA program, compiled once per new input signature"
+            )
             return state
         if _internals.autoclustering_enabled():
             return self._read_back_autoclustering(state)
@@ -264,21 +287,26 @@ class JitController:
             state.reason = (
                 "auto-clustering was requested, but on CPU it compiles nothing unless TensorFlow's "
                 "CPU global-jit flag is set before TensorFlow creates its devices, and it was not "
-                f"(or too late): no cluster compiles in this process. Fix: {FIX_CPU_AUTOCLUSTERING}")
+                f"(or too late): no cluster compiles in this process. Fix: {FIX_CPU_AUTOCLUSTERING}"
+            )
             return state
         state.autoclustering = True
-        state.reason = ("auto-clustering on CPU (global-jit flag set in time): TensorFlow compiles "
-                        "clusters of the graph with XLA")
+        state.reason = (
+            "auto-clustering on CPU (global-jit flag set in time): TensorFlow compiles clusters of the graph with XLA"
+        )
         return state
 
     @staticmethod
     def _why_keep_is_off(model: Any) -> str:
         facts = _internals.strategy_facts(model)
         if not facts["default"]:
-            return (f"XLA is OFF for this fit: Keras resolves jit_compile='auto' to False under "
-                    f"tf.distribute ({facts['name']}), and the model's jit_compile is False")
+            return (
+                f"XLA is OFF for this fit: Keras resolves jit_compile='auto' to False under "
+                f"tf.distribute ({facts['name']}), and the model's jit_compile is False"
+            )
         if not _internals.has_accelerator():
-            return ("XLA is OFF for this fit: Keras resolved jit_compile='auto' to False (no GPU), "
-                    "or the model was compiled with jit_compile=False. Pass jit='on' to try it")
+            return (
+                "XLA is OFF for this fit: Keras resolved jit_compile='auto' to False (no GPU), "
+                "or the model was compiled with jit_compile=False. Pass jit='on' to try it"
+            )
         return "XLA is OFF for this fit: the model was compiled with jit_compile=False"
-

@@ -19,7 +19,7 @@ from typing import List, Optional
 KERAS_ISSUE = "keras-team/keras#20585"
 
 # Printed by `xla-keras doctor` when it applies; executed verbatim by tests/multiworker.py.
-WORKAROUND = '''\
+WORKAROUND = """\
 # keras-team/keras#20585: make Keras 3.15's fit work under MultiWorkerMirroredStrategy.
 # Run once, before model.fit, on every worker.
 import tensorflow as tf
@@ -53,7 +53,7 @@ def _reduce_scalar_logs(values, strategy, reduction):
 
 _trainer.TensorFlowTrainer._maybe_symbolic_build = _build_from_first_replica
 _trainer.reduce_per_replica = _reduce_scalar_logs
-'''
+"""
 
 
 def cluster_from_env(environ: Optional[dict] = None) -> Optional[dict]:
@@ -82,11 +82,16 @@ def keras_fit_problem() -> Optional[str]:
     the installed Keras (None when the two faulty steps are not there, e.g.
     fixed upstream or patched with WORKAROUND)."""
     from xla_keras.backends.tensorflow import _internals
+
     faults: List[str] = _internals.keras_multi_worker_fit_faults()
     if not faults:
         return None
-    what = {"build": "it averages the first batch across workers to build the model, which raises "
-                     "\"Attempt to convert a value (PerReplica:{...}) ... to a Tensor\" before the first step",
-            "logs": "every step's scalar logs are averaged with axis=0, which fails once the first fault is fixed"}
-    return (f"Keras {_internals.versions()['keras']}'s fit fails under MultiWorkerMirroredStrategy "
-            f"({KERAS_ISSUE}): " + "; ".join(what[f] for f in faults))
+    what = {
+        "build": "it averages the first batch across workers to build the model, which raises "
+        '"Attempt to convert a value (PerReplica:{...}) ... to a Tensor" before the first step',
+        "logs": "every step's scalar logs are averaged with axis=0, which fails once the first fault is fixed",
+    }
+    return (
+        f"Keras {_internals.versions()['keras']}'s fit fails under MultiWorkerMirroredStrategy "
+        f"({KERAS_ISSUE}): " + "; ".join(what[f] for f in faults)
+    )

@@ -49,11 +49,13 @@ def cache_entries(cache_dir: str) -> int:
 
 
 def blind_note(how: str) -> str:
-    return (f"TensorFlow {_internals.versions()['tensorflow']}'s XLA compiler emits no profiler events here ({how}): "
-            "compile seconds are the profiler's span of the op that triggered each compile (the step function's "
-            "kernel under jit_compile=True, each cluster's _XlaCompile op under auto-clustering; "
-            "source='op_span', within a few % of TensorFlow's own compile-time lines), counts come from new input "
-            "signatures (jit on) or compiling _XlaCompile ops (auto-clustering)")
+    return (
+        f"TensorFlow {_internals.versions()['tensorflow']}'s XLA compiler emits no profiler events here ({how}): "
+        "compile seconds are the profiler's span of the op that triggered each compile (the step function's "
+        "kernel under jit_compile=True, each cluster's _XlaCompile op under auto-clustering; "
+        "source='op_span', within a few % of TensorFlow's own compile-time lines), counts come from new input "
+        "signatures (jit on) or compiling _XlaCompile ops (auto-clustering)"
+    )
 
 
 class _Handle:
@@ -71,7 +73,7 @@ class TensorFlowProbe:
     def __init__(self, notes: Notes, step_function: Any = lambda phase: None):
         self.notes = notes
         self._step_function = step_function  # phase -> the tf.function that runs (tracing counts)
-        self.cache: Optional[dict] = None    # the effective persistent cache: {"dir", "effective"}
+        self.cache: Optional[dict] = None  # the effective persistent cache: {"dir", "effective"}
         self.off = ""
         self.used = self.busy = self.blind = self.xla_ops_seen = False
         self._sees_compiler = _internals.profiler_sees_xla_compiler()  # True, False, or None: not known here
@@ -86,8 +88,14 @@ class TensorFlowProbe:
 
     @property
     def facts(self) -> ProbeFacts:
-        return ProbeFacts(used=self.used, busy=self.busy, off=self.off, blind=self.blind,
-                          xla_ops_seen=self.xla_ops_seen, framework=f"TensorFlow {_internals.versions()['tensorflow']}")
+        return ProbeFacts(
+            used=self.used,
+            busy=self.busy,
+            off=self.off,
+            blind=self.blind,
+            xla_ops_seen=self.xla_ops_seen,
+            framework=f"TensorFlow {_internals.versions()['tensorflow']}",
+        )
 
     def _go_blind(self, how: str) -> None:
         self.blind = True
@@ -104,9 +112,12 @@ class TensorFlowProbe:
             session = _internals.start_probe()
         except _internals.ProfilerBusy:
             self.busy = True
-            self.notes.add_once("profiler-busy", "the profiler was busy (another profiling session, e.g. "
-                                "keras.callbacks.TensorBoard(profile_batch=...)): some compile times are estimated "
-                                "from step time minus the steady median")
+            self.notes.add_once(
+                "profiler-busy",
+                "the profiler was busy (another profiling session, e.g. "
+                "keras.callbacks.TensorBoard(profile_batch=...)): some compile times are estimated "
+                "from step time minus the steady median",
+            )
             return None
         return _Handle(session, entries, tracing)
 
@@ -121,13 +132,21 @@ class TensorFlowProbe:
         self.used = True
         after = _internals.tracing_count(self._step_function(plan.phase))
         traced = after is not None and after != handle.tracing_before
-        fresh = (None if handle.cache_entries is None
-                 else max(0, cache_entries(self.cache["dir"]) - handle.cache_entries))
+        fresh = (
+            None if handle.cache_entries is None else max(0, cache_entries(self.cache["dir"]) - handle.cache_entries)
+        )
         modules = compile_seconds_from_trace(events)
         if modules:
             return CompileObservation(tuple(modules), "profiler", False, traced)
-        if (self._sees_compiler is None and not self.blind and plan.new and jit.active and fresh != 0
-                and not has_compiler_events(events) and self._op_spans(events, plan, jit)):
+        if (
+            self._sees_compiler is None
+            and not self.blind
+            and plan.new
+            and jit.active
+            and fresh != 0
+            and not has_compiler_events(events)
+            and self._op_spans(events, plan, jit)
+        ):
             # Not known for this version and device (2.16/2.17 with an accelerator): jit_compile=True,
             # an input signature new to the function and a compile-long kernel, yet no compiler event.
             self._go_blind("no XLA compiler event appeared in the probe of a step that compiled")

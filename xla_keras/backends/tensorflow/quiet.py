@@ -35,7 +35,8 @@ T = TypeVar("T")
 PROFILER_LINE = re.compile(
     rb"^(?:I\d{4} [\d:.]+\s+\d+ |[\d-]+ [\d:.]+: I )\S*?"
     rb"(/profiler/\S*|\b(profiler_session|save_profile|profiler_server|profiler_factory|profiler_lock|"
-    rb"device_tracer\w*|host_tracer\w*|python_tracer\w*|cupti\w*|rocm_tracer\w*|xplane\w*)\.cc):\d+\]")
+    rb"device_tracer\w*|host_tracer\w*|python_tracer\w*|cupti\w*|rocm_tracer\w*|xplane\w*)\.cc):\d+\]"
+)
 # XLA's start-up lines, logged once per process when TensorFlow first compiles with XLA. A
 # jit='fastest' trial's first XLA step would print them where a bare fit in Keras's default mode (no
 # XLA on a CPU) prints none; a fit that keeps XLA prints them anyway. Info level only.
@@ -43,7 +44,8 @@ XLA_STARTUP_LINE = re.compile(
     rb"^(?:I\d{4} [\d:.]+\s+\d+ |[\d-]+ [\d:.]+: I )\S*?(service\.cc:\d+\] +(XLA service|StreamExecutor)|"
     rb"dump_mlir_util\.cc:\d+\] disabling MLIR crash reproducer|device_compiler\.h:\d+\] Compiled cluster using XLA)"
     # absl's notice before its first log line (TensorFlow 2.18: XLA's start-up is that first line)
-    rb"|^WARNING: All log messages before absl::InitializeLog\(\) is called are written to STDERR")
+    rb"|^WARNING: All log messages before absl::InitializeLog\(\) is called are written to STDERR"
+)
 # One window at a time: two overlapping windows (two threads) would leave fd 2 on a closed file.
 _WINDOW = threading.RLock()
 
@@ -95,6 +97,6 @@ def _filtered(call: Callable[[], T], pattern: "re.Pattern[bytes]") -> T:
                 capture.seek(0)
                 kept = filter_profiler_lines(capture.read(), pattern)
                 while kept:
-                    kept = kept[os.write(2, kept):]
+                    kept = kept[os.write(2, kept) :]
             except OSError:
                 pass

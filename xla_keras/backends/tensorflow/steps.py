@@ -28,6 +28,7 @@ from xla_keras.backends.tensorflow.quiet import without_xla_startup_lines
 def end_of_data() -> tuple:
     """What ends an epoch's data, in Keras's eyes (it catches both)."""
     import tensorflow as tf
+
     return StopIteration, tf.errors.OutOfRangeError
 
 
@@ -74,10 +75,13 @@ class StepWrappers(WrapperChain):
     """One monitor's wrappers on TensorFlow step functions."""
 
     def __init__(self, owner: Any):
-        super().__init__(owner, _make_wrapper, _internals.find_step_function,
-                         lambda step_fn: _internals.function_jit_flag(step_fn),
-                         lambda step_fn: (_internals.function_jit_flag(step_fn)
-                                          or _internals.autoclustering_enabled()))
+        super().__init__(
+            owner,
+            _make_wrapper,
+            _internals.find_step_function,
+            lambda step_fn: _internals.function_jit_flag(step_fn),
+            lambda step_fn: _internals.function_jit_flag(step_fn) or _internals.autoclustering_enabled(),
+        )
 
 
 def _make_wrapper(model: Any, phase: str, observer: Any):
