@@ -218,7 +218,12 @@ def install_check(tier: Tier, python: str, work: str) -> None:
         raise Failure(f"import tensorflow after installing xla_keras:\n{imported.stderr[-2000:]}")
     tier.results["import tensorflow"] = "no protobuf error"
     line = run(
-        [python, "-c", "from xla_keras.doctor import profile_tab_install; print(profile_tab_install())"], cwd=work
+        [
+            python,
+            "-c",
+            "from xla_keras.tensorboard.profile_tab import profile_tab_install; print(profile_tab_install())",
+        ],
+        cwd=work,
     ).stdout.strip()
     requirements = line.split()[2:]  # after "pip install"
     start = time.monotonic()

@@ -1,23 +1,54 @@
 #!/usr/bin/env bash
 # Install what the tests need, then run them all (this is what CI runs, via .ci/run):
+#   0. static checks: ruff check, ruff format --check, mypy xla_keras;
 #   1. the main suite on the newest pair (TensorFlow 2.21, Keras 3.15, this Python);
 #   2. the compatibility tier: fresh venvs pinned to older TensorFlow releases (install check,
 #      ground truth, private APIs, older Keras / tf_keras), scripts/compat.py;
 #   3. the packaging proof: sdist + wheel, installed in a clean venv, scripts/package_check.py.
-# `bash scripts/test.sh --main` runs only 1 (after the install).
+# `bash scripts/test.sh --main` runs only 0 and 1 (after the install).
+# `bash scripts/test.sh --quick` runs only the quick tier: the tests that start no fit
+# (`pytest -m "not slow"`, see tests/conftest.py), with no install step: the inner loop.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-section() { echo; echo "=== $1 ($(date +%H:%M:%S))"; }
+
+if [ "${1:-}" = "--quick" ]; then
+  shift
+  exec python -m pytest -q -m "not slow" -p no:cacheprovider "$@"
+fi
+
 start=$(date +%s)
+section_name=""
+section_start=$start
+# Each section's header names the clock; the next header (or the end) says how long it took.
+section_done() {
+  if [ -n "$section_name" ]; then
+    echo "=== $section_name: $(($(date +%s) - section_start)) s"
+    section_name=""
+  fi
+}
+trap section_done EXIT  # a failing section says how long it ran too
+section() {
+  section_done
+  section_name="$1"
+  section_start=$(date +%s)
+  echo
+  echo "=== $1 ($(date +%H:%M:%S))"
+}
+
 section "install"
 bash scripts/install_test_deps.sh
+section "static checks"
+ruff check .
+ruff format --check .
+mypy xla_keras
 section "main suite"
-python -m pytest -q
+python -m pytest -q --durations=15
 if [ "${1:-}" != "--main" ]; then
   section "compatibility tier"
   python scripts/compat.py
   section "packaging"
   python scripts/package_check.py
 fi
+section_done
 echo
 echo "all tests passed in $(( ($(date +%s) - start) / 60 )) min $(( ($(date +%s) - start) % 60 )) s"

@@ -75,3 +75,110 @@ def pytest_configure(config):
     # tests) would do nothing. Give the tests the handler an interactive Python has.
     if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+# ------------------------------------------------------------------ the quick tier
+# `bash scripts/test.sh --quick` runs `pytest -m "not slow"`: the tests that start no fit. A test is
+# slow when it uses a fixture that runs fits, lives in a module whose tests all fit, is listed below
+# on its own, or carries @pytest.mark.slow (or @pytest.mark.scenario: a fit in a subprocess).
+
+# Fixtures that run real fits (in this process or in subprocesses): "name" for conftest's,
+# "test_module::name" for a module's own.
+FIT_FIXTURES = {
+    "scenario_runs",
+    "test_faults::injected",
+    "test_faults::interrupted_tensorboard",
+    "test_inputs_lifecycle::dump_run",
+    "test_multiworker::runs",
+    "test_quiet::stderr_of",
+    "test_tensorboard::storm_logdir",
+    "test_tensorboard::tensorboard_server",
+}
+
+# Modules whose tests (all, or all but a trivial few) fit models, in process or in subprocesses.
+SLOW_MODULES = {
+    "test_benchmarks",  # each benchmark script's --quick run
+    "test_cache",  # two processes, the second loading the first's compiles
+    "test_compare",  # compare() fits every mode
+    "test_compat",  # fits under older Keras / tf_keras, in subprocesses
+    "test_fastest_fits",
+    "test_fix_ground_truth",
+    "test_ground_truth",
+    "test_jax_ground_truth",
+    "test_jax_monitor",
+    "test_monitor",  # in-process fits (all but the constructor's argument checks)
+    "test_storm_fits",
+    "test_tab_browser",  # fits, a live TensorBoard and headless Chromium
+}
+
+# Tests that fit (or start a TensorFlow subprocess) inside modules that are otherwise quick.
+# They could carry @pytest.mark.slow in their own files instead; until then they are named here.
+SLOW_TESTS = {
+    "test_data::test_numpy_path_needs_no_tensorflow",
+    "test_doctor_explain::test_explain_an_unknown_tf_xla_flag_that_killed_tensorflow",
+    "test_doctor_explain::test_explain_warnings_from_real_runs",
+    "test_doctor_explain::test_explain_cli_reads_stdin_and_files",
+    "test_doctor_explain::test_doctor_on_a_cpu_machine_is_informational_and_exits_0",
+    "test_doctor_explain::test_doctor_exits_non_zero_for_what_will_not_work",
+    "test_doctor_explain::test_doctor_accepts_valid_flags",
+    "test_doctor_explain::test_doctor_in_process_does_not_create_devices",
+    "test_doctor_explain::test_doctor_single_gpu_auto_jit_on_cpu_is_informational",
+    "test_doctor_explain::test_doctor_counts_configure_as_the_cpu_flag",
+    "test_doctor_explain::test_doctor_reports_the_persistent_cache",
+    "test_faults::test_unwritable_log_dir_fails_at_set_up_naming_the_path",
+    "test_faults::test_fault_mid_epoch_leaves_everything_usable",
+    "test_faults::test_ctrl_c_landing_inside_the_profiler_frees_it",
+    "test_faults::test_someone_elses_profiler_session_stays_theirs",
+    "test_faults::test_an_error_in_any_callback_hook_gives_everything_back",
+    "test_faults::test_ctrl_c_in_keras_own_loop_code_is_cleaned_up_once_the_fit_is_gone",
+    "test_faults::test_an_unfinished_first_step_still_counts_its_compile_when_it_runs_again",
+    "test_faults::test_an_internal_error_after_a_storm_fallback_lets_the_fit_finish",
+    "test_faults::test_an_internal_error_after_a_fallback_in_a_standalone_evaluate_lets_it_finish",
+    "test_faults::test_a_stop_iteration_from_a_batch_hook_ends_the_epoch_not_the_monitor",
+    "test_faults::test_a_failed_pull_does_not_forget_the_previous_steps_compile",
+    "test_inputs_lifecycle::test_input_kind_counts_steps_and_signatures_like_the_data",
+    "test_inputs_lifecycle::test_signature_names_every_leaf_keras_feeds",
+    "test_inputs_lifecycle::test_strings_with_jit_on_report_the_refusing_layer",
+    "test_inputs_lifecycle::test_sparse_with_jit_on_fails_in_xla_and_the_monitor_steps_aside",
+    "test_inputs_lifecycle::test_ragged_row_splits_as_constants_count_every_xla_compile",
+    "test_inputs_lifecycle::test_lifecycle_accumulates_steps_and_compiles_only_what_is_new",
+    "test_inputs_lifecycle::test_recompile_says_a_rebuilt_function_started_a_new_compile_cache",
+    "test_inputs_lifecycle::test_recompile_is_no_recompilation_storm",
+    "test_inputs_lifecycle::test_backends_without_xla_are_refused_naming_them_and_jax_is_accepted",
+    "test_inputs_lifecycle::test_run_eagerly_evaluate_and_predict_report_xla_not_applicable",
+    "test_internals::test_running_fit_and_the_callback_list_of_the_running_call_are_found_from_a_callback",
+    "test_internals::test_keras_profile_windows_reads_keras_tensorboard_in_the_running_fit",
+    "test_internals::test_fit_validates_reads_the_running_fits_validation_data",
+    "test_jax_parts::test_the_private_apis_the_jax_backend_uses_are_where_it_expects",
+    "test_load::test_the_report_caps_details_and_counts_the_overflow",
+    "test_tensorboard::test_profile_range_and_none",
+    "test_tensorboard::test_busy_profiler_skips_the_trace_and_stops_only_ours",
+    "test_tensorboard::test_side_by_side_with_keras_tensorboard_on_one_log_dir",
+    "test_tensorboard::test_profile_range_with_steps_per_execution",
+    "test_tensorboard::test_auto_traces_leave_the_profiler_to_keras_tensorboard",
+    "test_tensorboard::test_an_error_inside_a_trace_window_frees_the_profiler",
+    "test_tensorboard::test_a_failed_trace_start_does_not_leave_the_profiler_busy",
+    "test_tensorboard::test_a_profile_range_resumes_after_validation_and_one_behind_the_fit_is_noted",
+}
+
+
+def _uses_fit_fixture(module, fixtures):
+    for name in FIT_FIXTURES:
+        owner, _, fixture = name.rpartition("::")
+        if fixture in fixtures and owner in ("", module):
+            return True
+    return False
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest's own -m deselection reads the markers
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        module = item.module.__name__.rpartition(".")[2] if item.module else ""
+        slow = (
+            module in SLOW_MODULES
+            or f"{module}::{item.originalname}" in SLOW_TESTS
+            or _uses_fit_fixture(module, set(item.fixturenames))
+            or item.get_closest_marker("scenario") is not None
+        )
+        if slow and item.get_closest_marker("slow") is None:
+            item.add_marker(pytest.mark.slow)

@@ -20,7 +20,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 WRITER = """
 import sys
-from xla_keras.cache import CompileTimes
+from xla_keras.core.cache import CompileTimes
 times = CompileTimes(sys.argv[1])
 for i in range(int(sys.argv[3])):
     times.put(f"{sys.argv[2]}|{i}", i / 1000)

@@ -6,8 +6,11 @@ import pytest
 tf = pytest.importorskip("tensorflow")
 keras = pytest.importorskip("keras")
 
-import xla_keras  # noqa: E402
-from xla_keras.backends.tensorflow import _internals  # noqa: E402
+import xla_keras
+from xla_keras.backends.tensorflow import (
+    _internals,
+    runtime,
+)
 
 
 def _build():
@@ -24,7 +27,7 @@ def _data(n=64 * 12):
 @pytest.fixture(scope="module")
 def table(tmp_path_factory):
     log_dir = str(tmp_path_factory.mktemp("compare"))
-    _internals.set_autoclustering(False)
+    runtime.set_autoclustering(False)
     return xla_keras.compare(_build, _data(), steps=12, batch_size=64, log_dir=log_dir), log_dir
 
 

@@ -10,7 +10,7 @@ import subprocess
 import sys
 
 # Imported, not skipped: in the compatibility tier a TensorFlow that stopped importing is the bug.
-import tensorflow as tf  # noqa: E402
+import tensorflow as tf
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

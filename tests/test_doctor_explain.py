@@ -186,7 +186,7 @@ def test_doctor_counts_configure_as_the_cpu_flag():
     code = (
         "import xla_keras\n"
         "xla_keras.configure(cpu_autoclustering=True)\n"
-        "from xla_keras.doctor import doctor, exit_code\n"
+        "from xla_keras.tools.doctor import doctor, exit_code\n"
         "print('EXIT', exit_code(doctor(check_flags=False)))\n"
     )
     result = subprocess.run(
@@ -228,7 +228,7 @@ def test_doctor_reports_the_persistent_cache(tmp_path):
 def test_the_profile_tab_line_keeps_the_users_pins(monkeypatch, tensorflow, protobuf, line):
     """scripts/compat.py runs the line for real (pip --dry-run) in pinned venvs: no version changes."""
     from xla_keras.backends.tensorflow import _internals
-    from xla_keras.tools.doctor import profile_tab_install
+    from xla_keras.tensorboard.profile_tab import profile_tab_install
 
     versions = {"tensorflow": tensorflow, "protobuf": protobuf}
     monkeypatch.setattr(_internals, "_version", lambda name: versions.get(name, "unknown"))

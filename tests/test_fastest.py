@@ -12,9 +12,10 @@ import numpy as np
 import pytest
 
 from xla_keras.jit import trial as fastest
+from xla_keras.jit.decision import Decision
 from xla_keras.jit.outlook import Outlook, StormRule, expected_compiles, expected_new
 from xla_keras.jit.statistics import Ratio, separated, spread
-from xla_keras.jit.trial import BLOCK_STEPS, MAX_ROUNDS, MIN_STEPS_LEFT, Decision, Trial
+from xla_keras.jit.trial import BLOCK_STEPS, MAX_ROUNDS, MIN_STEPS_LEFT, Trial
 
 
 @pytest.mark.parametrize("values", [[1.0], [3.0, 1.0, 2.0], list(range(17)), [0.5, 0.1, 0.9, 0.3, 0.2, 0.7]])

@@ -20,13 +20,14 @@ import pytest
 tf = pytest.importorskip("tensorflow")
 keras = pytest.importorskip("keras")
 
-from tensorboard_server import get_json, running_tensorboard  # noqa: E402
+from tensorboard_server import get_json, running_tensorboard
 
-import xla_keras  # noqa: E402
-from xla_keras.backends.tensorflow import _internals  # noqa: E402
-from xla_keras.backends.tensorflow import jit as jit_module  # noqa: E402
-from xla_keras.report.schema import REPORT_FILE, TAG_REPORT  # noqa: E402
-from xla_keras.tensorboard.sink import SummaryWriters  # noqa: E402
+import xla_keras
+from xla_keras.backends.tensorflow import _internals
+from xla_keras.backends.tensorflow import jit as jit_module
+from xla_keras.report.schema import REPORT_FILE
+from xla_keras.tensorboard.metadata import TAG_REPORT
+from xla_keras.tensorboard.sink import SummaryWriters
 
 BATCH, EPOCH_STEPS = 8, 8
 K = 11  # the faulting train step (global, 1-based): epoch 2, its 3rd batch

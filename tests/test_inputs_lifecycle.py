@@ -21,7 +21,7 @@ import pytest
 tf = pytest.importorskip("tensorflow")
 keras = pytest.importorskip("keras")
 
-import xla_keras  # noqa: E402
+import xla_keras
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 THIS = os.path.abspath(__file__)

@@ -4,12 +4,12 @@ installed versions: an upgrade that moves one fails here, loudly."""
 import sys
 
 # Imported, not skipped: in the compatibility tier a TensorFlow or Keras that stopped importing is the bug.
-import keras  # noqa: E402
+import keras
 import numpy as np
 import pytest
-import tensorflow as tf  # noqa: E402
+import tensorflow as tf
 
-from xla_keras.backends.tensorflow import _internals  # noqa: E402
+from xla_keras.backends.tensorflow import _internals, flags, runtime
 
 
 def _model(jit):
@@ -50,7 +50,7 @@ def test_list_of_batches_runs_the_jitted_step_and_traces_are_counted():
     step_fn = _internals.find_step_function(model.train_function)
     x, y = np.ones((3, 4), "float32"), np.ones((3, 2), "float32")
     model.train_function([(tf.constant(x), tf.constant(y))])
-    assert _internals.tracing_count(step_fn) == 1
+    assert runtime.tracing_count(step_fn) == 1
 
 
 def test_wrap_marker_and_unwrap():
@@ -70,7 +70,7 @@ def test_wrap_marker_and_unwrap():
 
 def test_data_iterator_types_match_keras_iterators():
     it = iter(tf.data.Dataset.range(3))
-    assert isinstance(it, _internals.data_iterator_types())
+    assert isinstance(it, runtime.data_iterator_types())
 
 
 def test_unwrap_distributed_gives_a_per_replica_component():
@@ -121,19 +121,19 @@ def test_devices_initialized_after_first_op():
     ],
 )
 def test_env_flag_set(value, expected):
-    assert _internals.env_flag_set("tf_xla_cpu_global_jit", {"TF_XLA_FLAGS": value}) is expected
+    assert flags.env_flag_set("tf_xla_cpu_global_jit", {"TF_XLA_FLAGS": value}) is expected
 
 
 def test_autoclustering_switch_round_trip():
     before = _internals.autoclustering_enabled()
     try:
-        _internals.set_autoclustering(True)
+        runtime.set_autoclustering(True)
         assert tf.config.optimizer.get_jit() == "autoclustering"
         assert _internals.autoclustering_enabled() is True
-        _internals.set_autoclustering(False)
+        runtime.set_autoclustering(False)
         assert _internals.autoclustering_enabled() is False
     finally:
-        _internals.set_autoclustering(before)
+        runtime.set_autoclustering(before)
 
 
 def test_probe_sees_a_compile_as_this_version_is_known_to_show_it_and_reports_busy_profiler(tmp_path):
@@ -141,7 +141,7 @@ def test_probe_sees_a_compile_as_this_version_is_known_to_show_it_and_reports_bu
     Compiler::RunBackend, 2.18 CpuCompiler::CompileLegacyCpuExecutable / CpuCompiler::Codegen, 2.16/2.17
     emit no compiler event at all, only the kernel of the function that compiled. An upgrade that
     changes any of this fails here, loudly, with the names it saw."""
-    from xla_keras.core.ledger import compile_seconds_from_trace, has_compiler_events
+    from xla_keras.backends.tensorflow.trace_events import compile_seconds_from_trace, has_compiler_events
 
     @tf.function(jit_compile=True)
     def f(a):
@@ -180,7 +180,7 @@ def test_probe_sees_a_compile_as_this_version_is_known_to_show_it_and_reports_bu
 def test_step_kernels_and_xla_compile_ops_are_traced_under_their_names():
     """The op spans a probe falls back to when XLA's compiler emits no events: the step
     function's kernel (one per batch Keras runs) and, under auto-clustering, _XlaCompile."""
-    from xla_keras.core.ledger import step_kernel_seconds, xla_compile_op_seconds
+    from xla_keras.backends.tensorflow.trace_events import step_kernel_seconds, xla_compile_op_seconds
 
     model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)])
     model.compile("sgd", "mse", jit_compile=True, steps_per_execution=2)

@@ -13,10 +13,11 @@ import pytest
 
 pytest.importorskip("jax")
 
-from test_quiet import _normalise, _ours  # noqa: E402
-from test_tab_plugin import get_json, tab_client  # noqa: E402
+from test_quiet import _normalise, _ours
+from test_tab_plugin import get_json, tab_client
 
-from xla_keras.report.schema import REPORT_FILE, TAG_COMPILATIONS, TAG_STEP_TIME, parse_report  # noqa: E402
+from xla_keras.report.schema import REPORT_FILE, parse_report
+from xla_keras.tensorboard.metadata import TAG_COMPILATIONS, TAG_STEP_TIME
 
 pytestmark = pytest.mark.scenario
 

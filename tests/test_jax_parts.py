@@ -13,17 +13,18 @@ import pytest
 
 jax = pytest.importorskip("jax")
 
-from xla_keras.backends.jax import _internals  # noqa: E402
-from xla_keras.backends.jax.jit import MODES, validate_jax_mode  # noqa: E402
-from xla_keras.backends.jax.probe import RECORDER, JaxProbe, split  # noqa: E402
-from xla_keras.core.session import CallPlan, Notes  # noqa: E402
-from xla_keras.core.signatures import Leaf  # noqa: E402
-from xla_keras.data import apply_fix  # noqa: E402
-from xla_keras.jit.modes import JitState  # noqa: E402
-from xla_keras.report.model import fallback_cost  # noqa: E402
-from xla_keras.report.schema import SCHEMA_VERSION, parse_report  # noqa: E402
-from xla_keras.storms.advice import analyse  # noqa: E402
-from xla_keras.storms.detection import ShapeHistory  # noqa: E402
+from xla_keras.backends.jax import _internals
+from xla_keras.backends.jax.jit import MODES, validate_jax_mode
+from xla_keras.backends.jax.probe import RECORDER, JaxProbe, split
+from xla_keras.core.signatures import Leaf
+from xla_keras.core.types import CallPlan, Notes
+from xla_keras.data import apply_fix
+from xla_keras.jit.modes import JitState
+from xla_keras.report.model import SCHEMA_VERSION
+from xla_keras.report.render import fallback_cost
+from xla_keras.report.schema import parse_report
+from xla_keras.storms.advice import analyse
+from xla_keras.storms.detection import ShapeHistory
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -259,7 +260,7 @@ def test_compiles_outside_the_steps_go_to_the_current_models_report_only():
     from xla_keras.backends.jax import JaxBackend
 
     backend = JaxBackend("keep")
-    monitor = types.SimpleNamespace(in_call=True, _current=types.SimpleNamespace(probe=None))
+    monitor = types.SimpleNamespace(in_call=True, probe=None)
     backend._owner = lambda: monitor
 
     class Model:  # weakly referenced by the probe
@@ -267,6 +268,6 @@ def test_compiles_outside_the_steps_go_to_the_current_models_report_only():
 
     models = [Model(), Model()]
     first, second = (backend.probe(Notes(), model, False) for model in models)
-    monitor._current.probe = second
+    monitor.probe = second
     jax.jit(lambda a: a * 5.0)(np.ones((11,), np.float32)).block_until_ready()
     assert first.other_compiles() == {} and second.other_compiles()["outside_steps"]["count"] == 1

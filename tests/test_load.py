@@ -15,9 +15,10 @@ import numpy as np
 import pytest
 
 from xla_keras.config import MonitorConfig
-from xla_keras.core.session import ReportContext, Session, build_report
+from xla_keras.core.session import Session
 from xla_keras.core.signatures import signature_of
 from xla_keras.jit.modes import JitState, ProbeFacts
+from xla_keras.report.build import ReportContext, build_report
 
 STEPS, DISTINCT, MAX_RECORDS = 20_000, 1000, 100
 

@@ -331,7 +331,8 @@ def test_str_is_render_and_starts_with_title():
 
 
 def test_reports_carry_their_schema_version_and_parse_back():
-    from xla_keras.report.schema import SCHEMA_VERSION, parse_report
+    from xla_keras.report.model import SCHEMA_VERSION
+    from xla_keras.report.schema import parse_report
 
     report = full_report()
     data = report.to_dict()
@@ -354,7 +355,8 @@ def test_a_0_1_report_without_schema_version_is_read_as_version_1():
 
 
 def test_a_newer_report_is_read_for_the_keys_this_version_knows_and_says_so():
-    from xla_keras.report.schema import SCHEMA_VERSION, parse_report
+    from xla_keras.report.model import SCHEMA_VERSION
+    from xla_keras.report.schema import parse_report
 
     data = full_report().to_dict()
     data["schema_version"] = SCHEMA_VERSION + 1

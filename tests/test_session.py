@@ -9,10 +9,12 @@ import dataclasses
 import pytest
 
 from xla_keras.config import MonitorConfig
-from xla_keras.core.session import CompileObservation, ReportContext, Session, build_report
+from xla_keras.core.session import Session
 from xla_keras.core.signatures import Leaf
+from xla_keras.core.types import CompileObservation
 from xla_keras.jit.modes import JitState, ProbeFacts, verdict
-from xla_keras.report.schema import TAG_COMPILATIONS, TAG_COMPILE_TIME, TAG_DISTINCT_SIGNATURES, TAG_STEP_TIME
+from xla_keras.report.build import ReportContext, build_report
+from xla_keras.tensorboard.metadata import TAG_COMPILATIONS, TAG_COMPILE_TIME, TAG_DISTINCT_SIGNATURES, TAG_STEP_TIME
 
 ON = JitState("on", active=True, reason="jit_compile=True")
 OFF = JitState("off", active=False, reason="jit='off'")

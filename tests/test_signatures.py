@@ -6,6 +6,7 @@ import subprocess
 import sys
 from collections import namedtuple
 
+import numpy as np
 import pytest
 
 from xla_keras.core.signatures import (
@@ -15,9 +16,15 @@ from xla_keras.core.signatures import (
     diff,
     fingerprint,
     from_jsonable,
+    leaves,
+    map_leaves,
     signature_of,
     to_jsonable,
 )
+from xla_keras.data.arrays import NUMPY
+from xla_keras.data.batches import pad_lengths
+from xla_keras.data.plan import targets_of
+from xla_keras.storms.lengths import countable_leaves
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -467,3 +474,47 @@ def test_describe():
     assert describe(BASE) == "x/tokens:int32[8,5] y:float32[8,1]"
     assert describe(sig(("x", "float32", (None, 3)))) == "x:float32[?,3]"
     assert describe(()) == "(no tensor inputs)"
+
+
+# ------------------------------------------------------------------ one walker, three users
+
+Wide = namedtuple("Wide", ["a", "b", "c", "d"])
+
+
+def ids(*shape):
+    return np.ones(shape, np.int32)
+
+
+@pytest.mark.parametrize(
+    "batch, paths",
+    [
+        (Features(ids(2, 3), ids(2, 4)), ["x", "y"]),  # top level: split by position, as Keras unpacks it
+        ([Features(ids(2, 3), ids(2, 4))], ["x/tokens", "x/mask"]),
+        ((Features(ids(2, 3), ids(2, 4)), ids(2, 1)), ["x/tokens", "x/mask", "y"]),
+        (
+            ({"b": Features(ids(2, 3), ids(2, 4)), "a": [ids(2, 2)]}, ids(2, 1)),
+            ["x/a/0", "x/b/tokens", "x/b/mask", "y"],
+        ),
+        (Wide(ids(2, 1), ids(2, 2), ids(2, 3), ids(2, 4)), ["x/a", "x/b", "x/c", "x/d"]),  # 4 fields: all of it is x
+    ],
+    ids=["top-level", "in-a-1-list", "nested", "nested-in-dict", "top-level-4-fields"],
+)
+def test_signatures_data_and_lengths_name_namedtuple_leaves_alike(batch, paths):
+    assert [leaf.path for leaf in signature_of(batch)] == paths
+    assert [path for path, _ in leaves(batch)] == paths
+    # The length sample keys its arrays by the same paths (all leaves here are int32 of rank 2).
+    assert list(countable_leaves(batch)) == paths
+    # A fix that targets every path pads every leaf, and the batch keeps its types.
+    fix = {"kind": "pad_to_lengths", "targets": [{"path": p, "axis": 1, "lengths": [8]} for p in paths]}
+    padded = pad_lengths(batch, targets_of(fix, "pad_to_lengths", lengths=True, min_axis=0), NUMPY)
+    assert type(padded) is type(batch)
+    assert [(path, leaf.shape) for path, leaf in leaves(padded)] == [(p, (2, 8)) for p in paths]
+
+
+def test_map_leaves_rebuilds_the_structure_in_the_users_order():
+    batch = ({"b": 1, "a": Features(2, None)}, [3, (4,)])
+    visited = []
+    out = map_leaves(batch, lambda path, leaf: visited.append(path) or leaf * 10)
+    assert visited == ["x/a/tokens", "x/b", "y/0", "y/1/0"]  # signature_of's order
+    assert out == ({"b": 10, "a": Features(20, None)}, [30, (40,)])
+    assert list(out[0]) == ["b", "a"] and type(out[0]["a"]) is Features and type(out[1]) is list

@@ -9,8 +9,11 @@ import pytest
 tf = pytest.importorskip("tensorflow")
 keras = pytest.importorskip("keras")
 
-import xla_keras  # noqa: E402
-from xla_keras.backends.tensorflow import _internals  # noqa: E402
+import xla_keras
+from xla_keras.backends.tensorflow import (
+    _internals,
+    runtime,
+)
 
 
 def _sequences(n=96, low=4, high=80, seed=0):
@@ -41,7 +44,7 @@ def _text_model():
 
 def test_raise_stops_the_fit_at_the_storm_with_files_flushed(tmp_path):
     log_dir = str(tmp_path / "logs")
-    _internals.set_autoclustering(False)
+    runtime.set_autoclustering(False)
     model = _text_model()
     monitor = xla_keras.XlaMonitor(log_dir=log_dir, jit="on", on_storm="raise", storm_threshold=3, verbose=0)
     with pytest.raises(xla_keras.RecompilationStormError) as info:

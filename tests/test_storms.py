@@ -6,10 +6,10 @@ import random
 import pytest
 
 from xla_keras.core.signatures import Leaf, fingerprint
-from xla_keras.storms.advice import analyse, apply_code
+from xla_keras.errors import RecompilationStormError
+from xla_keras.storms.advice import analyse
 from xla_keras.storms.buckets import EXACT_UP_TO, best_buckets, best_cost_overhead, pad_target
 from xla_keras.storms.detection import (
-    RecompilationStormError,
     ShapeHistory,
     Storm,
     StormDetector,
@@ -18,6 +18,7 @@ from xla_keras.storms.detection import (
     storm_text,
     varying_axes,
 )
+from xla_keras.storms.fix_code import apply_code
 
 
 def tokens(batch, length, dtype="int32"):
@@ -346,7 +347,7 @@ def test_short_lengths_stay_exact_and_dense_long_tails_terminate():
     ],
 )
 def test_over_budget_counts_the_compiles_beyond_the_first(compiles, seconds, steps, steady, budget, expect):
-    from xla_keras.storms.advice import over_budget
+    from xla_keras.storms.budget import over_budget
 
     got = over_budget(compiles, seconds, steps, steady, budget)
     if expect is None:

@@ -15,11 +15,12 @@ import pytest
 tf = pytest.importorskip("tensorflow")
 keras = pytest.importorskip("keras")
 
-from tensorboard_server import get_json, running_tensorboard  # noqa: E402
+from tensorboard_server import get_json, running_tensorboard
 from test_tensorboard import _sequences  # noqa: E402  (storm data: padded batches of varying length)
 
-import xla_keras  # noqa: E402
-from xla_keras.report.schema import PLUGIN_NAME, REPORT_FILE, TAG_STEP_TIME  # noqa: E402
+import xla_keras
+from xla_keras.report.schema import REPORT_FILE
+from xla_keras.tensorboard.metadata import PLUGIN_NAME, TAG_STEP_TIME
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ARTIFACTS = os.path.join(ROOT, "artifacts")
@@ -99,7 +100,7 @@ def tab_logdir(tmp_path_factory):
         with pytest.raises(RuntimeError, match="interrupted"):
             mlp().fit(x, y, batch_size=32, epochs=3, callbacks=[monitor, _Interrupt()], verbose=0)
         _fastest_fit(mlp(), x, y, str(root / "fastest"))
-    from xla_keras.core.session import Scalar
+    from xla_keras.core.types import Scalar
     from xla_keras.tensorboard.sink import OutputSink
 
     sink = OutputSink(str(root / "old"))  # what xla_keras 0.1 left: scalars, no report for the tab
@@ -324,7 +325,7 @@ def test_the_xla_tab_in_headless_chromium(tab_server):
             assert "no report for the tab" in frame.locator("#run-message").inner_text()
 
             # live refresh: a fit that starts writing after the page opened shows up
-            from xla_keras.core.session import Scalar
+            from xla_keras.core.types import Scalar
             from xla_keras.tensorboard.sink import OutputSink
 
             sink = OutputSink(str(root / "late"))

@@ -8,9 +8,10 @@ import os
 import pytest
 from werkzeug.test import Client
 
-from xla_keras.core.session import Scalar
+from xla_keras.core.types import Scalar
 from xla_keras.report.model import XlaReport
-from xla_keras.report.schema import PLUGIN_NAME, REPORT_FILE, TAG_REPORT_DATA, TAG_STEP_TIME
+from xla_keras.report.schema import REPORT_FILE
+from xla_keras.tensorboard.metadata import PLUGIN_NAME, TAG_REPORT_DATA, TAG_STEP_TIME
 from xla_keras.tensorboard.sink import OutputSink, SummaryWriters
 
 PREFIX = f"/data/plugin/{PLUGIN_NAME}"
@@ -239,7 +240,7 @@ def _write_raw_report_data(run_dir, payload):
     writers = SummaryWriters(str(run_dir))
     from tensorboard.compat.proto.summary_pb2 import DATA_CLASS_TENSOR, Summary, SummaryMetadata
 
-    from xla_keras.report.schema import PLUGIN_CONTENT
+    from xla_keras.tensorboard.metadata import PLUGIN_CONTENT
     from xla_keras.tensorboard.sink import _string_tensor
 
     metadata = SummaryMetadata(
@@ -284,7 +285,7 @@ def test_malformed_report_data_renders_a_message_not_an_error(tmp_path, payload,
     ],
 )
 def test_a_damaged_report_is_a_message_for_its_run_and_the_others_still_show(tmp_path, report, words):
-    from xla_keras.report.schema import encode_report_data
+    from xla_keras.tensorboard.metadata import encode_report_data
 
     write_run(tmp_path / "good", sample_report())
     _write_raw_report_data(tmp_path / "bad", encode_report_data(report))

@@ -5,8 +5,8 @@ import json
 
 import pytest
 
-from xla_keras.report.schema import decode_report_data, encode_report_data
 from xla_keras.tensorboard import views
+from xla_keras.tensorboard.metadata import decode_report_data, encode_report_data
 
 
 def sig(*leaves):

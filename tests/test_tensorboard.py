@@ -13,10 +13,10 @@ import pytest
 tf = pytest.importorskip("tensorflow")
 keras = pytest.importorskip("keras")
 
-from tensorboard_server import get, running_tensorboard  # noqa: E402
+from tensorboard_server import get, running_tensorboard
 
-import xla_keras  # noqa: E402
-from xla_keras.report.schema import LAYOUT_CATEGORY, TAG_REPORT  # noqa: E402
+import xla_keras
+from xla_keras.tensorboard.metadata import LAYOUT_CATEGORY, TAG_REPORT
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 XLA_SCALARS = {

@@ -44,10 +44,10 @@ _LAZY = {
     "Compilation": "report.model",
     "SlowStep": "report.model",
     "Storm": "storms.detection",
-    "RecompilationStormError": "storms.detection",
+    "RecompilationStormError": "errors",
     "MonitorConfig": "config",
     "parse_report": "report.schema",
-    "PhaseAdvice": "storms.advice",
+    "PhaseAdvice": "storms.budget",
     "jit_decision": "jit.run",
     "forget_jit_decision": "jit.run",
 }

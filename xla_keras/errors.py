@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from xla_keras.storms.detection import RecompilationStormError
-
 __all__ = ["XlaKerasWarning", "LogDirError", "RecompilationStormError"]
 
 
@@ -13,3 +11,7 @@ class XlaKerasWarning(UserWarning):
 
 class LogDirError(OSError):
     """The log_dir cannot be written: the user's error, raised before the first step."""
+
+
+class RecompilationStormError(RuntimeError):
+    """Raised by ``XlaMonitor(on_storm="raise")``: the message is the storm's advice."""

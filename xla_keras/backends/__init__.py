@@ -8,11 +8,16 @@ own ``_internals.py`` touches that framework's private APIs.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # typing only: importing the contract here would load it with every backend module
+    from xla_keras.backends.base import BackendClass
+
 SUPPORTED = ("tensorflow", "jax")
 
 
-def backend_for(keras_backend: str):
-    """The backend class for ``keras.backend.backend()``, or raise naming what runs."""
+def backend_for(keras_backend: str) -> BackendClass:
+    """The backend class for ``keras.backend.backend()`` (called with the JIT mode), or raise naming what runs."""
     if keras_backend == "tensorflow":
         from xla_keras.backends.tensorflow import TensorFlowBackend
 

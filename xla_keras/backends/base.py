@@ -1,7 +1,7 @@
 """The contract between XlaMonitor and a Keras backend. Pure: typing only.
 
-The monitor (``monitor.py``) keeps Keras's callback hooks, the phase lifecycle
-and the storm action; the session (``session.py``) keeps the statistics. What
+The monitor (``monitor.py``) keeps Keras's callback hooks and wires its parts
+(``callback/``); the session (``core/session.py``) keeps the statistics. What
 depends on the framework under Keras lives behind this interface:
 
 * step functions: install a wrapper around ``model.<phase>_function`` that
@@ -17,10 +17,10 @@ depends on the framework under Keras lives behind this interface:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, List, Optional, Protocol, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Protocol, Sequence, Tuple, Type
 
-from xla_keras.core.session import CallPlan, CompileObservation, Notes
 from xla_keras.core.signatures import InputSignature
+from xla_keras.core.types import CallPlan, CompileObservation, Notes
 from xla_keras.jit.modes import JitState, ProbeFacts
 
 
@@ -47,28 +47,6 @@ class Installed:
     xla_now: bool
 
 
-class StepObserver(Protocol):
-    """What a step wrapper reports to (the monitor)."""
-
-    quiet_phase: Optional[str]  # run this phase's next call without XLA's start-up lines (then None)
-
-    def active(self) -> bool:
-        """False: run Keras's function untouched (the monitor disabled itself)."""
-
-    def call_unobserved(self, phase: str) -> None:
-        """The call's data cannot be read (e.g. train_on_batch): it runs unobserved."""
-
-    def call_began(self, phase: str, batches: list, start: float) -> Optional[Any]:
-        """Batches pulled for one call; returns a probe handle to stop after the call, or None."""
-
-    def call_ran(self, phase: str, probe: Optional[Any]) -> None:
-        """The call returned: stop the probe, record what it saw."""
-
-    def call_failed(self, phase: str, probe: Optional[Any], began: bool) -> None:
-        """The call raised (the model, the data, Ctrl-C): clean up without masking the error.
-        ``began``: False when pulling its batches failed (call_began never ran)."""
-
-
 class CompileProbe(Protocol):
     """One report's compile probe."""
 
@@ -81,18 +59,59 @@ class CompileProbe(Protocol):
     def start(self, plan: CallPlan, jit: JitState) -> Optional[Any]:
         """A handle, or None when no probe can run (busy profiler: noted)."""
 
-    def stop(self, handle: Any, plan: CallPlan, jit: JitState) -> CompileObservation: ...
+    def stop(self, handle: Any, plan: CallPlan, jit: JitState) -> Optional[CompileObservation]: ...
 
     def abandon(self, handle: Any) -> None: ...
+
+
+class StepObserver(Protocol):
+    """What a step wrapper (and the wrapper chain) reports to and reads: the monitor."""
+
+    quiet_phase: Optional[str]  # run this phase's next call without XLA's start-up lines (then None)
+    params: Optional[dict]  # Keras's params of the running call: one dict shared by every callback of it
+
+    @property
+    def in_call(self) -> bool:
+        """A fit (or a standalone evaluate / predict) is being watched."""
+
+    @property
+    def probe(self) -> Optional[CompileProbe]:
+        """The compile probe of the report being written (the model watched last), if made."""
+
+    def active(self) -> bool:
+        """False: run Keras's function untouched (the monitor disabled itself)."""
+
+    def step_wrapper(self, phase: str) -> Any:
+        """The wrapper this observer installed on ``phase``'s step function, if any."""
+
+    def call_due(self, phase: str, now: float) -> None:
+        """The next call of ``phase`` begins at ``now``: the previous one ends there (JAX)."""
+
+    def call_unobserved(self, phase: str) -> None:
+        """The call's data cannot be read (e.g. train_on_batch): it runs unobserved."""
+
+    def call_began(self, phase: str, batches: list, start: float) -> Optional[Any]:
+        """Batches pulled for one call; returns a probe handle to stop after the call, or None."""
+
+    def call_ran(self, phase: str, probe: Optional[Any]) -> None:
+        """The call returned: stop the probe, record what it saw."""
+
+    def call_failed(self, phase: str, probe: Optional[Any], began: bool = True) -> None:
+        """The call raised (the model, the data, Ctrl-C): clean up without masking the error.
+        ``began``: False when pulling its batches failed (call_began never ran)."""
 
 
 class Backend(Protocol):
     """Constructed with the JIT mode; one per monitor."""
 
     name: str
-    jit_modes: Tuple[str, ...]
+    multi_worker_note: Optional[str]  # said once under multi-worker training (what the probe cannot do there)
+    ends_calls_in_wrapper: bool  # calls end in the step wrapper; batch-end hooks may run on another thread
+    probes_every_call: bool  # its probe sees every call's compiles at no cost: no call needs choosing
+    # jit='fastest': the other mode's first call against the fit's first call, by direction (to XLA on: True)
+    trial_first_call: Dict[bool, float]
 
-    def prepare(self, owner: Any) -> None:
+    def prepare(self, owner: StepObserver) -> None:
         """At monitor construction (``owner``: the monitor, which owns the wrappers)."""
 
     def unsupported(self) -> Optional[str]:
@@ -103,8 +122,14 @@ class Backend(Protocol):
 
     def versions(self) -> dict: ...
 
+    def callback_model(self, callback: Any) -> Any:
+        """The model Keras handed ``callback``, read without syncing any training state."""
+
     # step functions
     def signature(self, batch: Any) -> InputSignature: ...
+
+    def per_device(self, batch: Any, signature: InputSignature) -> Optional[str]:
+        """Each input's per-device shape in words, when inputs are split across devices, else None."""
 
     def install(self, model: Any, phase: str, observer: StepObserver, rebuild: bool = False) -> Installed: ...
 
@@ -122,8 +147,14 @@ class Backend(Protocol):
     def drop_function(self, model: Any, phase: str) -> None:
         """Let Keras rebuild the phase's function lazily, with the current settings."""
 
+    def function_fresh(self, model: Any, phase: str) -> Optional[bool]:
+        """The phase's step function has never run (its first call traces or compiles), or None: unknown."""
+
     # compile probe, persistent cache
     def probe(self, notes: Notes, model: Any, multi_worker: bool) -> CompileProbe: ...
+
+    def compiles_outside_steps(self, probe: CompileProbe) -> Dict[str, dict]:
+        """Compiles the probe saw outside the step functions (JAX: helpers, metrics), by kind; {} if none."""
 
     def cache(self) -> Optional[dict]:
         """The persistent compilation cache, ``{"dir", "effective"}``, or None."""
@@ -142,6 +173,22 @@ class Backend(Protocol):
     @property
     def jit_refusal(self) -> Optional[str]: ...
 
+    # jit='fastest'
+    def set_fastest_start(self, on: Optional[bool]) -> None:
+        """The mode the next ``apply_jit`` starts the model in (a kept decision), or None: Keras's own."""
+
+    def auto_jit(self, model: Any) -> bool:
+        """Keras's own jit_compile='auto' for this model here."""
+
+    def fit_validates(self, model: Any) -> bool:
+        """The running fit validates."""
+
+    def switch_jit(self, model: Any, phase: str, on: bool, observer: StepObserver) -> Installed:
+        """Run ``phase`` with XLA ``on`` or off, keeping both of Keras's functions."""
+
+    def settle_kept(self, model: Any, on: bool) -> None:
+        """The fit ended: each phase keeps the function of the mode kept, the other is released."""
+
     # traces, distribution, data, the running call
     def start_trace(self, directory: str) -> None: ...
 
@@ -154,16 +201,23 @@ class Backend(Protocol):
     def train_step(self, model: Any) -> int:
         """The model's optimizer step count (read once per fit)."""
 
-    def end_of_data(self) -> Tuple[type, ...]: ...
+    def end_of_data(self) -> Tuple[Type[BaseException], ...]:
+        """What ends an epoch's data, in Keras's eyes (no error: it goes on after those)."""
 
     def data_kind(self, model: Any) -> str:
         """What the running call's data is, for a storm fix's code: "tf.data" or "arrays"."""
-
-    multi_worker_note: Optional[str]  # said once under multi-worker training (what the probe cannot do there)
-    ends_calls_in_wrapper: bool  # calls end in the step wrapper; batch-end hooks may run on another thread
 
     def running_callback_list(self, model: Any) -> Any: ...
 
     def running_fit(self, model: Any) -> Any: ...
 
-    def multi_worker_fit_problem(self) -> Optional[str]: ...
+    def multi_worker_fit_problem(self) -> Optional[str]:
+        """Why Keras's own fit will fail in the multi-worker cluster the environment describes, or None."""
+
+
+class BackendClass(Protocol):
+    """A backend's class, as ``backends.backend_for`` returns it: its JIT modes, and made with a JIT mode."""
+
+    jit_modes: Tuple[str, ...]  # the JIT modes this backend accepts (a class attribute)
+
+    def __call__(self, jit_mode: str = "keep") -> Backend: ...

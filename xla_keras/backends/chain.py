@@ -12,11 +12,13 @@ from __future__ import annotations
 import weakref
 from typing import Any, Callable, Dict
 
+from xla_keras.backends.base import StepObserver
+
 FUNCTION_ATTR = {"train": "train_function", "test": "test_function", "predict": "predict_function"}
 MAKE_FUNCTION = {"train": "make_train_function", "test": "make_test_function", "predict": "make_predict_function"}
 
 
-def wrap_marker(wrapper: Callable, original: Callable, owner: Any) -> Callable:
+def wrap_marker(wrapper: Any, original: Callable, owner: Any) -> Callable:
     """Mark our wrapper (and its owner) so a leftover one is found and another
     live monitor's wrapper is chained onto rather than removed."""
     wrapper._xla_keras_original = original
@@ -32,15 +34,20 @@ def unwrap(fn: Any) -> Any:
 
 
 class WrapperChain:
-    """One monitor's wrappers, per phase. ``owner`` must offer ``params`` (Keras hands one
-    params dict to every callback of a call) and ``step_wrapper(phase)``.
+    """One monitor's wrappers, per phase. ``owner`` (a ``StepObserver``) offers ``params`` (Keras hands
+    one params dict to every callback of a call) and ``step_wrapper(phase)``.
 
     ``make_wrapper(model, phase, observer)``: the backend's wrapper; ``step_function(fn)``: the
     step function under Keras's ``fn``; ``jit_flag(step_fn)``: it is compiled whole by XLA;
     ``xla_now(step_fn)``: XLA compiles it now (jit flag or auto-clustering)."""
 
     def __init__(
-        self, owner: Any, make_wrapper: Callable, step_function: Callable, jit_flag: Callable, xla_now: Callable
+        self,
+        owner: StepObserver,
+        make_wrapper: Callable,
+        step_function: Callable,
+        jit_flag: Callable,
+        xla_now: Callable,
     ):
         self._owner = weakref.ref(owner)
         self._make_wrapper = make_wrapper
@@ -80,7 +87,7 @@ class WrapperChain:
         self,
         model: Any,
         phase: str,
-        observer: Any,
+        observer: StepObserver,
         rebuild: bool = False,
         enforce_model_jit: bool = False,
         base: Any = None,

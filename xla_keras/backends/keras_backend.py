@@ -11,19 +11,28 @@ A backend subclasses ``KerasBackend`` and supplies its ``_internals`` module (``
 from __future__ import annotations
 
 import weakref
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, ClassVar, Dict, List, Optional, Sequence, Tuple
 
-from xla_keras.backends.base import Installed
+from xla_keras.backends.base import CompileProbe, Installed, StepObserver
 from xla_keras.backends.chain import FUNCTION_ATTR, MAKE_FUNCTION, unwrap
+from xla_keras.core.signatures import InputSignature
 from xla_keras.jit.modes import JitState
+
+
+def is_keras3_model(model: Any) -> bool:
+    """A Keras 3 model (not tf_keras / TF_USE_LEGACY_KERAS=1 / Keras 2)."""
+    import keras
+
+    return isinstance(model, keras.Model)
 
 
 class KerasBackend:
     """The shared half of a backend: one per monitor, holding its JIT controller and wrappers."""
 
     name = ""
-    jit_modes: Tuple[str, ...] = ()
+    jit_modes: ClassVar[Tuple[str, ...]] = ()
     ends_calls_in_wrapper = False
+    probes_every_call = False  # the probe runs on the calls the session picks (it costs a profiler session)
     multi_worker_note: Optional[str] = None
     _internals: Any = None  # the backend's _internals module
     _wrapper_chain: Any = None  # the backend's WrapperChain subclass
@@ -37,7 +46,7 @@ class KerasBackend:
         self._owner: Any = None
         self._kept: Dict[str, Dict[bool, Any]] = {}  # jit='fastest': phase -> {XLA on: Keras's function}
 
-    def prepare(self, owner: Any) -> None:
+    def prepare(self, owner: StepObserver) -> None:
         """At monitor construction: the owner of the wrappers (the monitor)."""
         self._owner = weakref.ref(owner)
         self._wrappers = self._wrapper_chain(owner)
@@ -47,7 +56,7 @@ class KerasBackend:
 
     # ------------------------------------------------------------ step functions
 
-    def install(self, model: Any, phase: str, observer: Any, rebuild: bool = False) -> Installed:
+    def install(self, model: Any, phase: str, observer: StepObserver, rebuild: bool = False) -> Installed:
         before, token, rebuilt, xla_now = self._wrappers.install(
             model, phase, observer, rebuild=rebuild, enforce_model_jit=self.jit.mode != "keep"
         )
@@ -74,9 +83,21 @@ class KerasBackend:
     def drop_function(self, model: Any, phase: str) -> None:
         setattr(model, FUNCTION_ATTR[phase], None)
 
+    def per_device(self, batch: Any, signature: InputSignature) -> Optional[str]:
+        """Each input's per-device shape in words, or None (no backend-level sharding to describe)."""
+        return None
+
+    def compiles_outside_steps(self, probe: CompileProbe) -> Dict[str, dict]:
+        """Compiles seen outside the step functions: none that this backend's probe can see."""
+        return {}
+
     # ------------------------------------------------------------ jit='fastest': both functions kept
 
-    def switch_jit(self, model: Any, phase: str, on: bool, observer: Any) -> Installed:
+    def set_fastest_start(self, on: Optional[bool]) -> None:
+        """jit='fastest': the mode the next ``apply_jit`` starts the model in (a kept decision), or None."""
+        self.jit.start_on = on
+
+    def switch_jit(self, model: Any, phase: str, on: bool, observer: StepObserver) -> Installed:
         """Run ``phase`` with XLA ``on`` or off, keeping both of Keras's functions: a switch back
         reuses the function built before, with every executable XLA compiled for it (a rebuild would
         start an empty cache and compile again). The first switch to a mode builds its function

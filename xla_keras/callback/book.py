@@ -14,11 +14,13 @@ import os
 import weakref
 from typing import Any, Callable, List, Optional
 
+from xla_keras.backends.base import Backend, CompileProbe
 from xla_keras.callback.traces import TraceWindows
 from xla_keras.config import MonitorConfig
 from xla_keras.core.cache import CacheAccount
-from xla_keras.core.session import ReportContext, Session, build_report
+from xla_keras.core.session import Session
 from xla_keras.jit.modes import JitState, ProbeFacts
+from xla_keras.report.build import ReportContext, build_report
 from xla_keras.report.model import XlaReport
 from xla_keras.tensorboard.sink import OutputSink
 
@@ -30,16 +32,15 @@ class ModelReport:
         self,
         config: MonitorConfig,
         log_dir: Optional[str],
-        traces_backend: Any,
+        backend: Backend,
         missing_viewer: Callable[[], Optional[str]],
-        backend_name: str = "tensorflow",
     ):
-        self.backend_name = backend_name
+        self.backend = backend
         self.session = Session(config)
         self.sink = OutputSink(log_dir)
-        self.traces = TraceWindows(config.profile, traces_backend, self.session.notes, missing_viewer)
+        self.traces = TraceWindows(config.profile, backend, self.session.notes, missing_viewer)
         self.error: Optional[str] = None  # why the monitor disabled itself, if it did
-        self.probe: Any = None  # the backend's compile probe, made at the first call
+        self.probe: Optional[CompileProbe] = None  # the backend's compile probe, made at the first call
         self.jit_state = JitState(config.jit)  # the read-back of the function that runs
         self.cache: Optional[dict] = None  # the persistent compilation cache, if any
         self.cache_account = CacheAccount(None, "", config.jit)
@@ -70,7 +71,6 @@ class ModelReport:
             )
         if self.error:
             notes.append(self.error)
-        other = getattr(self.probe, "other_compiles", None)
         return build_report(
             self.session.snapshot(),
             ReportContext(
@@ -84,8 +84,8 @@ class ModelReport:
                 log_dir=self.sink.log_dir if self.sink.writes and not refused else None,
                 versions=versions,
                 run_state="running" if running else self.state,
-                backend=self.backend_name,
-                other_compilations=other() if other is not None else {},
+                backend=self.backend.name,
+                other_compilations=self.backend.compiles_outside_steps(self.probe) if self.probe is not None else {},
             ),
         )
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import functools
 import weakref
-from typing import Any, Callable, Tuple
+from typing import Any, Callable, Optional, Protocol, Tuple, Type
 
 GUARDED_HOOKS = (
     "on_epoch_begin",
@@ -41,7 +41,25 @@ GUARDED_HOOKS = (
 )
 
 
-def guarded(*passthrough: type) -> Callable:
+class Guarded(Protocol):
+    """What the guards use of a monitor (its error-containment names)."""
+
+    call_token: Optional[object]  # the fit / evaluate / predict being watched: its CallbackList's token
+
+    def active(self) -> bool:
+        """False once the monitor disabled itself: guarded methods do nothing."""
+
+    def disable_after_error(self, error: BaseException) -> None:
+        """An internal error: log it once, stop observing, give back everything changed."""
+
+    def callback_failed(self) -> None:
+        """A callback of the call raised, or the call is gone without its end hook: clean up."""
+
+    def release_at_exit(self) -> None:
+        """At interpreter exit: free the profiler, restore the flags, flush."""
+
+
+def guarded(*passthrough: Type[BaseException]) -> Callable:
     """Decorate a monitor method: skipped once the monitor is disabled; an
     exception other than ``passthrough`` ones disables the monitor instead of
     reaching Keras."""
@@ -49,14 +67,14 @@ def guarded(*passthrough: type) -> Callable:
     def decorate(method):
         @functools.wraps(method)
         def run(self, *args, **kwargs):
-            if not self._enabled:
+            if not self.active():
                 return None
             try:
                 return method(self, *args, **kwargs)
             except passthrough:
                 raise
             except Exception as error:  # noqa: BLE001 - by design, see the module's docstring
-                self._disable(error)
+                self.disable_after_error(error)
                 return None
 
         return run
@@ -64,12 +82,12 @@ def guarded(*passthrough: type) -> Callable:
     return decorate
 
 
-def guard_callback_list(monitor: Any, callback_list: Any, end_of_data: Tuple[type, ...]) -> None:
+def guard_callback_list(monitor: Guarded, callback_list: Any, end_of_data: Tuple[Type[BaseException], ...]) -> None:
     """See the module's docstring. ``end_of_data``: what Keras catches to end an epoch
     (it goes on after those: they are no error)."""
     if callback_list is None:
         return
-    token = monitor._call_token = object()
+    token = monitor.call_token = object()
     weakref.finalize(callback_list, _call_gone, weakref.ref(monitor), token)
     if getattr(callback_list, "_xla_keras_guarded", False):
         return
@@ -86,7 +104,7 @@ def guard_callback_list(monitor: Any, callback_list: Any, end_of_data: Tuple[typ
             except BaseException:
                 for cb in getattr(list_ref(), "callbacks", []):
                     if getattr(cb, "_xla_keras_monitor", False):
-                        cb._on_callback_error()
+                        cb.callback_failed()
                 raise
 
         return run
@@ -102,8 +120,8 @@ def _call_gone(ref, token) -> None:
     """The CallbackList of a monitored call was freed: if that call never
     reached its end hook, clean up now."""
     monitor = ref()
-    if monitor is not None and monitor._call_token is token:
-        monitor._on_callback_error()
+    if monitor is not None and monitor.call_token is token:
+        monitor.callback_failed()
 
 
 def flush_at_exit(ref) -> None:
@@ -112,6 +130,6 @@ def flush_at_exit(ref) -> None:
     if monitor is None:
         return
     try:
-        monitor._release(at_exit=True)
+        monitor.release_at_exit()
     except Exception:  # noqa: BLE001 - interpreter shutdown: best effort
         pass

@@ -18,7 +18,7 @@ import os
 import time
 from typing import Any, Callable, List, Optional
 
-from xla_keras.core.session import Notes
+from xla_keras.core.types import Notes
 
 STEADY_WINDOW_STEPS = 5
 WARM_UP_STEPS = 10

@@ -5,18 +5,22 @@ XLA compiles once per distinct concrete input shape and dtype, even when
 signature of a batch is the tuple of ``(path, dtype, shape)`` of every input
 leaf, read from Python attributes only: building one never syncs the device.
 
+It also owns the one walk over a batch's nested structure (``top_level``,
+``children``, ``leaves``, ``map_leaves``) that the data fixes and the length
+sample use, so that every part of the package names a leaf alike.
+
 This module is pure: it duck-types tensors (anything with ``.shape`` and
 ``.dtype``) and imports no TensorFlow.
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterable, NamedTuple, Optional, Tuple
+from typing import Any, Callable, Iterable, List, NamedTuple, Optional, Tuple
 
 Shape = Tuple[Optional[int], ...]
 
 # Keras unpacks a batch tuple as (x, y, sample_weight): name the top level so.
-_TOP_LEVEL_NAMES = ("x", "y", "sample_weight")
+TOP_LEVEL_NAMES = ("x", "y", "sample_weight")
 
 
 class Leaf(NamedTuple):
@@ -42,6 +46,85 @@ class AxisChange(NamedTuple):
     axis: Optional[int]
     old: Any
     new: Any
+
+
+# ------------------------------------------------------------------ the batch tree
+# One set of rules for every walk over a batch (signatures, xla_keras.data, the length sample), so
+# that they name each leaf alike: the paths are a contract (reports, fixes, real lengths).
+
+
+def _splits(batch: Any) -> bool:
+    # Like keras's unpack_x_y_sample_weight: any list or tuple of 1..3 parts, namedtuples too.
+    return isinstance(batch, (list, tuple)) and 1 <= len(batch) <= 3
+
+
+def top_level(batch: Any) -> List[Tuple[str, Any]]:
+    """A batch's parts with their names: ``x``, ``y``, ``sample_weight`` by position for a list or
+    tuple of 1..3 parts (namedtuples too, as Keras unpacks them), else the whole batch as ``x``."""
+    if _splits(batch):
+        return list(zip(TOP_LEVEL_NAMES, batch))
+    return [("x", batch)]
+
+
+def children(value: Any) -> Optional[List[Tuple[Any, Any]]]:
+    """``(key, item)`` of a container, None for anything else. Dicts by sorted key (as tf.nest and
+    keras.tree flatten them, so the order is stable), namedtuples by field name, lists and tuples by index."""
+    if isinstance(value, dict):
+        return [(key, value[key]) for key in sorted(value, key=str)]
+    if isinstance(value, (list, tuple)):
+        fields = getattr(value, "_fields", None)
+        return list(zip(fields, value)) if fields else list(enumerate(value))
+    return None
+
+
+def leaves(batch: Any) -> List[Tuple[str, Any]]:
+    """``(path, leaf)`` pairs in ``signature_of``'s order and with its paths. A leaf is anything but a
+    container or None: composite tensors stay whole and Python scalars are kept (signature_of splits
+    the former and drops the latter)."""
+    out: List[Tuple[str, Any]] = []
+    for name, part in top_level(batch):
+        _collect(part, name, out)
+    return out
+
+
+def _collect(value: Any, path: str, out: List[Tuple[str, Any]]) -> None:
+    if value is None:
+        return
+    items = children(value)
+    if items is None:
+        out.append((path, value))
+        return
+    for key, item in items:
+        _collect(item, f"{path}/{key}", out)
+
+
+def map_leaves(batch: Any, fn: Callable[[str, Any], Any]) -> Any:
+    """``batch`` with every leaf (as in ``leaves``) replaced by ``fn(path, leaf)``, visited in the same
+    order. Containers keep their type (a dict its key order); None stays None."""
+    if _splits(batch):
+        return _rebuild(batch, [_map(part, name, fn) for name, part in top_level(batch)])
+    return _map(batch, "x", fn)
+
+
+def _map(value: Any, path: str, fn: Callable[[str, Any], Any]) -> Any:
+    if value is None:
+        return None
+    items = children(value)
+    if items is None:
+        return fn(path, value)
+    done = [(key, _map(item, f"{path}/{key}", fn)) for key, item in items]
+    if isinstance(value, dict):
+        by_key = dict(done)
+        return {key: by_key[key] for key in value}  # visited sorted, rebuilt in the user's order
+    return _rebuild(value, [item for _, item in done])
+
+
+def _rebuild(like: Any, items: list) -> Any:
+    if isinstance(like, list):
+        return items
+    if hasattr(like, "_fields"):
+        return type(like)(*items)
+    return tuple(items)
 
 
 # Per-step fast paths: a dtype's name and whether a type is a plain tensor leaf are
@@ -140,16 +223,10 @@ def _walk(value: Any, path: str, out: list, unwrap: Optional[Callable[[Any], Any
             if other != first:
                 out.extend(Leaf(f"{leaf.path}@{i}", leaf.dtype, leaf.shape) for leaf in other)
         return
-    if isinstance(value, dict):
-        # Sorted like tf.nest / keras.tree flatten dicts, so the order is stable.
-        for key in sorted(value, key=str):
-            _walk(value[key], f"{path}/{key}" if path else str(key), out, unwrap)
-        return
-    if isinstance(value, (list, tuple)):
-        fields = getattr(value, "_fields", None)  # namedtuple: use field names
-        for i, item in enumerate(value):
-            name = fields[i] if fields else str(i)
-            _walk(item, f"{path}/{name}" if path else name, out, unwrap)
+    items = children(value)
+    if items is not None:
+        for key, item in items:
+            _walk(item, f"{path}/{key}", out, unwrap)
         return
     parts = _components(value)
     if parts is not None:
@@ -191,15 +268,8 @@ def signature_of(batch: Any, unwrap: Optional[Callable[[Any], Any]] = _identity)
             if other != first:
                 out.extend(Leaf(f"{leaf.path}@{i}", leaf.dtype, leaf.shape) for leaf in other)
         return tuple(out)
-    if isinstance(batch, list):
-        batch = tuple(batch)
-    # Like keras's unpack_x_y_sample_weight: any tuple of 1..3 (namedtuples too)
-    # is split by position.
-    if isinstance(batch, tuple) and 1 <= len(batch) <= 3:
-        for name, part in zip(_TOP_LEVEL_NAMES, batch):
-            _walk(part, name, out, unwrap)
-    else:
-        _walk(batch, "x", out, unwrap)
+    for name, part in top_level(batch):
+        _walk(part, name, out, unwrap)
     return tuple(out)
 
 

@@ -11,8 +11,9 @@ from __future__ import annotations
 import weakref
 from typing import Any, Optional
 
+from xla_keras.jit.decision import Decision
 from xla_keras.jit.outlook import Outlook, StormRule, expected_compiles
-from xla_keras.jit.trial import Decision, Trial
+from xla_keras.jit.trial import Trial
 
 # Decisions the trial measured (both modes ran): what a later fit of the model reuses. A default kept
 # for want of a trial (too short, shapes that vary, unknown length) is not one: a later fit tries again.

@@ -1,10 +1,7 @@
-"""What the monitor writes for TensorBoard and for tools: names, layout, report schema. Pure.
+"""Reading a report of any schema version written so far (``parse_report``). Pure.
 
-In the spirit of TensorBoard's ``plugins/*/metadata.py``: the writer
-(``sink.py``) and every reader (``xla-keras report``, the XLA tab) share these
-constants, and ``parse_report`` reads every report version written so far.
-
-Report schema versions (``xla_report.json``, ``XlaReport.to_dict()``):
+Report schema versions (``xla_report.json``, ``XlaReport.to_dict()``; the current one is
+``model.SCHEMA_VERSION``):
 
 * 1 - xla_keras 0.1: no ``schema_version`` key; ``source`` is "profiler" or
   "timing"; ``cached`` is a bool.
@@ -25,90 +22,23 @@ Report schema versions (``xla_report.json``, ``XlaReport.to_dict()``):
 * 6 - ``jit_decision`` (``jit="fastest"``: the mode kept, why, both modes'
   medians and spreads, steps measured per mode, the trial's compile seconds,
   the predicted saving; ``fastest.Decision``); ``jit_mode`` may be "fastest".
-
-The XLA tab reads the report from the event files, not from the loose JSON
-file (TensorBoard's data provider serves summaries only): the same dict,
-gzip-compressed JSON in a string tensor under ``TAG_REPORT_DATA`` with
-``PLUGIN_NAME`` as its plugin, in the ``train`` run. ``PLUGIN_CONTENT`` in
-the summary's metadata names the encoding, so the encoding can change later.
 """
 
 from __future__ import annotations
 
-import gzip
-import io
-import json
 from dataclasses import dataclass
 from typing import Any, Dict, Optional
 
-# Runs, as keras.callbacks.TensorBoard names them.
-RUNS = {"train": "train", "test": "validation"}
+from xla_keras.report.model import SCHEMA_VERSION, XlaReport
+
 REPORT_FILE = "xla_report.json"
-
-TAG_STEP_TIME = "xla/step_time_ms"
-TAG_STEADY_STEP_TIME = "xla/steady_step_time_ms"
-TAG_COMPILATIONS = "xla/compilations"
-TAG_COMPILE_TIME = "xla/compile_time_ms"
-TAG_DISTINCT_SIGNATURES = "xla/distinct_signatures"
-TAG_STORM = "xla/storm"
-TAG_REPORT = "xla/report"
-# The XLA tab (xla_keras.tensorboard): its plugin name, shared by the writer (sink.py) and the
-# reader (the tab's backend), and the report it reads.
-PLUGIN_NAME = "xla_keras"
-TAG_REPORT_DATA = "xla/report_data"
-PLUGIN_CONTENT = b'{"encoding": "gzip+json", "version": 1}'
-MAX_REPORT_DATA_BYTES = 64 * 1024 * 1024  # a decompressed report larger than this is not ours
-SCALAR_TAGS = (
-    TAG_STEP_TIME,
-    TAG_STEADY_STEP_TIME,
-    TAG_COMPILATIONS,
-    TAG_COMPILE_TIME,
-    TAG_DISTINCT_SIGNATURES,
-    TAG_STORM,
-)
-
-# The custom-scalars layout: one category, four charts (title, tags).
-LAYOUT_CATEGORY = "XLA"
-LAYOUT_CHARTS = (
-    ("step time vs steady step time (ms)", (TAG_STEP_TIME, TAG_STEADY_STEP_TIME)),
-    ("compilations and distinct signatures", (TAG_COMPILATIONS, TAG_DISTINCT_SIGNATURES)),
-    ("compile time (ms)", (TAG_COMPILE_TIME,)),
-    ("recompilation storms", (TAG_STORM,)),
-)
-
-SCHEMA_VERSION = 6
-
-
-def encode_report_data(report_dict: Dict[str, Any]) -> bytes:
-    """The report dict as the tab's summary holds it (compact JSON, gzip: ~10x smaller)."""
-    return gzip.compress(json.dumps(report_dict, separators=(",", ":"), sort_keys=True).encode("utf-8"), 6)
-
-
-def decode_report_data(data: bytes) -> Dict[str, Any]:
-    """Inverse of :func:`encode_report_data`; ValueError for anything that is not one."""
-    if not isinstance(data, (bytes, bytearray)):
-        raise ValueError(f"report data must be bytes, not {type(data).__name__}")
-    try:
-        with gzip.GzipFile(fileobj=io.BytesIO(data)) as f:
-            raw = f.read(MAX_REPORT_DATA_BYTES + 1)
-    except (OSError, EOFError) as error:
-        raise ValueError(f"report data is not gzip: {error}") from None
-    if len(raw) > MAX_REPORT_DATA_BYTES:
-        raise ValueError(f"report data is larger than {MAX_REPORT_DATA_BYTES} bytes decompressed")
-    try:
-        decoded = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise ValueError(f"report data is not JSON: {error}") from None
-    if not isinstance(decoded, dict):
-        raise ValueError(f"report data is a JSON {type(decoded).__name__}, not a report")
-    return decoded
 
 
 @dataclass(frozen=True)
 class ParsedReport:
     """A report read from its JSON form, and what the reader should know about it."""
 
-    report: Any  # XlaReport
+    report: XlaReport
     schema_version: int  # as written (1 for files without the key)
     newer: bool  # written by a newer xla_keras: keys this one does not know were skipped
     message: Optional[str] = None  # say this to the user when set
@@ -120,8 +50,6 @@ def parse_report(data: Dict[str, Any]) -> ParsedReport:
     Older versions are migrated (missing keys take their defaults); a newer
     version is read for the keys this version knows, and ``message`` says so.
     Raises ValueError for something that is not a report at all."""
-    from xla_keras.report.model import XlaReport
-
     if not isinstance(data, dict):
         raise ValueError(f"a JSON {type(data).__name__}, not an XlaMonitor report")
     version = data.get("schema_version", 1)

@@ -94,11 +94,12 @@ def best_buckets(lengths: Dict[int, int], k: int, multiple: int = BOUNDARY_MULTI
 
 def best_cost_overhead(lengths: Dict[int, int], boundaries: Sequence[int]) -> float:
     real = sum(v * w for v, w in lengths.items())
-    padded = sum(_pad_to(v, boundaries) * w for v, w in lengths.items())
+    padded = sum(pad_to_boundary(v, boundaries) * w for v, w in lengths.items())
     return padded / real - 1 if real else 0.0
 
 
-def _pad_to(v: int, boundaries: Sequence[int]) -> int:
+def pad_to_boundary(v: int, boundaries: Sequence[int]) -> int:
+    """The first boundary that fits ``v``, else ``v`` itself (a length no boundary covers)."""
     for b in boundaries:
         if v <= b:
             return b

@@ -23,10 +23,6 @@ MAX_TRACKED_SIGNATURES = 4096
 MAX_VALUES_LISTED = 64
 
 
-class RecompilationStormError(RuntimeError):
-    """Raised by ``XlaMonitor(on_storm="raise")``: the message is the storm's advice."""
-
-
 @dataclass
 class Storm:
     """A burst of new input signatures in one phase, and what to do about it.
@@ -37,8 +33,7 @@ class Storm:
         count: new signatures within the window at that step.
         varying: ``[{"path", "axis", "min", "max", "n_values", "values"}]``.
         advice: the human text.
-        fix: machine-readable fix (``kind`` is "pad_to_lengths", "fixed_batch_size",
-            "drop_remainder" or "consistent_structure").
+        fix: machine-readable fix (its ``kind`` is one of ``xla_keras.storms.fixes.KINDS``).
         compiles: compiles of the phase so far; compile_seconds: their time.
         steady_step_seconds: the phase's steady median when it opened.
         action: what the monitor did: "warn", "raise" or "fallback".
@@ -85,12 +80,13 @@ class StormDetector:
     """
 
     def __init__(self, threshold: int = 8, window: int = 200):
-        if integer(threshold) is None or threshold < 2:
+        checked_threshold, checked_window = integer(threshold), integer(window)
+        if checked_threshold is None or checked_threshold < 2:
             raise ValueError(f"storm_threshold must be an int >= 2; got {threshold!r}")
-        if integer(window) is None or window < 1:
+        if checked_window is None or checked_window < 1:
             raise ValueError(f"storm_window must be an int >= 1; got {window!r}")
-        self.threshold = integer(threshold)
-        self.window = integer(window)
+        self.threshold = checked_threshold
+        self.window = checked_window
         self._recent: Dict[str, deque] = {}
         self._open: Dict[str, bool] = {}
 
@@ -172,10 +168,10 @@ def partial_batch_signatures(history: ShapeHistory) -> Dict[int, Tuple[int, int]
     batch_size = max(rows_weight, key=lambda r: (rows_weight[r], r))
     found = {}
     for fp, ends in history.ends.items():
-        sig = history.signatures.get(fp)
-        if sig is None or ends != history.batches.get(fp):
+        last = history.signatures.get(fp)
+        if last is None or ends != history.batches.get(fp):
             continue
-        rows = batch_rows(sig)
+        rows = batch_rows(last)
         if rows is not None and rows < batch_size:
             found[fp] = (rows, batch_size)
     return found
@@ -194,7 +190,7 @@ def batch_rows(sig: InputSignature) -> Optional[int]:
 class _Axis:
     path: str
     axis: int
-    values: Dict[int, int]  # value -> batches
+    values: Dict[Optional[int], int]  # value -> batches
     also: List[str] = field(default_factory=list)  # co-varying "path:axis"
 
     def describe(self) -> Dict[str, Any]:
@@ -235,7 +231,7 @@ def varying_axes(signatures: Sequence[Tuple[InputSignature, int]]) -> List[_Axis
         if key in merged:
             merged[key].also.append(f"{path}:{axis}")
             continue
-        values: Dict[int, int] = {}
+        values: Dict[Optional[int], int] = {}
         for size, w in zip(column, weights):
             values[size] = values.get(size, 0) + w
         merged[key] = _Axis(path, axis, values)
@@ -294,8 +290,8 @@ def train_vs_validation_note(train: ShapeHistory, test: ShapeHistory) -> Optiona
     its own shapes anyway), so it is not mistaken for a storm cause."""
     if not train.batches or not test.batches:
         return None
-    main_train = train.signatures[max(train.batches, key=train.batches.get)]
-    main_test = test.signatures[max(test.batches, key=test.batches.get)]
+    main_train = train.signatures[max(train.batches, key=lambda fp: train.batches[fp])]
+    main_test = test.signatures[max(test.batches, key=lambda fp: test.batches[fp])]
     changes = [c for c in diff(main_train, main_test) if c.axis is not None]
     if not changes:
         return None

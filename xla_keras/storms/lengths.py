@@ -20,11 +20,12 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from xla_keras.core.signatures import leaves
+
 # Enough batches for a stable length distribution (a 1% share is ~2-3 batches), and a bounded
 # memory: only integer/boolean leaves of rank >= 2 are kept, and at most MAX_BYTES of them.
 CAPACITY = 256
 MAX_BYTES = 32 << 20
-_TOP_LEVEL_NAMES = ("x", "y", "sample_weight")
 _DEVICE_MODULES = ("jax", "jaxlib")
 
 
@@ -53,38 +54,18 @@ def _host_array(value: Any) -> Optional[Any]:
     return None
 
 
-def _walk(value: Any, path: str, out: List[Tuple[str, Any]]) -> None:
-    if value is None:
-        return
-    if isinstance(value, dict):
-        for key in sorted(value, key=str):
-            _walk(value[key], f"{path}/{key}", out)
-        return
-    if isinstance(value, (list, tuple)):
-        fields = getattr(value, "_fields", None)
-        for i, item in enumerate(value):
-            _walk(item, f"{path}/{fields[i] if fields else i}", out)
-        return
-    array = _host_array(value)
-    if array is None:
-        return
-    dtype = getattr(array.dtype, "name", str(array.dtype))
-    if len(array.shape) >= 2 and _is_countable(str(dtype)):
-        out.append((path, array))
-
-
 def countable_leaves(batch: Any) -> Dict[str, Any]:
     """``{path: host array}`` of a batch's integer and boolean leaves of rank >= 2, named like
     the signatures (x / y / sample_weight by position). Raises _OnDevice."""
-    if isinstance(batch, list):
-        batch = tuple(batch)
-    out: List[Tuple[str, Any]] = []
-    if isinstance(batch, tuple) and 1 <= len(batch) <= 3 and not hasattr(batch, "_fields"):
-        for name, part in zip(_TOP_LEVEL_NAMES, batch):
-            _walk(part, name, out)
-    else:
-        _walk(batch, "x", out)
-    return dict(out)
+    out: Dict[str, Any] = {}
+    for path, value in leaves(batch):
+        array = _host_array(value)
+        if array is None:
+            continue
+        dtype = getattr(array.dtype, "name", str(array.dtype))
+        if len(array.shape) >= 2 and _is_countable(str(dtype)):
+            out[path] = array
+    return out
 
 
 class BatchSample:
@@ -222,8 +203,8 @@ def measure(sample: Any, candidates: Sequence[Tuple[str, int]]) -> Optional[Real
         if "@" in path or axis < 1:
             continue
         batches, rank = [], 2
-        for leaves in sample.kept:
-            array = leaves.get(path)
+        for kept in sample.kept:
+            array = kept.get(path)
             if array is not None and axis < len(array.shape):
                 batches.append((int(array.shape[axis]), real_lengths(array, axis)))
                 rank = len(array.shape)

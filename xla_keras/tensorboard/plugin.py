@@ -20,25 +20,27 @@ Routes (under ``/data/plugin/xla_keras``), all JSON but the static files:
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import threading
 from collections import OrderedDict
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, NamedTuple, Optional, Tuple
 
 from tensorboard.plugins import base_plugin
 from werkzeug import wrappers
 
-from xla_keras.report.schema import (
+from xla_keras.report.schema import ParsedReport
+from xla_keras.tensorboard import views
+from xla_keras.tensorboard.metadata import (
     PLUGIN_CONTENT,
     PLUGIN_NAME,
     TAG_REPORT_DATA,
     TAG_STEADY_STEP_TIME,
     TAG_STEP_TIME,
+    content_version,
     decode_report_data,
 )
-from xla_keras.tensorboard import views
+from xla_keras.tensorboard.profile_tab import profile_tab_install, profile_tab_installed
 
 STATIC_FILES = {"index.js": "text/javascript; charset=utf-8", "style.css": "text/css; charset=utf-8"}
 STATIC_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "static")
@@ -56,24 +58,35 @@ class RunError(Exception):
         self.code = code
 
 
+class RunReport(NamedTuple):
+    """A run's latest report: the dict, parsed once, and when it was written (``{"step", "wall_time"}``)."""
+
+    report: Dict[str, Any]
+    parsed: ParsedReport
+    written: Dict[str, Any]
+
+
 class XlaPlugin(base_plugin.TBPlugin):
-    """The "XLA" tab: compile ledger, shape changes, storms with their fix, the cost."""
+    """The "XLA" tab: compile ledger, shape changes, storms with their fix, the cost.
+
+    Each route (``*_route``, HTTP) hands the request's context, experiment and run to its ``*_impl``,
+    which returns the JSON body, as TensorBoard's own plugins do."""
 
     plugin_name = PLUGIN_NAME
 
     def __init__(self, context):
         self._provider = context.data_provider
-        self._reports: "OrderedDict[Tuple[str, int, float], Any]" = OrderedDict()
+        self._reports: "OrderedDict[Tuple[str, int, float], RunReport]" = OrderedDict()
         self._lock = threading.Lock()
 
     def get_plugin_apps(self):
         return {
-            "/runs": self._serve_runs,
-            "/report": self._serve_report,
-            "/compiles": self._serve_compiles,
-            "/storms": self._serve_storms,
-            "/steps": self._serve_steps,
-            "/static/*": self._serve_static,
+            "/runs": self.runs_route,
+            "/report": self.report_route,
+            "/compiles": self.compiles_route,
+            "/storms": self.storms_route,
+            "/steps": self.steps_route,
+            "/static/*": self.static_route,
         }
 
     def is_active(self):
@@ -87,21 +100,15 @@ class XlaPlugin(base_plugin.TBPlugin):
 
     # ------------------------------------------------------------ reading
 
-    def _ids(self, request):
-        from tensorboard import plugin_util
-
-        return plugin_util.context(request.environ), plugin_util.experiment_id(request.environ)
-
-    def _runs(self, request) -> Dict[str, Dict[str, Any]]:
+    def _runs(self, ctx, experiment) -> Dict[str, Dict[str, Any]]:
         """The tab's runs: {run: {"tensorboard_run", "series" (None: XLA scalars but no report)}}."""
-        ctx, eid = self._ids(request)
         from tensorboard.data import provider
 
         found: Dict[str, Dict[str, Any]] = {}
         with_report = (
             self._provider.list_tensors(
                 ctx,
-                experiment_id=eid,
+                experiment_id=experiment,
                 plugin_name=PLUGIN_NAME,
                 run_tag_filter=provider.RunTagFilter(tags=[TAG_REPORT_DATA]),
             )
@@ -111,25 +118,15 @@ class XlaPlugin(base_plugin.TBPlugin):
             run = views.tab_run(tb_run)
             if run is not None and TAG_REPORT_DATA in tags:
                 found[run] = {"tensorboard_run": tb_run, "series": tags[TAG_REPORT_DATA]}
-        scalars = self._provider.list_scalars(ctx, experiment_id=eid, plugin_name="scalars") or {}
+        scalars = self._provider.list_scalars(ctx, experiment_id=experiment, plugin_name="scalars") or {}
         for tb_run, tags in scalars.items():
             run = views.tab_run(tb_run)
             if run is not None and run not in found and any(t.startswith("xla/") for t in tags):
                 found[run] = {"tensorboard_run": views.tensorboard_run(run), "series": None}
         return dict(sorted(found.items()))
 
-    def _run_argument(self, request, runs) -> str:
-        run = request.args.get("run")
-        if run is None or run == "":
-            raise RunError(400, "missing the run argument: ?run=<one of /runs>")
-        if len(run) > MAX_RUN_ARGUMENT or run not in runs:
-            shown = ", ".join(repr(r) for r in list(runs)[:20]) or "none yet"
-            raise RunError(404, f"no run {run[:200]!r} in this logdir; runs: {shown}")
-        return run
-
-    def _report(self, request, run: str, info: Dict[str, Any]) -> Tuple[Dict[str, Any], Dict[str, Any]]:
-        """The run's latest report dict (decoded and checked once per version) and when it was written
-        (``{"step", "wall_time"}``); ValueError if unreadable."""
+    def _report(self, ctx, experiment, info: Dict[str, Any]) -> RunReport:
+        """The run's latest report, decoded and parsed once per version; ValueError if unreadable."""
         series = info["series"]
         if series is None:
             raise ValueError(
@@ -143,17 +140,16 @@ class XlaPlugin(base_plugin.TBPlugin):
                 self._reports.move_to_end(key)
                 return self._reports[key]
         content = getattr(series, "plugin_content", PLUGIN_CONTENT) or PLUGIN_CONTENT
-        if _content_version(content) > _content_version(PLUGIN_CONTENT):
+        if content_version(content) > content_version(PLUGIN_CONTENT):
             raise ValueError(
                 "the report was written by a newer xla_keras (its tab data format is newer "
                 "than this one reads): upgrade xla_keras where TensorBoard runs"
             )
-        ctx, eid = self._ids(request)
         from tensorboard.data import provider
 
         data = self._provider.read_tensors(
             ctx,
-            experiment_id=eid,
+            experiment_id=experiment,
             plugin_name=PLUGIN_NAME,
             downsample=1,
             run_tag_filter=provider.RunTagFilter(runs=[info["tensorboard_run"]], tags=[TAG_REPORT_DATA]),
@@ -163,73 +159,69 @@ class XlaPlugin(base_plugin.TBPlugin):
             raise ValueError("the run's report summary holds no data yet")
         value = datums[-1].numpy
         raw = value.item() if hasattr(value, "item") and getattr(value, "size", 0) == 1 else value
-        report = views.check(decode_report_data(raw))  # ValueError for what is not a report, before any use
-        found = (report, {"step": int(datums[-1].step), "wall_time": float(datums[-1].wall_time)})
+        report = decode_report_data(raw)
+        parsed = views.parse_checked(report)  # ValueError for what is not a report, before any use
+        found = RunReport(report, parsed, {"step": int(datums[-1].step), "wall_time": float(datums[-1].wall_time)})
         with self._lock:
             self._reports[key] = found
             while len(self._reports) > _CACHED_REPORTS:
                 self._reports.popitem(last=False)
         return found
 
-    # ------------------------------------------------------------- routes
+    def _with_report(self, ctx, experiment, run: Optional[str], build: Callable[[str, RunReport], Any]) -> Any:
+        """``build(run, report)`` for the requested run; RunError for a bad ``run``, a message for a bad report."""
+        runs = self._runs(ctx, experiment)
+        run = _run_argument(run, runs)
+        try:
+            return build(run, self._report(ctx, experiment, runs[run]))
+        except MALFORMED as error:
+            return {"run": run, "message": _malformed(error)}
 
-    @wrappers.Request.application
-    def _serve_runs(self, request):
-        runs = self._runs(request)
+    # ------------------------------------------------------------- what each route serves
+
+    def runs_impl(self, ctx, experiment) -> Dict[str, Any]:
         rows = []
-        for run, info in runs.items():
+        for run, info in self._runs(ctx, experiment).items():
             try:
-                report, written = self._report(request, run, info)
-                rows.append(dict(views.summary(run, report), message=None, written=written))
+                loaded = self._report(ctx, experiment, info)
+                rows.append(dict(views.summary(run, loaded.report), message=None, written=loaded.written))
             except MALFORMED as error:
                 rows.append({"run": run, "message": _malformed(error)})
-        return _json(
-            {"runs": rows, "profile_tab": _profile_tab_installed(), "profile_install": _profile_install_line()}
+        return {"runs": rows, "profile_tab": _profile_tab_installed(), "profile_install": _profile_install_line()}
+
+    def report_impl(self, ctx, experiment, run: Optional[str]) -> Dict[str, Any]:
+        return self._with_report(
+            ctx,
+            experiment,
+            run,
+            lambda run, loaded: views.run_view(run, loaded.report, loaded.written, loaded.parsed),
         )
 
-    def _one_run(self, request, build):
-        try:
-            runs = self._runs(request)
-            run = self._run_argument(request, runs)
-        except RunError as error:
-            return _json({"error": str(error)}, error.code)
-        try:
-            return _json(build(run, *self._report(request, run, runs[run])))
-        except MALFORMED as error:
-            return _json({"run": run, "message": _malformed(error)})
-
-    @wrappers.Request.application
-    def _serve_report(self, request):
-        return self._one_run(request, views.run_view)
-
-    @wrappers.Request.application
-    def _serve_compiles(self, request):
-        return self._one_run(
-            request,
-            lambda run, report, written: {
+    def compiles_impl(self, ctx, experiment, run: Optional[str]) -> Dict[str, Any]:
+        return self._with_report(
+            ctx,
+            experiment,
+            run,
+            lambda run, loaded: {
                 "run": run,
-                "ledger": views.ledger(report.get("compilations") or []),
-                "compilations_dropped": report.get("compilations_dropped", 0),
+                "ledger": views.ledger(loaded.report.get("compilations") or []),
+                "compilations_dropped": loaded.report.get("compilations_dropped", 0),
             },
         )
 
-    @wrappers.Request.application
-    def _serve_storms(self, request):
-        return self._one_run(request, lambda run, report, written: {"run": run, "storms": views.storms(report)})
+    def storms_impl(self, ctx, experiment, run: Optional[str]) -> Dict[str, Any]:
+        return self._with_report(
+            ctx, experiment, run, lambda run, loaded: {"run": run, "storms": views.storms(loaded.report)}
+        )
 
-    @wrappers.Request.application
-    def _serve_steps(self, request):
-        try:
-            run = self._run_argument(request, self._runs(request))
-        except RunError as error:
-            return _json({"error": str(error)}, error.code)
-        ctx, eid = self._ids(request)
+    def steps_impl(self, ctx, experiment, run: Optional[str]) -> Dict[str, Any]:
+        run = _run_argument(run, self._runs(ctx, experiment))
         from tensorboard.data import provider
 
         wanted = {views.tensorboard_run(run, leaf): phase for phase, leaf in LANES.items()}
         data = self._provider.read_scalars(
             ctx,
-            experiment_id=eid,
+            experiment_id=experiment,
             plugin_name="scalars",
             downsample=STEP_POINTS,
             run_tag_filter=provider.RunTagFilter(runs=list(wanted), tags=[TAG_STEP_TIME, TAG_STEADY_STEP_TIME]),
@@ -239,10 +231,32 @@ class XlaPlugin(base_plugin.TBPlugin):
             lanes[wanted[tb_run]] = {
                 tag.split("/", 1)[1]: [[d.step, d.value] for d in points] for tag, points in tags.items()
             }
-        return _json({"run": run, "lanes": lanes})
+        return {"run": run, "lanes": lanes}
+
+    # ------------------------------------------------------------- routes
 
     @wrappers.Request.application
-    def _serve_static(self, request):
+    def runs_route(self, request):
+        return _json(self.runs_impl(*_ids(request)))
+
+    @wrappers.Request.application
+    def report_route(self, request):
+        return _run_route(request, self.report_impl)
+
+    @wrappers.Request.application
+    def compiles_route(self, request):
+        return _run_route(request, self.compiles_impl)
+
+    @wrappers.Request.application
+    def storms_route(self, request):
+        return _run_route(request, self.storms_impl)
+
+    @wrappers.Request.application
+    def steps_route(self, request):
+        return _run_route(request, self.steps_impl)
+
+    @wrappers.Request.application
+    def static_route(self, request):
         name = request.path.partition(f"/{PLUGIN_NAME}/static/")[2]
         if name not in STATIC_FILES:  # a fixed list: no path from a request ever reaches open()
             return _json({"error": f"no static file {name[:200]!r}; files: {sorted(STATIC_FILES)}"}, 404)
@@ -255,6 +269,29 @@ class XlaPlugin(base_plugin.TBPlugin):
 
 # What reading a damaged report can raise: every one becomes a message for that run, never a 500.
 MALFORMED = (ValueError, TypeError, KeyError, AttributeError, IndexError)
+
+
+def _ids(request) -> Tuple[Any, str]:
+    """The request's context and experiment id, as TensorBoard's data provider takes them."""
+    from tensorboard import plugin_util
+
+    return plugin_util.context(request.environ), plugin_util.experiment_id(request.environ)
+
+
+def _run_route(request, impl: Callable[[Any, str, Optional[str]], Dict[str, Any]]):
+    try:
+        return _json(impl(*_ids(request), request.args.get("run")))
+    except RunError as error:
+        return _json({"error": str(error)}, error.code)
+
+
+def _run_argument(run: Optional[str], runs: Dict[str, Any]) -> str:
+    if run is None or run == "":
+        raise RunError(400, "missing the run argument: ?run=<one of /runs>")
+    if len(run) > MAX_RUN_ARGUMENT or run not in runs:
+        shown = ", ".join(repr(r) for r in list(runs)[:20]) or "none yet"
+        raise RunError(404, f"no run {run[:200]!r} in this logdir; runs: {shown}")
+    return run
 
 
 def _malformed(error: Exception) -> str:
@@ -270,23 +307,14 @@ def _json(body: Any, code: int = 200):
     )
 
 
-def _content_version(content: bytes) -> int:
-    try:
-        return int(json.loads(content.decode("utf-8")).get("version", 1))
-    except (ValueError, AttributeError, UnicodeDecodeError):
-        return 1
-
-
-def _profile_tab_installed() -> bool:
-    return bool(importlib.util.find_spec("tensorboard_plugin_profile") or importlib.util.find_spec("xprof"))
+def _profile_tab_installed() -> bool:  # a name of this module: tests patch it
+    return profile_tab_installed()
 
 
 def _profile_install_line() -> Optional[str]:
     if _profile_tab_installed():
         return None
     try:
-        from xla_keras.tools.doctor import profile_tab_install
-
         return profile_tab_install()
     except Exception:  # noqa: BLE001 - no TensorFlow where TensorBoard runs: the general line
         return "pip install tensorboard-plugin-profile"

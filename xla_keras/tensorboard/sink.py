@@ -29,15 +29,14 @@ import time
 from typing import Any, Callable, Dict, Iterable, Optional
 
 from xla_keras.core.files import atomic_write_text
-from xla_keras.report.schema import (
+from xla_keras.report.schema import REPORT_FILE
+from xla_keras.tensorboard.metadata import (
     LAYOUT_CATEGORY,
     LAYOUT_CHARTS,
-    PLUGIN_CONTENT,
-    PLUGIN_NAME,
-    REPORT_FILE,
     RUNS,
     TAG_REPORT,
     TAG_REPORT_DATA,
+    create_summary_metadata,
     encode_report_data,
 )
 
@@ -169,17 +168,15 @@ class SummaryWriters:
 
     def report_data(self, report_dict: dict, step: int) -> None:
         """The report for the XLA tab, as a summary of our plugin in the ``train`` run."""
-        from tensorboard.compat.proto.summary_pb2 import DATA_CLASS_TENSOR, Summary, SummaryMetadata
+        from tensorboard.compat.proto.summary_pb2 import Summary
 
-        metadata = SummaryMetadata(
-            plugin_data=SummaryMetadata.PluginData(plugin_name=PLUGIN_NAME, content=PLUGIN_CONTENT),
-            data_class=DATA_CLASS_TENSOR,
-        )
         self._event(
             "train",
             step,
             Summary.Value(
-                tag=TAG_REPORT_DATA, metadata=metadata, tensor=_string_tensor(encode_report_data(report_dict))
+                tag=TAG_REPORT_DATA,
+                metadata=create_summary_metadata(),
+                tensor=_string_tensor(encode_report_data(report_dict)),
             ),
         )
 

@@ -12,11 +12,12 @@ import os
 from typing import Any, Dict, List, Optional, Sequence
 
 from xla_keras.core.signatures import AxisChange, describe, diff, from_jsonable
-from xla_keras.report.model import PHASES
-from xla_keras.report.schema import parse_report
+from xla_keras.core.types import PHASES
+from xla_keras.report.schema import ParsedReport, parse_report
+from xla_keras.tensorboard.metadata import RUNS
 
-# TensorBoard run names the monitor writes under its log_dir (metadata.RUNS), and the tab's run.
-TRAIN_RUN, VALIDATION_RUN = "train", "validation"
+# TensorBoard run names the monitor writes under its log_dir, and the tab's run.
+TRAIN_RUN, VALIDATION_RUN = RUNS["train"], RUNS["test"]
 ROOT_RUN = "."  # the monitor's log_dir is TensorBoard's logdir itself
 
 
@@ -303,11 +304,11 @@ _NUMBERS = (
 )
 
 
-def check(report: Any) -> Any:
-    """``report`` if the tab can show it; else ValueError saying what is wrong with it (a report
-    written by hand, or damaged: the tab says so instead of failing)."""
+def parse_checked(report: Any) -> ParsedReport:
+    """The report parsed, if the tab can show it; else ValueError saying what is wrong with it (a report
+    written by hand, or damaged: the tab says so instead of failing). The tab parses each report once."""
     try:
-        parse_report(report)
+        parsed = parse_report(report)
     except (TypeError, KeyError, AttributeError) as error:
         raise ValueError(f"the report is malformed: {error}") from None
     for key in _NUMBERS:
@@ -333,7 +334,7 @@ def check(report: Any) -> Any:
         for key in ("medians", "spreads"):
             for mode, value in (decision.get(key) or {}).items():
                 _number(value, f"jit_decision.{key}[{mode!r}]")
-    return report
+    return parsed
 
 
 def _number(value: Any, name: str, none: bool = True) -> None:
@@ -360,10 +361,17 @@ def state_message(report: Dict[str, Any], written: Optional[Dict[str, Any]] = No
     return None
 
 
-def run_view(run: str, report: Dict[str, Any], written: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
+def run_view(
+    run: str,
+    report: Dict[str, Any],
+    written: Optional[Dict[str, Any]] = None,
+    parsed: Optional[ParsedReport] = None,
+) -> Dict[str, Any]:
     """Everything the tab shows for one run. ``messages`` say what the reader should know about the
-    data itself (still running or interrupted, written by a newer xla_keras, records capped)."""
-    parsed = parse_report(check(report))  # ValueError for something that is not a report
+    data itself (still running or interrupted, written by a newer xla_keras, records capped).
+    ``parsed``: the report as :func:`parse_checked` read it, when the caller has it already."""
+    if parsed is None:
+        parsed = parse_checked(report)  # ValueError for something that is not a report
     messages = [parsed.message] if parsed.message else []
     state = state_message(report, written)
     if state:

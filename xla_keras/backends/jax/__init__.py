@@ -11,16 +11,16 @@ imported inside functions only. What both backends share is ``keras_backend.py``
 from __future__ import annotations
 
 import weakref
-from typing import Any, Optional, Tuple
+from typing import Any, ClassVar, Dict, Optional, Tuple
 
-from xla_keras.backends.base import Distribution
+from xla_keras.backends.base import CompileProbe, Distribution
 from xla_keras.backends.jax import _internals
 from xla_keras.backends.jax.jit import MODES, JitController, persistent_cache
 from xla_keras.backends.jax.probe import JaxProbe
 from xla_keras.backends.jax.steps import StepWrappers, end_of_data
-from xla_keras.backends.keras_backend import KerasBackend
-from xla_keras.core.session import Notes
+from xla_keras.backends.keras_backend import KerasBackend, is_keras3_model
 from xla_keras.core.signatures import InputSignature, signature_of
+from xla_keras.core.types import Notes
 
 __all__ = ["JaxBackend"]
 
@@ -29,10 +29,11 @@ class JaxBackend(KerasBackend):
     """One per monitor: it holds the monitor's JIT controller and step wrappers."""
 
     name = "jax"
-    jit_modes: Tuple[str, ...] = MODES
+    jit_modes: ClassVar[Tuple[str, ...]] = MODES
     # Batch-end hooks may run on Keras's executor thread: calls end in the wrapper (steps.py).
     ends_calls_in_wrapper = True
-    multi_worker_note = None  # JAX's compile events are seen in every process
+    multi_worker_note: Optional[str] = None  # JAX's compile events are seen in every process
+    probes_every_call = JaxProbe.always  # its events cost nothing: every call is seen
     _internals = _internals
     _wrapper_chain = StepWrappers
     # Measured (JAX on a 2-core CPU): the jitted step's first call (trace + compile) took 0.42 s (MLP) and
@@ -49,7 +50,7 @@ class JaxBackend(KerasBackend):
         return None
 
     def foreign_model(self, model: Any) -> Optional[str]:
-        if _internals.is_keras3_model(model):
+        if is_keras3_model(model):
             return None
         kind = f"{type(model).__module__}.{type(model).__qualname__}"
         return f"XlaMonitor observes Keras 3 models, and this is a {kind}: the fit goes on unmonitored"
@@ -88,12 +89,16 @@ class JaxBackend(KerasBackend):
         def watching() -> bool:
             """The monitor is in a call, for this probe's model (its current report's probe)."""
             monitor = owner() if owner is not None else None
-            return bool(monitor is not None and monitor.in_call and made and monitor._current.probe is made[0])
+            return bool(monitor is not None and monitor.in_call and made and monitor.probe is made[0])
 
         probe = JaxProbe(notes, lambda phase: self.step_function(model_ref(), phase), watching)
         made.append(probe)
         probe.configure(persistent_cache(), multi_worker)
         return probe
+
+    def compiles_outside_steps(self, probe: CompileProbe) -> Dict[str, dict]:
+        """Compiles seen outside the step functions (initialisers, metrics, casts), by kind."""
+        return probe.other_compiles() if isinstance(probe, JaxProbe) else {}
 
     def cache(self) -> Optional[dict]:
         return persistent_cache()

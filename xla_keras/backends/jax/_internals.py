@@ -18,9 +18,19 @@ from __future__ import annotations
 from typing import Any, Optional, Tuple
 
 from xla_keras.backends.chain import unwrap
-from xla_keras.backends.tensorflow._internals import (
-    _version,
+from xla_keras.backends.keras._internals import (  # noqa: F401 - re-exported: Keras-level, backend-neutral
+    auto_jit,
+    callback_model,
+    fit_validates,
+    keras_profile_windows,
+    layers_without_jit,
+    raw_model_jit,
+    running_callback_list,
+    running_fit,
+    set_raw_model_jit,
 )
+from xla_keras.backends.profiler import ProfilerBusy
+from xla_keras.backends.tensorflow.versions import installed_version as _version
 
 TESTED_VERSIONS = {"jax": "0.4.36-0.10", "keras": "3.7-3.15"}
 
@@ -104,7 +114,7 @@ def executable_count(step_fn: Any) -> Optional[int]:
 
 def user_data(model: Any) -> Any:
     """The ``x`` the user passed to the running fit / evaluate / predict (its frame's local), or None."""
-    from xla_keras.backends.tensorflow._internals import _model_call_frames
+    from xla_keras.backends.keras._internals import _model_call_frames
 
     frame = next(_model_call_frames(model, ("fit", "evaluate", "predict")), None)
     return frame.get("x") if frame is not None else None
@@ -202,10 +212,6 @@ def set_cache(directory: str, min_compile_secs: float) -> None:
 
 # --------------------------------------------------------------------------
 # Traces for the Profile tab.
-
-
-class ProfilerBusy(RuntimeError):
-    """Another profiling session is running."""
 
 
 def start_trace(logdir: str) -> None:

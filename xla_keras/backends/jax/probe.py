@@ -32,7 +32,7 @@ import weakref
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from xla_keras.backends.jax import _internals
-from xla_keras.core.session import CallPlan, CompileObservation, Notes
+from xla_keras.core.types import CallPlan, CompileObservation, Notes
 from xla_keras.jit.modes import JitState, ProbeFacts
 
 Event = Tuple[str, float, str, bool]  # (event name, seconds, fun_name, served by the persistent cache)

@@ -23,6 +23,7 @@ import time
 import weakref
 from typing import Any
 
+from xla_keras.backends.base import StepObserver
 from xla_keras.backends.chain import FUNCTION_ATTR, WrapperChain, unwrap
 from xla_keras.backends.jax import _internals
 
@@ -48,17 +49,17 @@ def pull(iterator: Any, count: int) -> list:
 class StepWrappers(WrapperChain):
     """One monitor's wrappers on Keras's JAX step functions."""
 
-    def __init__(self, owner: Any):
+    def __init__(self, owner: StepObserver):
         super().__init__(
             owner, _make_wrapper, _internals.find_step_function, _internals.is_jitted, _internals.is_jitted
         )
 
 
-def _make_wrapper(model: Any, phase: str, observer: Any):
+def _make_wrapper(model: Any, phase: str, observer: StepObserver):
     model_ref = weakref.ref(model)
 
     def wrapped(state, iterator):
-        original = wrapped._xla_keras_original  # relinked when monitors come and go
+        original = wrapped._xla_keras_original  # type: ignore[attr-defined]  # relinked when monitors come and go
         if not observer.active():
             return original(state, iterator)
         observer.call_due(phase, time.perf_counter())  # the previous call of this phase ends now

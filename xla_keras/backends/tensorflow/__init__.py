@@ -11,16 +11,19 @@ stays light.
 from __future__ import annotations
 
 import weakref
-from typing import Any, Optional, Tuple
+from typing import Any, ClassVar, Optional, Tuple
 
-from xla_keras.backends.base import Distribution
-from xla_keras.backends.keras_backend import KerasBackend
+from xla_keras.backends.base import Distribution, StepObserver
+from xla_keras.backends.chain import FUNCTION_ATTR
+from xla_keras.backends.keras_backend import KerasBackend, is_keras3_model
 from xla_keras.backends.tensorflow import _internals
 from xla_keras.backends.tensorflow.jit import JitController, persistent_cache
 from xla_keras.backends.tensorflow.probe import TensorFlowProbe
-from xla_keras.backends.tensorflow.steps import FUNCTION_ATTR, StepWrappers, end_of_data
-from xla_keras.core.session import Notes
+from xla_keras.backends.tensorflow.runtime import tracing_count
+from xla_keras.backends.tensorflow.steps import StepWrappers, end_of_data
+from xla_keras.backends.tensorflow.versions import keras_unsupported
 from xla_keras.core.signatures import InputSignature, signature_of
+from xla_keras.core.types import Notes
 from xla_keras.jit.modes import MODES
 
 __all__ = ["TensorFlowBackend"]
@@ -41,8 +44,8 @@ class TensorFlowBackend(KerasBackend):
     """One per monitor: it holds the monitor's JIT controller and step wrappers."""
 
     name = "tensorflow"
-    jit_modes: Tuple[str, ...] = MODES
-    multi_worker_note = MULTI_WORKER_PROFILER
+    jit_modes: ClassVar[Tuple[str, ...]] = MODES
+    multi_worker_note: Optional[str] = MULTI_WORKER_PROFILER
     ends_calls_in_wrapper = False  # Keras runs batch-end hooks in line (TensorFlow is not thread-safe for it)
     _internals = _internals
     _wrapper_chain = StepWrappers
@@ -55,7 +58,7 @@ class TensorFlowBackend(KerasBackend):
     def __init__(self, jit_mode: str = "keep"):
         super().__init__(JitController(jit_mode))
 
-    def prepare(self, owner: Any) -> None:
+    def prepare(self, owner: StepObserver) -> None:
         """At monitor construction: the owner of the wrappers; the CPU global-jit flag while it can still be set."""
         super().prepare(owner)
         self.jit.prepare_early()
@@ -63,10 +66,10 @@ class TensorFlowBackend(KerasBackend):
     # ------------------------------------------------------------ support
 
     def unsupported(self) -> Optional[str]:
-        return _internals.keras_unsupported()
+        return keras_unsupported()
 
     def foreign_model(self, model: Any) -> Optional[str]:
-        if _internals.is_keras3_model(model):
+        if is_keras3_model(model):
             return None
         kind = f"{type(model).__module__}.{type(model).__qualname__}"
         return (
@@ -89,7 +92,7 @@ class TensorFlowBackend(KerasBackend):
 
     def function_fresh(self, model: Any, phase: str) -> Optional[bool]:
         """The phase's step function has never run (its first call will trace), or None: unknown."""
-        count = _internals.tracing_count(self.step_function(model, phase))
+        count = tracing_count(self.step_function(model, phase))
         return None if count is None else count == 0
 
     # ------------------------------------------------------------ compile probe
@@ -118,6 +121,11 @@ class TensorFlowBackend(KerasBackend):
         return end_of_data()
 
     def multi_worker_fit_problem(self) -> Optional[str]:
-        from xla_keras.backends.tensorflow.multiworker import keras_fit_problem
+        """Keras's own fit fails under MultiWorkerMirroredStrategy (keras-team/keras#20585): why, when
+        TF_CONFIG describes a cluster of two tasks or more; None otherwise."""
+        from xla_keras.backends.tensorflow.multiworker import cluster_from_env, keras_fit_problem
 
+        cluster = cluster_from_env()
+        if not cluster or cluster.get("tasks", 0) < 2:
+            return None
         return keras_fit_problem()

@@ -13,67 +13,38 @@ from __future__ import annotations
 from typing import Any, List, Optional, Tuple
 
 from xla_keras.backends.chain import unwrap, wrap_marker  # noqa: F401 - our own markers, re-exported for the helpers below
-from xla_keras.backends.tensorflow.flags import XlaFlags, auto_jit_on, auto_jit_value
+from xla_keras.backends.keras._internals import (  # noqa: F401 - Keras-level, re-exported for the backend's callers
+    TESTED_VERSIONS,
+    InternalsMoved,
+    _model_call_frames,
+    auto_jit,
+    callback_model,
+    fit_validates,
+    keras_profile_windows,
+    layers_without_jit,
+    raw_model_jit,
+    running_callback_list,
+    running_fit,
+    set_raw_model_jit,
+)
+from xla_keras.backends.profiler import ProfilerBusy
+from xla_keras.backends.tensorflow.flags import (
+    auto_jit_value,
+    env_auto_jit_on,
+    override_auto_jit,
+)
 from xla_keras.backends.tensorflow.quiet import without_profiler_lines
-from xla_keras.core.ledger import TraceEvent
+from xla_keras.backends.tensorflow.runtime import (
+    has_accelerator,
+)
+from xla_keras.backends.tensorflow.trace_events import TraceEvent
+from xla_keras.backends.tensorflow.versions import (
+    installed_version,
+    release,
+)
 
-TESTED_VERSIONS = {"tensorflow": "2.16-2.21", "keras": "3.7-3.15"}
-
-
-class InternalsMoved(RuntimeError):
-    """A private Keras/TF API this package needs is gone or changed."""
-
-    def __init__(self, what: str, error: Optional[BaseException] = None):
-        super().__init__(
-            f"xla_keras cannot reach {what} in tensorflow {_version('tensorflow')} / keras "
-            f"{_version('keras')} (tested on tensorflow {TESTED_VERSIONS['tensorflow']}, keras "
-            f"{TESTED_VERSIONS['keras']}): {error!r}. Please report this with both versions."
-        )
-
-
-# Other distributions of the same modules: pip metadata names the distribution, not the module.
-_DISTRIBUTIONS = {
-    "tensorflow": (
-        "tensorflow",
-        "tensorflow-cpu",
-        "tensorflow-gpu",
-        "tensorflow-intel",
-        "tensorflow-macos",
-        "tf-nightly",
-        "tf-nightly-cpu",
-        "intel-tensorflow",
-    ),
-    "keras": ("keras", "keras-nightly"),
-}
-
-
-def _version(package: str) -> str:
-    """The version of ``package`` as the running process sees it: the imported module's own
-    ``__version__`` when it is loaded, else the metadata of whichever distribution provides it
-    (tensorflow-cpu, keras-nightly, ...). Never imports the module (doctor must not start TensorFlow
-    before it has checked TF_XLA_FLAGS)."""
-    import sys
-
-    module = sys.modules.get(package)
-    if module is not None and isinstance(getattr(module, "__version__", None), str):
-        return module.__version__
-    from importlib.metadata import PackageNotFoundError, version
-
-    for distribution in _DISTRIBUTIONS.get(package, (package,)):
-        try:
-            return version(distribution)
-        except PackageNotFoundError:
-            continue
-        except Exception:  # noqa: BLE001 - a version string is best effort
-            break
-    return "unknown"
-
-
-def _release(text: str) -> Tuple[int, ...]:
-    """(major, minor, patch) of a version string such as "2.16.2" or "3.7.0.dev2024"."""
-    import re
-
-    return tuple(int(part) for part in re.findall(r"\d+", text)[:3]) or (0,)
+# Read here by name (tensorboard/profile_tab.py; tests replace _version to play other versions).
+_version, _release = installed_version, release
 
 
 def tensorflow_version() -> Tuple[int, ...]:
@@ -82,32 +53,6 @@ def tensorflow_version() -> Tuple[int, ...]:
 
 def keras_version() -> Tuple[int, ...]:
     return _release(_version("keras"))
-
-
-# Keras 3.0-3.6 builds `one_step_on_iterator`, which calls next(iterator) inside
-# a tf.function: there is no branch that takes a list of batches, and handing it
-# one crashes fit ("'list' object is not an iterator"). 3.7 added that branch.
-MIN_KERAS = (3, 7)
-
-
-def keras_unsupported() -> Optional[str]:
-    """Why the installed Keras cannot be monitored, or None."""
-    installed = keras_version()
-    if installed >= MIN_KERAS or installed == (0,):  # unknown (no version found): assume it can
-        return None
-    return (
-        f"Keras {_version('keras')} is older than {'.'.join(map(str, MIN_KERAS))}: its train function "
-        "pulls batches inside a tf.function (one_step_on_iterator), so the monitor cannot read the input "
-        'shapes without breaking fit. The fit goes on unmonitored. Fix: pip install "keras>=3.7" '
-        "(it runs on TensorFlow 2.16 and later)"
-    )
-
-
-def is_keras3_model(model: Any) -> bool:
-    """A Keras 3 model (not tf_keras / TF_USE_LEGACY_KERAS=1 / Keras 2)."""
-    import keras
-
-    return isinstance(model, keras.Model)
 
 
 def versions() -> dict:
@@ -178,23 +123,8 @@ def function_jit_flag(step_fn: Any) -> bool:
         raise InternalsMoved("tf.function._jit_compile", e) from e
 
 
-def tracing_count(step_fn: Any) -> Optional[int]:
-    if step_fn is None:
-        return None
-    try:
-        return step_fn.experimental_get_tracing_count()
-    except Exception:  # noqa: BLE001 - only a hint in the report
-        return None
-
-
 # --------------------------------------------------------------------------
 # Batches: the iterator Keras passes in and distribution wrappers.
-
-
-def data_iterator_types() -> Tuple[type, ...]:
-    import tensorflow as tf
-
-    return (tf.data.Iterator, tf.distribute.DistributedIterator)
 
 
 def unwrap_distributed(value: Any) -> Any:
@@ -250,29 +180,11 @@ def devices_initialized() -> bool:
         raise InternalsMoved("tensorflow.python.eager.context.context()._initialized", e) from e
 
 
-def env_flag_set(flag: str, env: Optional[dict] = None) -> bool:
-    """Whether ``--flag`` (or ``--flag=true``) is in TF_XLA_FLAGS."""
-    return XlaFlags.from_env(env).enabled(flag.lstrip("-"))
-
-
-# What set_auto_jit_off last set (None: the TF_XLA_FLAGS value rules).
-_auto_jit_override: Optional[str] = None
-
-
-def env_auto_jit_on(env: Optional[dict] = None) -> bool:
-    """TF_XLA_FLAGS=--tf_xla_auto_jit=1|2|single-gpu(N)|fusible turns
-    auto-clustering on, and (measured) overrides tf.config.optimizer.set_jit(False)."""
-    if env is None and _auto_jit_override is not None:
-        return auto_jit_on(_auto_jit_override)
-    return auto_jit_on(auto_jit_value(env))
-
-
 def set_auto_jit_off(off: bool) -> None:
     """Override TF_XLA_FLAGS' --tf_xla_auto_jit (off=True) or put its value back."""
-    global _auto_jit_override
     value = "-1" if off else (auto_jit_value() or "0")
     _tf_session_module().TF_SetXlaAutoJitMode(value)
-    _auto_jit_override = "-1" if off else None
+    override_auto_jit("-1" if off else None)
 
 
 def autoclustering_setting() -> Optional[bool]:
@@ -302,24 +214,8 @@ def autoclustering_enabled() -> bool:
     return autoclustering_setting() is None and env_auto_jit_on()
 
 
-def set_autoclustering(enabled: bool) -> None:
-    import tensorflow as tf
-
-    tf.config.optimizer.set_jit("autoclustering" if enabled else False)
-
-
-def has_accelerator() -> bool:
-    import tensorflow as tf
-
-    return any(d.device_type != "CPU" for d in tf.config.list_physical_devices())
-
-
 # --------------------------------------------------------------------------
 # The in-memory profiler probe.
-
-
-class ProfilerBusy(RuntimeError):
-    """Another profiler session (e.g. keras.callbacks.TensorBoard's) is running."""
 
 
 class Probe:
@@ -459,47 +355,12 @@ def keras_multi_worker_fit_faults() -> List[str]:
     return faults
 
 
-def layers_without_jit(model: Any) -> List[str]:
-    """Names of the layers that declare supports_jit=False (Keras then refuses
-    jit_compile=True)."""
-    try:
-        layers = model._flatten_layers()
-    except AttributeError as e:
-        raise InternalsMoved("keras Layer._flatten_layers", e) from e
-    return [layer.name for layer in layers if not getattr(layer, "supports_jit", True)]
-
-
 def op_determinism_enabled() -> bool:
     try:
         from tensorflow.python.framework.config import is_op_determinism_enabled
     except ImportError as e:
         raise InternalsMoved("tensorflow.python.framework.config.is_op_determinism_enabled", e) from e
     return bool(is_op_determinism_enabled())
-
-
-def set_raw_model_jit(model: Any, value: Any) -> None:
-    """Put back a stored jit_compile as it was (None = "auto", unresolved),
-    bypassing the setter's support check."""
-    if not hasattr(model, "_jit_compile"):
-        raise InternalsMoved("keras Trainer._jit_compile", AttributeError("_jit_compile"))
-    model._jit_compile = value
-
-
-def raw_model_jit(model: Any) -> Any:
-    """The model's stored jit_compile, without resolving "auto" (None)."""
-    try:
-        return model._jit_compile
-    except AttributeError as e:
-        raise InternalsMoved("keras Trainer._jit_compile", e) from e
-
-
-def auto_jit(model: Any) -> bool:
-    """What Keras's own ``jit_compile="auto"`` resolves to for this model here (no GPU, a
-    tf.distribute strategy or a layer without XLA support: False). jit='fastest' starts there."""
-    try:
-        return bool(model._resolve_auto_jit_compile())
-    except AttributeError as e:
-        raise InternalsMoved("keras Trainer._resolve_auto_jit_compile", e) from e
 
 
 # --------------------------------------------------------------------------
@@ -550,69 +411,3 @@ def stop_trace() -> None:
         # busy for the whole process. Drop it.
         profiler_v2._profiler = None
         raise
-
-
-def _model_call_frames(model: Any, names: Tuple[str, ...]):
-    """Locals of the frames, innermost first, of ``model.<name>(...)`` calls on the stack.
-    Walks frames: call it once per fit / evaluate / predict, never per step."""
-    import sys
-
-    frame = sys._getframe(2)
-    while frame is not None:
-        if frame.f_code.co_name in names and frame.f_locals.get("self") is model:
-            yield frame.f_locals
-        frame = frame.f_back
-
-
-def running_fit(model: Any) -> Optional[dict]:
-    """The local variables of ``model.fit`` when it is on the call stack
-    (validation inside a fit), else None (e.g. a fit that an exception ended
-    before on_train_end)."""
-    return next(_model_call_frames(model, ("fit",)), None)
-
-
-def callback_model(callback: Any) -> Any:
-    """The model Keras handed a callback (``set_model``), read without the ``Callback.model``
-    property: under JAX that property syncs the training state into the model's variables, and a
-    sync inside a step (where the monitor switches functions) makes the next step restart from
-    the variables, one step behind (a donated buffer fails, an undonated one loses the update)."""
-    try:
-        return vars(callback)["_model"]
-    except (KeyError, TypeError) as e:
-        raise InternalsMoved("keras Callback._model", e) from e
-
-
-def fit_validates(model: Any) -> bool:
-    """The running ``model.fit`` validates (its ``validation_data`` local, which validation_split
-    fills too); False outside a fit."""
-    local = running_fit(model)
-    return bool(local is not None and local.get("validation_data") is not None)
-
-
-def running_callback_list(model: Any) -> Any:
-    """The CallbackList of the innermost running ``model.fit`` / ``evaluate``
-    / ``predict`` (its ``callbacks`` local), or None outside them. Validation
-    inside fit shares fit's list."""
-    import keras
-
-    for local in _model_call_frames(model, ("fit", "evaluate", "predict")):
-        callbacks = local.get("callbacks")
-        # A user's own fit() override holds a plain list: Keras's is further up.
-        # (tests/test_internals.py fails loudly if Keras's own local moves.)
-        if isinstance(callbacks, keras.callbacks.CallbackList):
-            return callbacks
-    return None
-
-
-def keras_profile_windows(model: Any) -> List[Tuple[int, int]]:
-    """(start, stop) batches that keras.callbacks.TensorBoard callbacks of the
-    running fit will profile, found through the fit call's `callbacks` local."""
-    import keras
-
-    local = running_fit(model)
-    callback_list = local.get("callbacks") if local is not None else None
-    return [
-        (int(cb._start_batch), int(cb._stop_batch))
-        for cb in getattr(callback_list, "callbacks", None) or []
-        if isinstance(cb, keras.callbacks.TensorBoard) and getattr(cb, "_stop_batch", 0) > 0
-    ]

@@ -76,3 +76,26 @@ def auto_jit_on(value: Optional[str]) -> bool:
     if value is None:
         return False
     return value.startswith(("single-gpu", "fusible")) or (value.lstrip("-").isdigit() and int(value) > 0)
+
+
+def env_flag_set(flag: str, env: Optional[dict] = None) -> bool:
+    """Whether ``--flag`` (or ``--flag=true``) is in TF_XLA_FLAGS."""
+    return XlaFlags.from_env(env).enabled(flag.lstrip("-"))
+
+
+# What _internals.set_auto_jit_off last set in TensorFlow (None: the TF_XLA_FLAGS value rules).
+_auto_jit_override: Optional[str] = None
+
+
+def override_auto_jit(value: Optional[str]) -> None:
+    """Remember the --tf_xla_auto_jit value set in TensorFlow over the environment's (None: none)."""
+    global _auto_jit_override
+    _auto_jit_override = value
+
+
+def env_auto_jit_on(env: Optional[dict] = None) -> bool:
+    """TF_XLA_FLAGS=--tf_xla_auto_jit=1|2|single-gpu(N)|fusible turns
+    auto-clustering on, and (measured) overrides tf.config.optimizer.set_jit(False)."""
+    if env is None and _auto_jit_override is not None:
+        return auto_jit_on(_auto_jit_override)
+    return auto_jit_on(auto_jit_value(env))

@@ -14,7 +14,15 @@ import warnings
 from typing import Any, Optional
 
 from xla_keras.backends.tensorflow import _internals
-from xla_keras.backends.tensorflow.flags import CPU_GLOBAL_JIT, PERSISTENT_CACHE, PERSISTENT_CACHE_READ_ONLY, XlaFlags
+from xla_keras.backends.tensorflow.flags import (
+    CPU_GLOBAL_JIT,
+    PERSISTENT_CACHE,
+    PERSISTENT_CACHE_READ_ONLY,
+    XlaFlags,
+    env_auto_jit_on,
+    env_flag_set,
+)
+from xla_keras.backends.tensorflow.runtime import has_accelerator, set_autoclustering
 from xla_keras.errors import XlaKerasWarning
 from xla_keras.jit.modes import (
     MODES,
@@ -129,7 +137,7 @@ def persistent_cache() -> Optional[dict]:
 def cpu_autoclustering_effective() -> Optional[bool]:
     """Whether CPU clusters can compile in this process: True, False, or None
     when TensorFlow has not created its devices yet (it still can be set)."""
-    if _internals.env_flag_set(CPU_GLOBAL_JIT):
+    if env_flag_set(CPU_GLOBAL_JIT):
         return True
     if _opt_in["cpu_autoclustering"] is not None:
         return _opt_in["cpu_autoclustering"]
@@ -166,14 +174,14 @@ class JitController:
         Off must also override TF_XLA_FLAGS=--tf_xla_auto_jit, which (measured)
         wins over tf.config.optimizer.set_jit(False)."""
         changed = False
-        if not enabled and _internals.env_auto_jit_on():
+        if not enabled and env_auto_jit_on():
             _internals.set_auto_jit_off(True)
             self._overrode_env_auto_jit = True
             changed = True
         if _internals.autoclustering_enabled() != enabled:
             if self._saved_autoclustering is self._UNSET:
                 self._saved_autoclustering = _internals.autoclustering_setting()
-            _internals.set_autoclustering(enabled)
+            set_autoclustering(enabled)
             changed = True
         return changed
 
@@ -278,7 +286,7 @@ class JitController:
         return state
 
     def _read_back_autoclustering(self, state: JitState) -> JitState:
-        if _internals.has_accelerator():
+        if has_accelerator():
             state.autoclustering = True
             state.reason = "auto-clustering: TensorFlow compiles clusters of the graph with XLA"
             return state
@@ -304,7 +312,7 @@ class JitController:
                 f"XLA is OFF for this fit: Keras resolves jit_compile='auto' to False under "
                 f"tf.distribute ({facts['name']}), and the model's jit_compile is False"
             )
-        if not _internals.has_accelerator():
+        if not has_accelerator():
             return (
                 "XLA is OFF for this fit: Keras resolved jit_compile='auto' to False (no GPU), "
                 "or the model was compiled with jit_compile=False. Pass jit='on' to try it"

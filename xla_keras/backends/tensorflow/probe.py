@@ -24,8 +24,10 @@ from __future__ import annotations
 import os
 from typing import Any, Optional
 
+from xla_keras.backends.profiler import ProfilerBusy
 from xla_keras.backends.tensorflow import _internals
-from xla_keras.core.ledger import (
+from xla_keras.backends.tensorflow.runtime import tracing_count
+from xla_keras.backends.tensorflow.trace_events import (
     XLA_COMPILE_OP_MIN_SECONDS,
     cache_loads_from_trace,
     compile_seconds_from_trace,
@@ -33,7 +35,7 @@ from xla_keras.core.ledger import (
     step_kernel_seconds,
     xla_compile_op_seconds,
 )
-from xla_keras.core.session import CallPlan, CompileObservation, Notes
+from xla_keras.core.types import CallPlan, CompileObservation, Notes
 from xla_keras.jit.modes import JitState, ProbeFacts
 
 CACHE_ENTRY_PREFIX = "xla_compile_cache__"
@@ -107,10 +109,10 @@ class TensorFlowProbe:
         step_fn = self._step_function(plan.phase)
         # A cache load shows no compiler event either: a fresh compile is the one that adds an entry.
         entries = cache_entries(self.cache["dir"]) if self.cache and (self.blind or jit.active) else None
-        tracing = _internals.tracing_count(step_fn)  # did this call also trace?
+        tracing = tracing_count(step_fn)  # did this call also trace?
         try:
             session = _internals.start_probe()
-        except _internals.ProfilerBusy:
+        except ProfilerBusy:
             self.busy = True
             self.notes.add_once(
                 "profiler-busy",
@@ -130,7 +132,7 @@ class TensorFlowProbe:
         session, handle.session = handle.session, None
         events = _internals.stop_probe(session)
         self.used = True
-        after = _internals.tracing_count(self._step_function(plan.phase))
+        after = tracing_count(self._step_function(plan.phase))
         traced = after is not None and after != handle.tracing_before
         fresh = (
             None if handle.cache_entries is None else max(0, cache_entries(self.cache["dir"]) - handle.cache_entries)

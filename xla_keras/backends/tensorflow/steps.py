@@ -20,9 +20,11 @@ import time
 import weakref
 from typing import Any, List, Optional
 
+from xla_keras.backends.base import StepObserver
 from xla_keras.backends.chain import FUNCTION_ATTR, MAKE_FUNCTION, WrapperChain  # noqa: F401 - FUNCTION_ATTR re-exported
 from xla_keras.backends.tensorflow import _internals
 from xla_keras.backends.tensorflow.quiet import without_xla_startup_lines
+from xla_keras.backends.tensorflow.runtime import data_iterator_types
 
 
 def end_of_data() -> tuple:
@@ -74,7 +76,7 @@ def graph_next() -> Any:
 class StepWrappers(WrapperChain):
     """One monitor's wrappers on TensorFlow step functions."""
 
-    def __init__(self, owner: Any):
+    def __init__(self, owner: StepObserver):
         super().__init__(
             owner,
             _make_wrapper,
@@ -84,20 +86,21 @@ class StepWrappers(WrapperChain):
         )
 
 
-def _make_wrapper(model: Any, phase: str, observer: Any):
-    iterator_types = _internals.data_iterator_types()
+def _make_wrapper(model: Any, phase: str, observer: StepObserver):
+    iterator_types = data_iterator_types()
     distributed_type = iterator_types[-1]
     pulls = phase != "predict"  # predict_function already receives a list of batches
     model_ref = weakref.ref(model)
 
     def batches_of(data):
-        count = model_ref().steps_per_execution
+        model: Any = model_ref()
+        count = model.steps_per_execution
         if not isinstance(data, distributed_type):
             return pull(data, count)
         return pull(data, count, graph_next())
 
     def wrapped(data):
-        original = wrapped._xla_keras_original  # relinked when monitors come and go
+        original = wrapped._xla_keras_original  # type: ignore[attr-defined]  # relinked when monitors come and go
         if not observer.active():
             return original(data)
         start = time.perf_counter()

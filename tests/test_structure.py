@@ -1,0 +1,407 @@
+"""The package's shape, checked from its source: imports, cycles, size limits, purity, private APIs.
+
+Pure and fast (no fit): the rules of the house in DESIGN.md section 3 and docs/architecture.md.
+"""
+
+import ast
+import functools
+import os
+import random
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PACKAGE_DIR = os.path.join(ROOT, "xla_keras")
+
+MONITOR_MAX_LINES, MODULE_MAX_LINES, CLASS_MAX_LINES = 400, 450, 300
+
+# Pure by design: every module of these subpackages, found on disk, imports no framework.
+PURE_PACKAGES = ("xla_keras.core", "xla_keras.storms", "xla_keras.report", "xla_keras.jit", "xla_keras.data")
+PURE_MODULES = ("xla_keras", "xla_keras.config", "xla_keras.errors")
+# The framework paths of xla_keras.data (tf.data, PyDataset) may import their framework: the rest
+# of it (the public functions, the planning) is pure.
+DATA_FRAMEWORK_MODULES = ("xla_keras.data.tfdata", "xla_keras.data.pydataset")
+# Outside the pure subpackages, these promise no framework import too (the 0.2 list, and the modules
+# whose docstrings say so): the tab's views and metadata, the sink, parts of the callback, the
+# backends' facades and their framework-free helpers.
+ALSO_PURE = (
+    "xla_keras.backends",
+    "xla_keras.backends.base",
+    "xla_keras.backends.chain",
+    "xla_keras.backends.keras_backend",
+    "xla_keras.backends.profiler",
+    "xla_keras.backends.tensorflow",
+    "xla_keras.backends.tensorflow.flags",
+    "xla_keras.backends.tensorflow.quiet",
+    "xla_keras.backends.tensorflow.trace_events",
+    "xla_keras.callback.book",
+    "xla_keras.callback.guards",
+    "xla_keras.callback.traces",
+    "xla_keras.tensorboard",
+    "xla_keras.tensorboard.metadata",
+    "xla_keras.tensorboard.sink",
+    "xla_keras.tensorboard.views",
+    "xla_keras.tools.explain",
+)
+FRAMEWORKS = ("tensorflow", "keras", "jax", "tensorboard")
+
+# Private framework modules: only backends/<name>/_internals.py may import them.
+PRIVATE_FRAMEWORK_PREFIXES = (
+    "tensorflow.python",
+    "tensorflow.core",
+    "tensorflow.compiler",
+    "tensorflow.tsl",
+    "keras.src",
+    "tf_keras.src",
+    "jax._src",
+    "jaxlib",
+)
+FRAMEWORK_ROOTS = ("tensorflow", "keras", "tf_keras", "jax")
+
+
+# ------------------------------------------------------------------ the package on disk
+
+
+def _modules():
+    """{module name: file path} for every .py file of the package."""
+    found = {}
+    for folder, dirs, files in os.walk(PACKAGE_DIR):
+        dirs[:] = sorted(d for d in dirs if d != "__pycache__" and d != "static")
+        for name in sorted(files):
+            if not name.endswith(".py"):
+                continue
+            path = os.path.join(folder, name)
+            parts = os.path.relpath(path, ROOT)[: -len(".py")].split(os.sep)
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            found[".".join(parts)] = path
+    return found
+
+
+MODULES = _modules()
+
+
+def _rel(path):
+    return os.path.relpath(path, ROOT)
+
+
+def _tree(module):
+    with open(MODULES[module], encoding="utf-8") as f:
+        return ast.parse(f.read(), MODULES[module])
+
+
+def _is_type_checking(node):
+    test = node.test
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def _runtime_imports(tree):
+    """Every Import / ImportFrom that can run, at any depth (functions too); not `if TYPE_CHECKING:`."""
+    stack = [tree]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, ast.If) and _is_type_checking(node):
+            stack.extend(node.orelse)
+            continue
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            yield node
+        stack.extend(ast.iter_child_nodes(node))
+
+
+@functools.cache
+def _lazy_names():
+    """The root package's PEP 562 map {public name: module}: `from xla_keras import X` imports it."""
+    lazy = {}
+    for node in _tree("xla_keras").body:
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "_LAZY" for t in node.targets):
+            for key, value in zip(node.value.keys, node.value.values):
+                lazy[key.value] = "xla_keras." + value.value
+    return lazy
+
+
+def _import_edges(module):
+    """{imported package module: line} for one module, resolving relative and `from a import b` forms."""
+    is_package = os.path.basename(MODULES[module]) == "__init__.py"
+    package = module if is_package else module.rpartition(".")[0]
+    lazy = _lazy_names()
+    edges = {}
+    for node in _runtime_imports(_tree(module)):
+        if isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        else:
+            if node.level:
+                base = package.split(".")
+                base = base[: len(base) - (node.level - 1)]
+                source = ".".join(base + ([node.module] if node.module else []))
+            else:
+                source = node.module or ""
+            targets = []
+            for alias in node.names:
+                full = f"{source}.{alias.name}"
+                if full in MODULES:
+                    targets.append(full)  # a submodule: `from xla_keras.a import b`
+                elif source == "xla_keras" and alias.name in lazy:
+                    targets.append(lazy[alias.name])  # a lazy public name loads its module
+                else:
+                    targets.append(source)
+        for target in targets:
+            while target and target not in MODULES:  # `import xla_keras.a.b.Name` never parses, but be safe
+                target = target.rpartition(".")[0]
+            if target and target != module and target.startswith("xla_keras"):
+                edges.setdefault(target, node.lineno)
+    return edges
+
+
+# ------------------------------------------------------------------ every module imports, names stay
+
+
+_IMPORT_EVERYTHING = r"""
+import importlib, inspect, random, sys, types
+seed, names = int(sys.argv[1]), sys.argv[2:]
+random.Random(seed).shuffle(names)
+for i, name in enumerate(names):
+    try:
+        importlib.import_module(name)
+    except Exception as e:
+        sys.exit(f"import {name} failed ({type(e).__name__}: {e}); imported before it: {names[:i]}")
+import xla_keras
+FUNCTIONS = {"configure", "doctor", "compare", "parse_report", "jit_decision", "forget_jit_decision"}
+CLASSES = {"XlaMonitor", "XlaReport", "Compilation", "SlowStep", "Storm", "CompareTable", "MonitorConfig",
+           "PhaseAdvice"}
+EXCEPTIONS = {"RecompilationStormError": Exception, "LogDirError": Exception, "XlaKerasWarning": Warning}
+wrong = []
+for name in xla_keras.__all__:
+    value = getattr(xla_keras, name)
+    if name in FUNCTIONS:
+        ok = inspect.isfunction(value)
+    elif name in CLASSES:
+        ok = inspect.isclass(value)
+    elif name in EXCEPTIONS:
+        ok = inspect.isclass(value) and issubclass(value, EXCEPTIONS[name])
+    elif name == "data":
+        ok = isinstance(value, types.ModuleType) and all(
+            inspect.isfunction(getattr(value, f, None)) for f in ("apply_fix", "bucket_by_length", "pad_to_lengths"))
+    elif name == "__version__":
+        ok = isinstance(value, str)
+    else:
+        ok = False  # a new public name: say here what it must stay
+    if inspect.isfunction(value) or inspect.isclass(value):
+        ok = ok and value.__module__.split(".")[0] == "xla_keras"
+    if not ok:
+        wrong.append(f"xla_keras.{name} is {value!r}")
+import xla_keras.multiworker
+if not isinstance(xla_keras.multiworker.WORKAROUND, str):
+    wrong.append(f"xla_keras.multiworker.WORKAROUND is {xla_keras.multiworker.WORKAROUND!r}")
+if wrong:
+    sys.exit("after importing every module: " + "; ".join(wrong))
+"""
+
+
+def _import_everything(backend, seed):
+    env = dict(os.environ, KERAS_BACKEND=backend, PYTHONPATH=ROOT, CUDA_VISIBLE_DEVICES="", TF_CPP_MIN_LOG_LEVEL="3")
+    env.pop("TF_XLA_FLAGS", None)
+    names = sorted(MODULES)
+    return subprocess.run(
+        [sys.executable, "-c", _IMPORT_EVERYTHING, str(seed), *names],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def test_every_module_imports_in_any_order_and_public_names_stay_what_they_are():
+    seed = int(os.environ.get("XLA_KERAS_IMPORT_SEED", random.randrange(2**32)))
+    backends = ("tensorflow", "jax")
+    with ThreadPoolExecutor(max_workers=2) as pool:  # one fresh process per Keras backend, side by side
+        results = dict(zip(backends, pool.map(lambda b: _import_everything(b, seed), backends)))
+    failures = [
+        f"KERAS_BACKEND={b}: {r.stderr.strip().splitlines()[-1] if r.stderr.strip() else r.returncode}"
+        for b, r in results.items()
+        if r.returncode != 0
+    ]
+    assert not failures, f"seed {seed} (rerun with XLA_KERAS_IMPORT_SEED={seed}):\n" + "\n".join(failures)
+
+
+def test_no_public_name_is_also_a_submodule_of_the_package():
+    # A submodule named like a lazy public function replaces it once imported (the 0.2 doctor bug).
+    import xla_keras
+
+    modules = {name.split(".")[1] for name in MODULES if name.count(".") >= 1}
+    shadowed = sorted((set(xla_keras.__all__) - {"data"}) & modules)  # data is the public module
+    assert not shadowed, f"public names shadowed by a submodule of the same name: {shadowed}"
+
+
+# ------------------------------------------------------------------ no import cycles
+
+
+def _cycles(graph):
+    """Each strongly connected component of more than one module, as one cycle through it."""
+    index, low, on_stack, stack, components = {}, {}, set(), [], []
+
+    def visit(node):  # Tarjan; the package has ~70 modules, recursion depth is fine
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for nxt in graph[node]:
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component = set()
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.add(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                components.append(component)
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    cycles = []
+    for component in components:
+        start = min(component)
+        path, seen = [start], {start}
+        while True:  # walk inside the component until a module repeats: that loop is a cycle
+            nxt = min(n for n in graph[path[-1]] if n in component)
+            if nxt in seen:
+                cycles.append(path[path.index(nxt) :] + [nxt])
+                break
+            path.append(nxt)
+            seen.add(nxt)
+    return cycles
+
+
+def test_no_import_cycle_between_the_packages_modules():
+    edges = {module: _import_edges(module) for module in MODULES}
+    graph = {module: sorted(targets) for module, targets in edges.items()}
+    described = []
+    for cycle in _cycles(graph):
+        steps = [f"{a} (line {edges[a][b]}) -> {b}" for a, b in zip(cycle, cycle[1:])]
+        described.append("\n    ".join(steps))
+    assert not described, "import cycles (imports inside functions count):\n    " + "\n\n    ".join(described)
+
+
+def test_the_cycle_finder_finds_a_cycle_and_passes_a_tree():
+    assert _cycles({"a": ["b"], "b": ["c"], "c": ["a"], "d": ["a"]}) == [["a", "b", "c", "a"]]
+    assert _cycles({"a": ["b", "c"], "b": ["c"], "c": []}) == []
+
+
+# ------------------------------------------------------------------ size limits
+
+
+def test_modules_and_classes_stay_within_the_size_limits():
+    over = []
+    for module, path in MODULES.items():
+        with open(path, encoding="utf-8") as f:
+            source = f.read()
+        limit = MONITOR_MAX_LINES if module == "xla_keras.monitor" else MODULE_MAX_LINES
+        lines = len(source.splitlines())
+        if lines > limit:
+            over.append(f"{_rel(path)}: {lines} lines (limit {limit})")
+        for node in ast.walk(ast.parse(source, path)):
+            if isinstance(node, ast.ClassDef):
+                size = node.end_lineno - node.lineno + 1
+                if size > CLASS_MAX_LINES:
+                    over.append(f"{_rel(path)}:{node.lineno} class {node.name}: {size} lines (limit {CLASS_MAX_LINES})")
+    assert not over, "over the size limits (split by responsibility):\n" + "\n".join(over)
+
+
+# ------------------------------------------------------------------ pure modules
+
+
+def _pure_modules():
+    pure = set(PURE_MODULES) | set(ALSO_PURE)
+    for package in PURE_PACKAGES:
+        pure |= {m for m in MODULES if m == package or m.startswith(package + ".")}
+    return sorted(pure - set(DATA_FRAMEWORK_MODULES))
+
+
+def test_pure_modules_import_without_any_framework():
+    pure = _pure_modules()
+    gone = [m for m in pure if m not in MODULES]
+    assert not gone, f"moved or renamed? update the lists at the top of this file: {gone}"
+    code = (
+        "import importlib, sys\n"
+        f"for m in {pure!r}:\n"
+        "    importlib.import_module(m)\n"
+        f"    heavy = [f for f in {FRAMEWORKS!r} if f in sys.modules]\n"
+        "    assert not heavy, f'importing {m} imported {heavy}'"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        env=dict(os.environ, PYTHONPATH=ROOT),
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, f"a pure module imported a framework (checked {len(pure)} modules):\n{proc.stderr}"
+    assert {"xla_keras.core.session", "xla_keras.storms.advice", "xla_keras.report.model"} <= set(pure)
+
+
+# ------------------------------------------------------------------ private framework APIs
+
+
+def _private_framework_module(name):
+    if name.startswith(PRIVATE_FRAMEWORK_PREFIXES):
+        return True
+    parts = name.split(".")
+    return parts[0] in FRAMEWORK_ROOTS and any(p.startswith("_") for p in parts[1:])
+
+
+def test_private_framework_apis_stay_in_the_backends_internals():
+    found = []
+    for module, path in MODULES.items():
+        if module.startswith("xla_keras.backends.") and module.endswith("._internals"):
+            continue
+        for node in ast.walk(_tree(module)):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+                names = [node.module] + [f"{node.module}.{alias.name}" for alias in node.names]
+            elif (
+                isinstance(node, ast.Call)
+                and getattr(node.func, "attr", getattr(node.func, "id", None)) in ("import_module", "__import__")
+                and node.args
+                and isinstance(node.args[0], ast.Constant)
+                and isinstance(node.args[0].value, str)
+            ):
+                names = [node.args[0].value]
+            else:
+                continue
+            private = sorted({n for n in names if _private_framework_module(n)})
+            if private:
+                found.append(f"{_rel(path)}:{node.lineno} imports {private[0]}")
+    assert not found, "private framework APIs outside backends/<name>/_internals.py:\n" + "\n".join(found)
+
+
+# ------------------------------------------------------------------ the quick tier's lists
+
+
+def test_the_quick_tiers_lists_name_real_modules_tests_and_fixtures():
+    import conftest  # tests/ is on sys.path under pytest
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    defined = {}  # test module -> names of its top-level functions (tests and fixtures)
+    for name in os.listdir(here):
+        if name.startswith("test_") and name.endswith(".py"):
+            with open(os.path.join(here, name), encoding="utf-8") as f:
+                tree = ast.parse(f.read())
+            defined[name[:-3]] = {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}
+    conftest_functions = {n for n in dir(conftest) if callable(getattr(conftest, n))}
+    stale = sorted(m for m in conftest.SLOW_MODULES if m not in defined)
+    for entry in sorted(conftest.SLOW_TESTS) + sorted(conftest.FIT_FIXTURES):
+        module, _, function = entry.rpartition("::")
+        if function not in (defined.get(module, set()) if module else conftest_functions):
+            stale.append(entry)
+    assert not stale, f"tests/conftest.py names what no longer exists (renamed or moved?): {stale}"

@@ -1,0 +1,143 @@
+"""What this machine and environment will do with XLA under Keras's JAX backend: doctor's findings.
+
+A finding is a tuple (level, topic, message[, fix]); ``xla_keras.tools.doctor``
+gathers and prints them.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from typing import List, Tuple
+
+from xla_keras import __version__
+from xla_keras.backends.jax import _internals
+from xla_keras.backends.jax.jit import persistent_cache
+from xla_keras.backends.tensorflow.versions import installed_version
+
+Finding = Tuple[str, ...]  # (level, topic, message) or (level, topic, message, fix)
+
+_JAX_FLAG_CHECK = (
+    "import jax, jax.numpy as jnp\n"
+    "jax.jit(lambda a: a * 2.0)(jnp.ones((2,))).block_until_ready()\n"
+    "print('XLA_KERAS_FLAGS_OK')\n"
+)
+
+
+def findings(check_flags: bool, tab_installed: bool) -> List[Finding]:
+    """Versions, devices, XLA_FLAGS, jit resolution, the persistent cache and the Profile tab."""
+    findings: List[Finding] = [
+        (
+            "info",
+            "backend",
+            "Keras runs the JAX backend (KERAS_BACKEND="
+            f"{os.environ.get('KERAS_BACKEND', '(unset)')}): every jitted step is one XLA program",
+        )
+    ]
+    versions = {
+        name: installed_version(name)
+        for name in ("jax", "jaxlib", "keras", "tensorboard", "tensorboard-plugin-profile", "xprof")
+    }
+    findings.append(
+        (
+            "info",
+            "versions",
+            ", ".join(f"{k} {v}" for k, v in versions.items()) + f", xla_keras {__version__}",
+        )
+    )
+    xla_flags = os.environ.get("XLA_FLAGS", "").split()
+    findings.append(("info", "XLA_FLAGS", " ".join(xla_flags) or "(not set)"))
+    problem = None
+    if check_flags and xla_flags:
+        try:
+            proc = subprocess.run(
+                [sys.executable, "-c", _JAX_FLAG_CHECK],
+                capture_output=True,
+                text=True,
+                timeout=300,
+                env=dict(os.environ),
+            )
+            if "XLA_KERAS_FLAGS_OK" not in proc.stdout:
+                lines = [ln for ln in proc.stderr.splitlines() if "nknown flag" in ln] or (
+                    proc.stderr.strip().splitlines() or ["(no output)"]
+                )[-1:]
+                problem = lines[0].split("] ", 1)[-1].strip()[:300]
+        except subprocess.TimeoutExpired:
+            problem = "JAX did not start within 300 s with these flags"
+        findings.append(
+            ("error", "flags", f"JAX will not compile with these flags: {problem}", "remove or correct the flag")
+            if problem
+            else ("ok", "flags", "JAX started and compiled with these flags")
+        )
+    if not problem:
+        import jax
+
+        devices = _internals.devices()
+        kinds = sorted({d.platform for d in devices})
+        findings.append(
+            (
+                "info",
+                "devices",
+                f"{len(devices)} JAX device(s): "
+                + ", ".join(f"{d.platform}:{d.id}" for d in devices)
+                + f" (default backend {jax.default_backend()}, {jax.process_count()} process(es))",
+            )
+        )
+        if kinds == ["cpu"] and len(devices) == 1:
+            findings.append(
+                (
+                    "info",
+                    "devices",
+                    "one CPU device: keras.distribution.DataParallel has nothing to split over",
+                    "XLA_FLAGS=--xla_force_host_platform_device_count=N to try it on CPU",
+                )
+            )
+    findings.append(
+        (
+            "info",
+            "jit_compile='auto'",
+            "resolves to True under JAX when every layer supports "
+            "it: Keras jits each step with jax.jit, whatever the device",
+            "XlaMonitor(jit='off') to compare with op-by-op execution",
+        )
+    )
+    cache = persistent_cache() if not problem else None
+    if cache:
+        directory = cache["dir"]
+        files = [os.path.join(directory, f) for f in os.listdir(directory)] if os.path.isdir(directory) else []
+        size = sum(os.path.getsize(f) for f in files if os.path.isfile(f))
+        minimum = cache["min_compile_secs"]
+        findings.append(
+            (
+                "ok",
+                "persistent compilation cache",
+                f"{directory}: {len(files)} file(s), {size / 1e6:.1f} MB; JAX caches compiles "
+                f"that took at least {minimum:g} s",
+                ""
+                if minimum <= 0
+                else "xla_keras.configure(cache_dir=DIR) lowers that to 0, so short CPU compiles are cached too",
+            )
+        )
+    else:
+        findings.append(
+            (
+                "info",
+                "persistent compilation cache",
+                "not configured: every new process compiles again",
+                "xla_keras.configure(cache_dir=DIR) right after import",
+            )
+        )
+    if tab_installed:
+        findings.append(("ok", "Profile tab", "tensorboard-plugin-profile / xprof is installed"))
+    else:
+        findings.append(
+            (
+                "info",
+                "Profile tab",
+                "no Profile-tab plugin: the monitor still writes "
+                "jax.profiler traces, but TensorBoard will not show them",
+                "pip install xprof",
+            )
+        )
+    return findings

@@ -1,0 +1,1 @@
+"""Keras-level parts shared by the TensorFlow and JAX backends."""

@@ -1,0 +1,129 @@
+"""The ONE place that touches private Keras APIs shared by both backends (the model's stored jit flag,
+the locals of a running fit, a callback's model).
+
+Each is reached through a small function that fails with ``InternalsMoved``
+naming the versions; ``tests/test_internals.py`` exercises each one against
+the installed Keras. TensorFlow's own private APIs live in
+``backends/tensorflow/_internals.py``, JAX's in ``backends/jax/_internals.py``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, List, Optional, Tuple
+
+TESTED_VERSIONS = {"tensorflow": "2.16-2.21", "keras": "3.7-3.15"}
+
+
+class InternalsMoved(RuntimeError):
+    """A private Keras/TF API this package needs is gone or changed."""
+
+    def __init__(self, what: str, error: Optional[BaseException] = None):
+        # Imported here: the tensorflow package imports this module.
+        from xla_keras.backends.tensorflow.versions import installed_version as _version
+
+        super().__init__(
+            f"xla_keras cannot reach {what} in tensorflow {_version('tensorflow')} / keras "
+            f"{_version('keras')} (tested on tensorflow {TESTED_VERSIONS['tensorflow']}, keras "
+            f"{TESTED_VERSIONS['keras']}): {error!r}. Please report this with both versions."
+        )
+
+
+def layers_without_jit(model: Any) -> List[str]:
+    """Names of the layers that declare supports_jit=False (Keras then refuses
+    jit_compile=True)."""
+    try:
+        layers = model._flatten_layers()
+    except AttributeError as e:
+        raise InternalsMoved("keras Layer._flatten_layers", e) from e
+    return [layer.name for layer in layers if not getattr(layer, "supports_jit", True)]
+
+
+def set_raw_model_jit(model: Any, value: Any) -> None:
+    """Put back a stored jit_compile as it was (None = "auto", unresolved),
+    bypassing the setter's support check."""
+    if not hasattr(model, "_jit_compile"):
+        raise InternalsMoved("keras Trainer._jit_compile", AttributeError("_jit_compile"))
+    model._jit_compile = value
+
+
+def raw_model_jit(model: Any) -> Any:
+    """The model's stored jit_compile, without resolving "auto" (None)."""
+    try:
+        return model._jit_compile
+    except AttributeError as e:
+        raise InternalsMoved("keras Trainer._jit_compile", e) from e
+
+
+def auto_jit(model: Any) -> bool:
+    """What Keras's own ``jit_compile="auto"`` resolves to for this model here (no GPU, a
+    tf.distribute strategy or a layer without XLA support: False). jit='fastest' starts there."""
+    try:
+        return bool(model._resolve_auto_jit_compile())
+    except AttributeError as e:
+        raise InternalsMoved("keras Trainer._resolve_auto_jit_compile", e) from e
+
+
+def _model_call_frames(model: Any, names: Tuple[str, ...]):
+    """Locals of the frames, innermost first, of ``model.<name>(...)`` calls on the stack.
+    Walks frames: call it once per fit / evaluate / predict, never per step."""
+    import sys
+
+    frame = sys._getframe(2)
+    while frame is not None:
+        if frame.f_code.co_name in names and frame.f_locals.get("self") is model:
+            yield frame.f_locals
+        frame = frame.f_back
+
+
+def running_fit(model: Any) -> Optional[dict]:
+    """The local variables of ``model.fit`` when it is on the call stack
+    (validation inside a fit), else None (e.g. a fit that an exception ended
+    before on_train_end)."""
+    return next(_model_call_frames(model, ("fit",)), None)
+
+
+def callback_model(callback: Any) -> Any:
+    """The model Keras handed a callback (``set_model``), read without the ``Callback.model``
+    property: under JAX that property syncs the training state into the model's variables, and a
+    sync inside a step (where the monitor switches functions) makes the next step restart from
+    the variables, one step behind (a donated buffer fails, an undonated one loses the update)."""
+    try:
+        return vars(callback)["_model"]
+    except (KeyError, TypeError) as e:
+        raise InternalsMoved("keras Callback._model", e) from e
+
+
+def fit_validates(model: Any) -> bool:
+    """The running ``model.fit`` validates (its ``validation_data`` local, which validation_split
+    fills too); False outside a fit."""
+    local = running_fit(model)
+    return bool(local is not None and local.get("validation_data") is not None)
+
+
+def running_callback_list(model: Any) -> Any:
+    """The CallbackList of the innermost running ``model.fit`` / ``evaluate``
+    / ``predict`` (its ``callbacks`` local), or None outside them. Validation
+    inside fit shares fit's list."""
+    import keras
+
+    for local in _model_call_frames(model, ("fit", "evaluate", "predict")):
+        callbacks = local.get("callbacks")
+        # A user's own fit() override holds a plain list: Keras's is further up.
+        # (tests/test_internals.py fails loudly if Keras's own local moves.)
+        if isinstance(callbacks, keras.callbacks.CallbackList):
+            return callbacks
+    return None
+
+
+def keras_profile_windows(model: Any) -> List[Tuple[int, int]]:
+    """(start, stop) batches that keras.callbacks.TensorBoard callbacks of the
+    running fit will profile, found through the fit call's `callbacks` local."""
+    import keras
+
+    local = running_fit(model)
+    callback_list = local.get("callbacks") if local is not None else None
+    return [
+        (int(cb._start_batch), int(cb._stop_batch))
+        for cb in getattr(callback_list, "callbacks", None) or []
+        if isinstance(cb, keras.callbacks.TensorBoard) and getattr(cb, "_stop_batch", 0) > 0
+    ]

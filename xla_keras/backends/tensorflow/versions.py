@@ -1,0 +1,67 @@
+"""Which TensorFlow and Keras run here, read without importing them, and the oldest Keras the monitor supports.
+
+Doctor must not start TensorFlow before it has checked TF_XLA_FLAGS: versions
+come from the loaded module's ``__version__`` or from package metadata.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from importlib.metadata import PackageNotFoundError, version
+from typing import Optional, Tuple
+
+# Other distributions of the same modules: pip metadata names the distribution, not the module.
+_DISTRIBUTIONS = {
+    "tensorflow": (
+        "tensorflow",
+        "tensorflow-cpu",
+        "tensorflow-gpu",
+        "tensorflow-intel",
+        "tensorflow-macos",
+        "tf-nightly",
+        "tf-nightly-cpu",
+        "intel-tensorflow",
+    ),
+    "keras": ("keras", "keras-nightly"),
+}
+
+# Keras 3.0-3.6 builds `one_step_on_iterator`, which calls next(iterator) inside
+# a tf.function: there is no branch that takes a list of batches, and handing it
+# one crashes fit ("'list' object is not an iterator"). 3.7 added that branch.
+MIN_KERAS = (3, 7)
+
+
+def installed_version(package: str) -> str:
+    """The version of ``package`` as the running process sees it: the imported module's own
+    ``__version__`` when it is loaded, else the metadata of whichever distribution provides it
+    (tensorflow-cpu, keras-nightly, ...). Never imports the module."""
+    module = sys.modules.get(package)
+    if module is not None and isinstance(getattr(module, "__version__", None), str):
+        return module.__version__
+    for distribution in _DISTRIBUTIONS.get(package, (package,)):
+        try:
+            return version(distribution)
+        except PackageNotFoundError:
+            continue
+        except Exception:  # noqa: BLE001 - a version string is best effort
+            break
+    return "unknown"
+
+
+def release(text: str) -> Tuple[int, ...]:
+    """(major, minor, patch) of a version string such as "2.16.2" or "3.7.0.dev2024"."""
+    return tuple(int(part) for part in re.findall(r"\d+", text)[:3]) or (0,)
+
+
+def keras_unsupported() -> Optional[str]:
+    """Why the installed Keras cannot be monitored, or None."""
+    installed = release(installed_version("keras"))
+    if installed >= MIN_KERAS or installed == (0,):  # unknown (no version found): assume it can
+        return None
+    return (
+        f"Keras {installed_version('keras')} is older than {'.'.join(map(str, MIN_KERAS))}: its train function "
+        "pulls batches inside a tf.function (one_step_on_iterator), so the monitor cannot read the input "
+        'shapes without breaking fit. The fit goes on unmonitored. Fix: pip install "keras>=3.7" '
+        "(it runs on TensorFlow 2.16 and later)"
+    )

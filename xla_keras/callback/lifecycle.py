@@ -1,0 +1,263 @@
+"""A watched call from its begin hook to its end: which model's report, the distribution facts, the
+log_dir check, the JIT mode applied and the wrappers installed, then the phases' ends, the fit's end
+or abort, and the final report."""
+
+from __future__ import annotations
+
+import logging
+import warnings
+import weakref
+from typing import Any, Optional
+
+from xla_keras.backends.base import Backend
+from xla_keras.callback.fastest import FastestDriver
+from xla_keras.callback.functions import StepFunctions
+from xla_keras.callback.guards import guard_callback_list
+from xla_keras.callback.state import CallState
+from xla_keras.callback.steps import StepPath
+from xla_keras.core.types import PHASES
+from xla_keras.errors import LogDirError, XlaKerasWarning
+from xla_keras.jit.run import kept_decision
+
+logger = logging.getLogger("xla_keras")
+
+
+class Lifecycle:
+    def __init__(self, state: CallState, functions: StepFunctions, fastest: FastestDriver, steps: StepPath):
+        self.state = state
+        self.functions = functions
+        self.fastest = fastest
+        self.steps = steps
+        self._foreign: "weakref.WeakSet" = weakref.WeakSet()  # models refused (warned once each)
+
+    # ------------------------------------------------------------ set-up
+
+    def refuse(self, reason: str) -> None:
+        """Step aside for good, with one warning (at the monitor's construction): training goes on unmonitored."""
+        self.state.refused = reason
+        self.state.enabled = False
+        warnings.warn(f"xla_keras: {reason}", XlaKerasWarning, stacklevel=3)
+
+    def watch(self, model: Any) -> bool:
+        """At the start of each fit / evaluate / predict: False (this call goes unobserved) for a
+        model the monitor cannot observe; each model has its own report, kept while the monitor
+        watches others (a re-compiled model is the same model)."""
+        state = self.state
+        foreign = state.backend.foreign_model(model)
+        state.skipping = bool(foreign)
+        if foreign:
+            if model not in self._foreign:
+                self._foreign.add(model)
+                # Keras's CallbackList: watch <- begin_* <- the monitor's hook <- its guard <- Keras.
+                warnings.warn(f"xla_keras: {foreign}", XlaKerasWarning, stacklevel=5)
+            return False
+        if state.book.watch(model) and state.config.verbose:
+            where = f"; its files go to {state.sink.log_dir}" if state.sink.log_dir else ""
+            name = getattr(model, "name", type(model).__name__)
+            print(
+                f"xla_keras: this monitor now watches another model ({name!r}): it gets a report of its own "
+                f"(monitor.reports){where}"
+            )
+        return True
+
+    def set_up_call(self) -> None:
+        """What every watched call starts with: distribution facts, a writable log_dir, the guard on
+        Keras's callback list, the wall clock."""
+        state = self.state
+        backend, session = state.backend, state.session
+        state.dist = backend.distribution(state.model)
+        state.sink.chief = state.dist.chief
+        session.data_kind = backend.data_kind(state.model)
+        if state.dist.multi_worker:
+            if backend.multi_worker_note:
+                session.notes.add_once("multi-worker-probe", backend.multi_worker_note)
+            if state.config.on_storm != "warn":
+                session.notes.add_once(
+                    "multi-worker-storm",
+                    (
+                        f"on_storm={state.config.on_storm!r} acts as 'warn' under {state.dist.name}: each worker sees "
+                        "its own shard of the data, so a storm can open on one worker only, and stopping or switching "
+                        "XLA off there alone would leave the other workers waiting in a collective (a hang)"
+                    ),
+                    warn=True,
+                )
+        self._check_log_dir()
+        guard_callback_list(state.observer, backend.running_callback_list(state.model), backend.end_of_data())
+        session.wall.begin()
+
+    def _check_log_dir(self) -> None:
+        """A log_dir that cannot be written fails the fit here, before the first step, naming the
+        path. Under MultiWorkerMirroredStrategy failing the chief alone would leave the other
+        workers in a collective: there the chief warns and writes nothing instead."""
+        state = self.state
+        sink = state.sink
+        error = sink.unwritable()
+        if error is None:
+            return
+        text = f"XlaMonitor cannot write to log_dir={sink.log_dir!r}: {error.strerror or error}"
+        if state.dist.multi_worker:
+            state.session.notes.add_once(
+                "log-dir",
+                f"{text}; under {state.dist.name} the fit goes on on every worker "
+                "and the monitor writes no files (its report stays in memory)",
+            )
+            warnings.warn(text + ": no files are written", XlaKerasWarning, stacklevel=4)  # the monitor's hook
+            sink.log_dir = None
+            return
+        raise LogDirError(
+            error.errno, f"{text}. Pass a writable directory, or log_dir=None to keep the report in memory only"
+        ) from error
+
+    # ------------------------------------------------------------ begins
+
+    def begin_fit(self) -> None:
+        state = self.state
+        if state.in_fit:
+            self.abort_fit()  # the previous fit was interrupted
+        model = state.model
+        if not self.watch(model):
+            return
+        self.set_up_call()
+        state.in_fit = True
+        backend, session, traces = state.backend, state.session, state.current.traces
+        traces.stop()  # a window an exception left open
+        session.fallback = None
+        for stats in session.phases.values():
+            stats.after_switch = None
+        reused = kept_decision(model) if state.config.jit == "fastest" else None
+        backend.set_fastest_start(None if reused is None else reused.mode == "on")
+        if backend.apply_jit(model):
+            # The auto-clustering switch changed: every function must be rebuilt.
+            backend.drop_function(model, "test")
+            backend.drop_function(model, "predict")
+            backend.rebuild_functions(model, ["train"])
+            session.functions_forced(PHASES)
+        self.functions.install("train")
+        self.functions.read_back("train")
+        self.functions.set_up_cache()
+        step = backend.train_step(model)  # one device read per fit, not per step
+        session.set_step("train", step)
+        if state.config.jit == "fastest":
+            self.fastest.begin(model, step, reused)
+        keras_profiles = bool(state.config.profile == "auto" and backend.keras_profile_windows(model))
+        traces.begin_fit(step + 1, keras_profiles=keras_profiles)
+        self._say_status()
+
+    def begin_phase(self, phase: str) -> None:
+        state = self.state
+        model = state.model
+        self.steps.settle(PHASES)  # validation begins: the last train call of the epoch ended
+        if state.in_fit and state.backend.running_fit(model) is None:
+            self.abort_fit()  # an exception ended the last fit before on_train_end
+        if state.in_fit:
+            train_step = state.session.phases["train"].step
+            state.current.traces.validation_begins(train_step)
+            if state.fastest is not None and state.fastest.trial.pause(train_step) is not None:
+                self.functions.install("train")  # validation runs the default mode while the trial measures
+        else:
+            if not self.watch(model):
+                return
+            self.set_up_call()
+            if state.config.jit == "fastest":  # no trial outside fit: the model's kept decision, else as it is
+                kept = kept_decision(model)
+                state.backend.set_fastest_start(kept.mode == "on" if kept is not None else bool(model.jit_compile))
+            if state.backend.apply_jit(model):
+                state.backend.drop_function(model, phase)
+                state.session.functions_forced([phase])
+        self.functions.install(phase)
+        if not state.in_fit:
+            self.functions.read_back(phase)
+            self.functions.set_up_cache()
+
+    def _say_status(self) -> None:
+        state = self.state
+        if state.config.verbose:
+            jit_state = state.current.jit_state
+            print(f"xla_keras: jit={state.config.jit!r} -> XLA {jit_state.words()}: {jit_state.reason}")
+        elif state.backend.jit_refusal and state.config.jit == "on":  # silent mode still hears its request refused
+            warnings.warn(f"xla_keras: {state.backend.jit_refusal}", XlaKerasWarning, stacklevel=4)  # the guard
+
+    # ------------------------------------------------------------ ends
+
+    def epoch_ended(self) -> None:
+        state = self.state
+        if state.fastest is not None:
+            state.fastest.epoch_ended(state.session.phases["train"].step)
+        self.steps.settle(("train",))
+        state.sink.scalars(state.session.end_of_run("train"))
+        state.flush(text=True)
+
+    def end_phase(self, phase: str, interrupted: Optional[str] = None) -> None:
+        state = self.state
+        self.steps.settle((phase,))
+        state.sink.scalars(state.session.end_of_run(phase))
+        state.backend.remove(state.model, phase)
+        if not state.in_fit:
+            state.session.take_views((phase,))
+            self.functions.restore_model()
+            state.session.wall.end()
+            state.current.ended(interrupted)
+            self.finish()
+
+    def end_fit(self, at: Optional[float] = None) -> None:
+        state = self.state
+        state.cleaning(lambda: self.steps.settle(PHASES))  # repeats not yet timed, a call still pending (JAX)
+        state.current.traces.stop()
+        state.backend.remove_all(state.model)
+        self.functions.restore_model()
+        if state.fastest is not None:
+            self.fastest.end()
+        state.in_fit = False
+        state.session.take_views()  # real lengths for the advice: measured at fit end, not at every flush
+        state.session.wall.end(at)
+
+    def abort_fit(self) -> None:
+        """Clean up after a fit that ended by an exception: on_train_end never ran."""
+        state = self.state
+        self.end_fit(at=state.session.wall.last_activity)
+        state.current.ended(state.stopped_early("train", True))
+        state.flush(text=True)
+
+    def finish(self) -> None:
+        state = self.state
+        state.flush(text=True)
+        state.sink.close()
+        if state.config.verbose:
+            print(state.report())
+
+    def call_failed(self, phase: str, handle: Optional[Any], began: bool = True) -> None:
+        """The model or the data raised (or Ctrl-C): the fit or evaluate is over. Give the profiler back,
+        put the flags back and flush, without ever replacing the user's exception with one of ours.
+        ``began``: the call's batches were pulled (a failed pull leaves the previous call's facts)."""
+        state = self.state
+        try:
+            self.steps.abandon_probe(handle)
+            if began:
+                state.session.call_failed(phase)
+            state.current.traces.stop()
+            text = state.in_fit
+            state.current.ended(state.stopped_early(phase, state.in_fit))
+            if state.in_fit:
+                self.end_fit()
+            elif phase != "train":
+                state.backend.remove(state.model, phase)
+                self.functions.restore_model()
+                state.session.wall.end()
+            state.flush(text=text)
+        except Exception as error:  # noqa: BLE001 - never mask the step's own error
+            logger.error("xla_keras: cleanup after a failed step failed too: %r", error)
+
+
+def warn_keras_multi_worker_fault(backend: Backend) -> None:
+    """Keras's own fit fails under MultiWorkerMirroredStrategy before any callback runs
+    (keras-team/keras#20585): say why now, at construction, while the monitor can still speak."""
+    try:
+        problem = backend.multi_worker_fit_problem()
+    except Exception:  # noqa: BLE001 - a hint, never a reason to fail
+        return
+    if problem:
+        warnings.warn(
+            f"{problem}. `xla-keras doctor` prints the smallest patch that makes fit train.",
+            XlaKerasWarning,
+            stacklevel=3,
+        )

@@ -1,0 +1,188 @@
+"""The step path: what the backend's step wrapper reports, call by call (the monitor's ``call_*``
+methods delegate here). Per step it does attribute reads and appends only; the session does the
+counting, the probe the compile timing.
+
+A call ends at its batch-end hook (TensorFlow) or when the next call of its phase begins (JAX: no
+sync, start to start); calls still pending at a phase boundary are settled untimed.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Dict, Iterable, Optional
+
+from xla_keras.callback.fastest import FastestDriver
+from xla_keras.callback.state import CallState
+from xla_keras.core.signatures import describe
+from xla_keras.core.types import PHASES, CallOutcome, CallPlan
+
+# (phase, step, count, window_start): what the storm action gets when a storm opens.
+StormHandler = Callable[[str, int, int, int], None]
+
+
+def _unwired(phase: str, step: int, count: int, window_start: int) -> None:
+    raise RuntimeError("xla_keras: the step path has no storm action wired")
+
+
+class StepPath:
+    def __init__(self, state: CallState, fastest: FastestDriver):
+        self.state = state
+        self.fastest = fastest
+        # The storm action (callback/storm_action.py) sits above the step path: the monitor wires it here.
+        self.on_storm: StormHandler = _unwired
+        self._plans: Dict[str, CallPlan] = {}
+        # The plan of a repeat call (session.call_repeats): one per phase, made once.
+        self._repeat_plans = {p: CallPlan(p, 0, 1, (), False) for p in PHASES}
+
+    def due(self, phase: str, now: float) -> None:
+        """The next call of ``phase`` begins at ``now``: the previous one ends there (start to start)."""
+        state = self.state
+        if state.session.call_pending(phase):
+            self.end_call(phase, now)
+        if state.fastest is not None and phase == "train":
+            self.fastest.due(now)
+
+    def settle(self, phases: Iterable[str]) -> None:
+        """End calls still pending at a phase boundary, untimed (their end is not observable without
+        a device sync: the wait includes what the device still had queued)."""
+        state = self.state
+        if not state.ends_in_wrapper:
+            return
+        session = state.session
+        now = session.clock()
+        for phase in phases:
+            scalars = session.drain(phase, end=now, timed=False)
+            if scalars:
+                state.sink.scalars(scalars)
+            if session.call_pending(phase):
+                self.end_call(phase, now, timed=False)
+
+    def unobserved(self, phase: str) -> None:
+        self.state.session.call_skipped(phase)  # e.g. train_on_batch's generator: nothing of ours to count
+
+    def began(self, phase: str, batches: list, start: float) -> Optional[Any]:
+        """Batches pulled for one call: a probe handle when this call must be probed, else None."""
+        state = self.state
+        if not state.observing:
+            state.session.calls[phase].repeating = False
+            return None
+        current = state.current
+        jit, session, sink = current.jit_state, current.session, current.sink
+        signature = state.backend.signature
+        signatures = [signature(b) for b in batches]
+        session.sample_batches(phase, batches)  # a compare per batch; the values are read only for advice
+        if state.ends_in_wrapper:  # JAX: the steady case first (a call ends when the next one begins)
+            stats = session.phases[phase]
+            if (
+                len(signatures) == 1
+                and current.probe is not None
+                and current.traces.quiet(
+                    phase,
+                    stats.step,
+                    stats.last_new_step,
+                    sink.log_dir if sink.writes else None,
+                    state.dist.multi_worker,
+                )
+            ):
+                scalars = session.call_repeats(phase, signatures[0], jit, start)
+                if scalars is not None:
+                    if scalars:
+                        sink.scalars(scalars)
+                    if sink.due():
+                        state.flush()
+                    self._plans[phase] = self._repeat_plans[phase]
+                    state.active_probe = current.probe.start(self._plans[phase], jit)  # a compile there is seen
+                    return state.active_probe
+            scalars = session.drain(phase, end=start)  # the repeats before this call end where it starts
+            if scalars:
+                sink.scalars(scalars)
+        plan = session.call_began(phase, signatures, jit, start)
+        self._plans[phase] = plan
+        stats = session.phases[phase]
+        free_probe = state.backend.probes_every_call  # JAX: its events cost nothing, every call is seen
+        if plan.new and not state.dist.default:
+            self._note_per_device(phase, batches[plan.new[0][0]], plan.new[0][2])
+        if current.traces.maybe_start(
+            phase,
+            stats.step,
+            plan.batches,
+            bool(plan.new),
+            stats.last_new_step,
+            sink.log_dir if sink.writes else None,
+            state.dist.multi_worker,
+        ):
+            session.call_in_trace_window(phase, plan, jit, probed=free_probe)
+            if not free_probe:
+                return None
+        if not (plan.probe or free_probe) or current.probe is None:
+            return None
+        state.active_probe = current.probe.start(plan, jit)
+        return state.active_probe
+
+    def _note_per_device(self, phase: str, batch: Any, signature: Any) -> None:
+        state = self.state
+        words = state.backend.per_device(batch, signature)
+        if words:
+            state.session.notes.add_once(
+                f"per-device-{phase}",
+                (
+                    f"{phase}: under {state.dist.name} over {state.dist.replicas} devices each device gets "
+                    f"{words} (the first new signature; XLA compiles the step once for all devices)"
+                ),
+            )
+
+    def ran(self, phase: str, handle: Optional[Any]) -> None:
+        """The call returned: stop its probe and record what it saw."""
+        if handle is None:
+            return
+        state = self.state
+        current = state.current
+        try:
+            probe = current.probe
+            assert probe is not None  # the handle came from it
+            observation = probe.stop(handle, self._plans[phase], current.jit_state)
+        finally:
+            state.active_probe = None
+        if self._plans[phase] is self._repeat_plans[phase]:
+            if observation is not None:  # a repeat compiled after all: record it now
+                self.apply(phase, state.session.repeat_observed(phase, observation))
+            return
+        state.session.call_observed(phase, observation)
+
+    def abandon_probe(self, handle: Optional[Any]) -> None:
+        state = self.state
+        if handle is not None and state.probe is not None:
+            state.probe.abandon(handle)
+        if handle is state.active_probe:
+            state.active_probe = None
+
+    def end_call(self, phase: str, now: Optional[float] = None, timed: bool = True) -> None:
+        state = self.state
+        current = state.current
+        outcome = current.session.call_ended(phase, current.jit_state, now, timed=timed)
+        if outcome is not None:
+            run = state.fastest
+            if run is not None and phase == "train":
+                run.trial.called(outcome.seconds)
+                if outcome.compiles and current.jit_state.active:
+                    run.trial.new_shape_step(
+                        current.session.phases["train"].step, outcome.seconds, len(outcome.compiles)
+                    )
+            self.apply(phase, outcome)
+
+    def apply(self, phase: str, outcome: CallOutcome) -> None:
+        """What a call added: scalars, the trace window's end, compiles, a storm, a periodic flush."""
+        state = self.state
+        current = state.current
+        sink = current.sink
+        if outcome.scalars:
+            sink.scalars(outcome.scalars)
+        if current.traces.open is not None:
+            current.traces.after_step(phase, current.session.phases[phase].step)
+        if outcome.compiles:  # events at once; the report file at most once a second (storms compile a lot)
+            for i, record in enumerate(outcome.compiles):
+                current.cache_account.record(phase, describe(record.signature), i, record.seconds, record.cached)
+            state.flush(report=sink.report_due())
+        if outcome.storm is not None:
+            self.on_storm(phase, *outcome.storm)
+        if sink.due():
+            state.flush()

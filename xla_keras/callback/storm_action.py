@@ -1,0 +1,71 @@
+"""What the monitor does when a recompilation storm opens: warn, raise (the fit stops, files flushed)
+or fall back (XLA off for the rest of this fit, its step functions rebuilt and wrapped again)."""
+
+from __future__ import annotations
+
+import warnings
+
+from xla_keras.callback.functions import StepFunctions
+from xla_keras.callback.lifecycle import Lifecycle
+from xla_keras.callback.state import RUN_WORD, CallState
+from xla_keras.core.types import PHASES
+from xla_keras.errors import RecompilationStormError, XlaKerasWarning
+from xla_keras.storms.detection import storm_text
+
+
+class StormAction:
+    def __init__(self, state: CallState, functions: StepFunctions, lifecycle: Lifecycle):
+        self.state = state
+        self.functions = functions
+        self.lifecycle = lifecycle
+
+    def action(self) -> str:
+        # Each worker reads its own shard: a one-worker stop or switch would hang the others. A storm
+        # found while cleaning up after an ended or failed call is reported, never acted on (it would
+        # raise into the next fit, or switch XLA off for it).
+        state = self.state
+        return "warn" if state.dist.multi_worker or state.in_cleanup else state.config.on_storm
+
+    def opened(self, phase: str, step: int, count: int, window_start: int) -> None:
+        """A storm opened at ``phase`` step ``step``: record it, then warn, raise or fall back."""
+        state = self.state
+        session = state.session
+        storm = session.open_storm(phase, step, count, window_start, self.action())
+        state.sink.scalars([session.storm_scalar(storm)])
+        state.current.traces.storm_opened()
+        text = storm_text(storm, state.config.storm_window)
+        if storm.action == "raise":
+            stopped = state.stopped_early(phase, state.in_fit, "on_storm='raise' after a recompilation storm")
+            if state.in_fit:
+                self.lifecycle.end_fit()
+                state.current.ended(stopped)
+                self.lifecycle.finish()  # flushes and closes every file before the fit stops
+            else:
+                self.lifecycle.end_phase(phase, stopped)
+            raise RecompilationStormError(text)
+        if storm.action == "fallback":
+            self._fall_back(phase, step)
+            text += (
+                " on_storm='fallback': XLA is now off for the rest of this "
+                f"{'fit' if state.in_fit else RUN_WORD[phase]}."
+            )
+        warnings.warn(text, XlaKerasWarning, stacklevel=2)  # once: the warning is the message
+        state.flush()
+
+    def _fall_back(self, phase: str, step: int) -> None:
+        state = self.state
+        backend, session, model = state.backend, state.session, state.model
+        reason = f"switched XLA off at {phase} step {step} after a recompilation storm (on_storm='fallback')"
+        run = state.fastest
+        if run is not None:  # the trial ends: XLA off for the rest of the fit (its kept function, if any)
+            run.stop(session.phases["train"].step, reason)
+        backend.fall_back(model, reason)
+        session.fell_back(phase, step, reason)
+        wrapped = backend.wrapped_phases()
+        for name in PHASES:
+            if name in wrapped:
+                self.functions.install(name, rebuild=run is None)  # the non-XLA function, wrapped again
+            else:
+                backend.drop_function(model, name)  # rebuilt lazily, non-XLA
+                session.functions_forced([name])
+        self.functions.read_back(phase)

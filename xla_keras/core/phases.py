@@ -1,0 +1,221 @@
+"""Per-phase state of one report, and the frozen snapshots reports are built from. Pure.
+
+Per phase there are two kinds of state: ``PhaseStats`` lives as long as the report (steps, timing,
+shape history, compile accounting, records), and ``CallScratch`` is one call's working set (its
+batches, which are new, what the probe saw), reset at the next call. Everything is bounded:
+counters, fingerprints of distinct signatures, capped records, ring buffers.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Callable, Dict, List, Optional, Tuple
+
+from xla_keras.core.signatures import InputSignature
+from xla_keras.core.timing import PhaseTiming
+from xla_keras.core.types import MEASURED, CompileObservation, Scalar
+from xla_keras.report.model import Compilation, SlowStep
+from xla_keras.storms.budget import PhaseAdvice
+from xla_keras.storms.detection import ShapeHistory, Storm
+from xla_keras.storms.lengths import BatchSample
+from xla_keras.storms.real_length_advice import SampleView
+from xla_keras.tensorboard.metadata import TAG_STEADY_STEP_TIME, TAG_STEP_TIME
+
+
+class PhaseStats:
+    """One phase over the report's life: steps, timing, shapes, compile accounting, records."""
+
+    def __init__(self, max_records: int):
+        self.timing = PhaseTiming()
+        self.history = ShapeHistory()
+        self.sample = BatchSample()  # a bounded reservoir of host batches, for real lengths
+        self.view: Optional[SampleView] = None  # the sample as last measured (storm open, fit end)
+        self.step = 0  # global 1-based step of the last batch run
+        self.steps_run = 0  # batches run under the monitor
+        self.last_new_step = 0
+        self.pending_storm: Optional[Tuple[int, int, int]] = None  # (step, count, window_start)
+        self.deferred_new: Optional[int] = None  # step of a smaller new batch, maybe the last
+        self.usual_rows: Optional[int] = None
+        self.compile_count = 0
+        self.ragged_fps: set = set()  # fingerprints of ragged signatures (bounded by the distinct ones)
+        self.ragged_misses = 0  # ragged probes in a row that saw no compile
+        self.value_compiles = 0  # compiles of known ragged shapes (new split values)
+        self.measured_seconds = 0.0  # compiles timed by a probe
+        self.timing_step_share = 0.0  # sum of step_seconds / call_compiles of timing estimates
+        self.timing_batch_share = 0.0  # sum of call_batches / call_compiles of timing estimates
+        self.records: List[Compilation] = []
+        self.records_dropped = 0
+        self.max_records = max_records
+        self.slow: List[SlowStep] = []
+        self.slow_count = 0
+        self.epoch_steady_sum = 0.0
+        self.epoch_steady_n = 0
+        self.rebuilds = 0  # step functions rebuilt outside the monitor
+        self.after_switch: Optional[PhaseTiming] = None  # steady steps since a storm fallback (non-XLA)
+        # Repeat calls counted but not yet timed: [start, step, steady] (bounded: drained at REPEAT_DRAIN).
+        self.repeats: List[list] = []
+
+    def add_record(self, record: Compilation) -> None:
+        self.compile_count += 1
+        if record.source in MEASURED:
+            self.measured_seconds += record.seconds
+        else:
+            self.timing_step_share += (record.step_seconds or 0.0) / record.call_compiles
+            self.timing_batch_share += record.call_batches / record.call_compiles
+        if len(self.records) < self.max_records:
+            self.records.append(record)
+        else:
+            self.records_dropped += 1
+
+    def compile_seconds(self) -> float:
+        """Exact total; timing estimates use the current steady median."""
+        median = self.timing.median_seconds or 0.0
+        return self.measured_seconds + max(0.0, self.timing_step_share - median * self.timing_batch_share)
+
+    def take_view(self, version: int) -> None:
+        """Freeze what the sample holds now (``version``: the session's count of views taken)."""
+        sample = self.sample
+        self.view = SampleView(tuple(sample.kept), sample.seen, version, sample.reason_unsampled())
+
+    def uncount_repeat(self) -> None:
+        """The last repeat call failed: it was counted when it began, and it did not run."""
+        if self.repeats:
+            self.repeats.pop()
+        self.step -= 1
+        self.steps_run -= 1
+        if self.history.last is not None:
+            self.history.batches[self.history.last] -= 1
+
+    def end_of_run(self, phase: str, update_freq: object) -> List[Scalar]:
+        """An epoch (train) or a validation / evaluate / predict run ended: its scalars."""
+        self.history.end_of_run()
+        self.deferred_new = None  # it was the partial last batch of the run
+        for record in reversed(self.records):  # the run's last step compiled: say so in the ledger
+            if record.step != self.step:
+                break
+            record.last_batch = True
+        scalars = []
+        if update_freq == "epoch" and self.epoch_steady_n:
+            scalars.append(Scalar(phase, TAG_STEP_TIME, 1e3 * self.epoch_steady_sum / self.epoch_steady_n, self.step))
+        median = self.timing.median_seconds
+        if median is not None:
+            scalars.append(Scalar(phase, TAG_STEADY_STEP_TIME, 1e3 * median, self.step))
+        self.epoch_steady_sum, self.epoch_steady_n = 0.0, 0
+        return scalars
+
+    def snapshot(self) -> PhaseSnapshot:
+        median = self.timing.median_seconds
+        # Timing estimates use the final steady median: new records, never the stored ones changed.
+        records = tuple(
+            dataclasses.replace(r, seconds=r.estimate_from(median)) if r.source == "timing" else r for r in self.records
+        )
+        return PhaseSnapshot(
+            self.steps_run,
+            self.compile_count,
+            self.compile_seconds(),
+            median,
+            records,
+            self.records_dropped,
+            tuple(self.slow),
+            self.slow_count,
+            self.value_compiles,
+            self.rebuilds,
+            self.history,
+        )
+
+
+@dataclass
+class CallScratch:
+    """One call's working set, reset when the next call begins."""
+
+    start: float = 0.0
+    batches: int = 0
+    new: List[Tuple[int, InputSignature]] = field(default_factory=list)  # (step, signature)
+    probe_signature: Optional[Tuple[int, InputSignature]] = None
+    signature: Optional[InputSignature] = None  # the last batch's
+    ragged_probe: bool = False
+    in_trace_window: bool = False
+    observation: Optional[CompileObservation] = None
+    fingerprint: Optional[int] = None  # the last batch's, for the repeat fast path
+    repeating: bool = False  # the last call took the repeat fast path
+
+
+class WallClock:
+    """Monitored wall time: the sum of the segments (fits, standalone evaluates, predicts)."""
+
+    def __init__(self, clock: Callable[[], float]):
+        self._clock = clock
+        self.total = 0.0
+        self.segment_start: Optional[float] = None
+        self.last_activity = 0.0
+
+    def begin(self) -> None:
+        self.segment_start = self.last_activity = self._clock()
+
+    def end(self, at: Optional[float] = None) -> None:
+        if self.segment_start is not None:
+            self.total += (at or self._clock()) - self.segment_start
+            self.segment_start = None
+
+    def seconds(self) -> float:
+        running = self._clock() - self.segment_start if self.segment_start is not None else 0.0
+        return self.total + running
+
+    @property
+    def running(self) -> bool:
+        return self.segment_start is not None
+
+
+def fallback_began(phase: str, step: int, reason: str, phases: Dict[str, PhaseStats]) -> dict:
+    """A storm switched XLA off: from now on each phase's steady steps are also timed apart (the
+    report compares them with the XLA steps before)."""
+    fallback = {
+        "phase": phase,
+        "step": step,
+        "reason": reason,
+        "xla_steady_step_seconds": {p: s.timing.median_seconds for p, s in phases.items()},
+    }
+    for stats in phases.values():
+        stats.after_switch = PhaseTiming()
+    return fallback
+
+
+def fallback_view(fallback: Optional[dict], phases: Dict[str, PhaseStats]) -> Optional[dict]:
+    """A storm fallback as the report shows it: with each phase's steady step since the switch."""
+    if not fallback:
+        return None
+    view = dict(fallback)
+    view["steady_step_seconds_after"] = {
+        p: (s.after_switch.median_seconds if s.after_switch is not None else None) for p, s in phases.items()
+    }
+    return view
+
+
+@dataclass(frozen=True)
+class PhaseSnapshot:
+    steps: int
+    compile_count: int
+    compile_seconds: float
+    steady_seconds: Optional[float]
+    records: Tuple[Compilation, ...]
+    records_dropped: int
+    slow: Tuple[SlowStep, ...]
+    slow_count: int
+    value_compiles: int
+    rebuilds: int
+    history: ShapeHistory  # read-only for the report's notes (partial batches, train vs validation)
+
+
+@dataclass(frozen=True)
+class SessionSnapshot:
+    """The session at one moment, frozen: reports are built from this, never from live state."""
+
+    phases: Dict[str, PhaseSnapshot]
+    distinct_signatures: Dict[str, int]
+    storms: Tuple[Storm, ...]
+    notes: Tuple[str, ...]
+    wall_seconds: float
+    fallback: Optional[dict]
+    advice: Tuple[PhaseAdvice, ...] = ()
+    jit_decision: Optional[dict] = None

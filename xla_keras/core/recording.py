@@ -1,0 +1,183 @@
+"""What a call's end adds to its phase: compile records, step times, and the scalars for them. Pure."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Dict, List, Optional
+
+from xla_keras.core.phases import CallScratch, PhaseStats
+from xla_keras.core.signatures import InputSignature
+from xla_keras.core.timing import PhaseTiming
+from xla_keras.core.types import CallOutcome, CompileObservation, Scalar
+from xla_keras.report.model import Compilation, SlowStep
+from xla_keras.tensorboard.metadata import TAG_COMPILATIONS, TAG_COMPILE_TIME, TAG_STEP_TIME
+
+if TYPE_CHECKING:
+    from xla_keras.config import MonitorConfig
+    from xla_keras.jit.trial import Trial
+
+
+class StepRecorder:
+    """Records compiles (probed, or estimated from step time), steady and slow steps, and the repeats'
+    times taken in bulk. While jit='fastest' measures both modes (``trial``), the train phase's step
+    times go to the trial instead: the phase's median would mix the two modes."""
+
+    def __init__(self, phases: Dict[str, PhaseStats], calls: Dict[str, CallScratch], config: MonitorConfig):
+        self.phases = phases
+        self.calls = calls
+        self.config = config
+        self.trial: Optional[Trial] = None
+
+    # ---------------------------------------------------------------- compiles
+
+    def compiled(self, phase: str, record: Compilation, outcome: CallOutcome) -> None:
+        stats = self.phases[phase]
+        stats.add_record(record)
+        if self.trial is not None and phase == "train":
+            self.trial.compiled((record.seconds,))
+        outcome.compiles.append(record)
+        outcome.scalars.append(Scalar(phase, TAG_COMPILE_TIME, 1e3 * record.seconds, record.step))
+        outcome.scalars.append(Scalar(phase, TAG_COMPILATIONS, stats.compile_count, record.step))
+
+    def estimated(
+        self, phase: str, observation: Optional[CompileObservation], seconds: float, n: int, outcome: CallOutcome
+    ) -> None:
+        """No probe timed the call's compiles: one record per new signature, from step time."""
+        stats, call = self.phases[phase], self.calls[phase]
+        traced = observation is not None and observation.traced
+        for step, sig in call.new:
+            record = Compilation(
+                phase,
+                step,
+                sig,
+                0.0,
+                "timing",
+                step_seconds=seconds,
+                traced=traced,
+                call_batches=n,
+                call_compiles=len(call.new),
+            )
+            record.seconds = record.estimate_from(stats.timing.median_seconds)
+            self.compiled(phase, record, outcome)
+
+    def observed(
+        self, phase: str, observation: CompileObservation, seconds: float, n: int, outcome: CallOutcome
+    ) -> None:
+        """A probe timed the call: one record per module it saw compile."""
+        stats, call = self.phases[phase], self.calls[phase]
+        # A compile with no new signature (JAX: e.g. a rebuilt function's first call) belongs to the last batch.
+        owners = call.new or ([call.probe_signature] if call.probe_signature else [(stats.step, call.signature)])
+        ragged_only = call.ragged_probe and not call.new
+        modules = observation.modules
+        if not modules:
+            if ragged_only:
+                stats.ragged_misses += 1
+            return  # the probe saw no compile: nothing compiled (e.g. a lazy cluster)
+        if ragged_only:
+            stats.ragged_misses = 0
+            stats.value_compiles += len(modules)
+        for i, module_seconds in enumerate(modules):
+            step, sig = owners[min(i, len(owners) - 1)]
+            self.compiled(
+                phase,
+                Compilation(
+                    phase,
+                    step,
+                    sig,
+                    module_seconds,
+                    observation.source,
+                    cached=observation.cached,
+                    step_seconds=seconds,
+                    traced=observation.traced,
+                    call_batches=n,
+                    call_compiles=len(modules),
+                ),
+                outcome,
+            )
+
+    def repeat_observed(self, phase: str, observation: CompileObservation) -> CallOutcome:
+        """A repeat call compiled after all (JAX saw it): its compiles are recorded at its step,
+        and its time is not a steady step."""
+        stats, call = self.phases[phase], self.calls[phase]
+        outcome = CallOutcome()
+        if stats.repeats:
+            stats.repeats[-1][2] = False
+        for module_seconds in observation.modules:
+            self.compiled(
+                phase,
+                Compilation(
+                    phase,
+                    stats.step,
+                    call.signature,
+                    module_seconds,
+                    observation.source,
+                    cached=observation.cached,
+                    traced=observation.traced,
+                    call_compiles=len(observation.modules),
+                ),
+                outcome,
+            )
+        return outcome
+
+    # ---------------------------------------------------------------- step times
+
+    def trial_ended(self, trial: Trial, revised: bool = False) -> None:
+        """The trial decided (or the fit ended, or its XLA-on decision was revised to off): the train
+        phase's steady median starts again from the kept mode's measured steps, so the report describes
+        the steps that run now."""
+        if self.trial is not trial and not revised:
+            return
+        self.trial = None
+        timing = self.phases["train"].timing = PhaseTiming()
+        for seconds in trial.samples[trial.on]:
+            timing.add_steady(seconds)
+
+    def drain(self, phase: str, end: Optional[float] = None, timed: bool = True) -> List[Scalar]:
+        """Time the repeats whose end is known: each ends where the next one starts, the last at
+        ``end`` (``timed`` False: not observed as it happened, so not a steady step); without
+        ``end`` the last one waits for its end."""
+        stats = self.phases[phase]
+        items = stats.repeats
+        if not items:
+            return []
+        ends = [item[0] for item in items[1:]]
+        if end is None:
+            done, stats.repeats = items[:-1], items[-1:]
+        else:
+            done, stats.repeats = items, []
+            ends.append(end)
+        scalars: List[Scalar] = []
+        signature = self.calls[phase].signature
+        for i, ((start, step, steady), stop) in enumerate(zip(done, ends)):
+            if steady and (timed or end is None or i < len(done) - 1):
+                self.steady_step(phase, stats, stop - start, step, 1, signature, scalars)
+        return scalars
+
+    def steady_step(
+        self,
+        phase: str,
+        stats: PhaseStats,
+        per_step: float,
+        step: int,
+        n: int,
+        signature: Optional[InputSignature],
+        scalars: List[Scalar],
+    ) -> None:
+        """One call's time per batch, for the steady median (or a slow step); ``step``: its last."""
+        if self.trial is not None and phase == "train":
+            # jit='fastest' is measuring both modes: the phase's median (and its slow steps) would mix
+            # them; it starts again from the kept mode's steps when the trial ends (trial_ended).
+            self.trial.add(step, per_step)
+        elif stats.timing.is_slow(per_step):
+            stats.slow_count += 1
+            if len(stats.slow) < stats.max_records:
+                stats.slow.append(SlowStep(phase, step - n + 1, per_step, stats.timing.median_seconds, signature))
+            return
+        else:
+            stats.timing.add_steady(per_step)
+            if stats.after_switch is not None:
+                stats.after_switch.add_steady(per_step)
+        stats.epoch_steady_sum += per_step
+        stats.epoch_steady_n += 1
+        every = self.config.steps_per_scalar
+        if every is not None and step % every < n:
+            scalars.append(Scalar(phase, TAG_STEP_TIME, 1e3 * per_step, step))

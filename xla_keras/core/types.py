@@ -1,0 +1,102 @@
+"""The contract types between the backends' step wrappers, the session and the callback. Pure.
+
+A backend's step wrapper tells the session "a call began with these batches" and gets a ``CallPlan``
+back (its probe reads it); its probe's ``CompileObservation`` goes in when the call ends, and a
+``CallOutcome`` comes out: the compiles recorded, the scalars to write, a storm that opened.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, List, NamedTuple, Optional, Tuple
+
+from xla_keras.core.signatures import InputSignature
+
+if TYPE_CHECKING:
+    from xla_keras.report.model import Compilation
+
+logger = logging.getLogger("xla_keras")
+
+PHASES = ("train", "test", "predict")
+# How a compile's seconds were measured: from XLA's compiler events in a profiler
+# probe; from the span of the op that triggered the compile, when the compiler
+# emits no events (TensorFlow 2.16/2.17 on CPU); or step time minus the steady
+# median (no probe could run).
+SOURCES = ("profiler", "op_span", "jax", "timing")
+MEASURED = ("profiler", "op_span", "jax")  # seconds observed in a probe, not estimated from step time
+
+
+class Scalar(NamedTuple):
+    phase: str
+    tag: str
+    value: float
+    step: int
+
+
+@dataclass(frozen=True)
+class CompileObservation:
+    """What a probe saw of one call. ``modules``: seconds of each XLA module
+    compiled (or loaded, when ``cached`` is True) during the call, in order;
+    empty when nothing compiled. ``source``: "profiler" (XLA's compiler events)
+    or "op_span" (the span of the op that triggered each compile).
+    ``cached``: None when fresh compiles and loads could not be told apart.
+    ``traced``: the step function also traced during the call.
+    ``measured``: False when the probe ran but could not time the compiles
+    (they are then estimated from step time, like an unprobed call)."""
+
+    modules: Tuple[float, ...] = ()
+    source: str = "profiler"
+    cached: Optional[bool] = False
+    traced: bool = False
+    measured: bool = True
+
+
+class CallPlan(NamedTuple):
+    """What the session decided when a call began: the backend's probe reads it.
+    (A NamedTuple: one is made per step, and a frozen dataclass costs microseconds to build.)"""
+
+    phase: str
+    first_step: int  # global step of the call's first batch
+    batches: int
+    new: Tuple[Tuple[int, int, InputSignature], ...]  # (index in the call, step, signature) new to the function
+    probe: bool  # worth a compile probe
+    ragged_probe: bool = False  # probing a known ragged signature (new split values?)
+    steady_seconds: Optional[float] = None  # the phase's steady median step, when known
+
+    @property
+    def new_indices(self) -> Tuple[int, ...]:
+        return tuple(i for i, _, _ in self.new)
+
+
+class CallOutcome:
+    """What one call added: compiles recorded, scalars to write, a storm that opened.
+    (Slots, not a dataclass: one is made per step.)"""
+
+    __slots__ = ("compiles", "scalars", "storm", "seconds")
+
+    def __init__(self):
+        self.compiles: List[Compilation] = []
+        self.scalars: List[Scalar] = []
+        self.storm: Optional[Tuple[int, int, int]] = None  # (step, count, window_start) of a storm that opened
+        self.seconds = 0.0
+
+
+class Notes:
+    """Notes for the report, each once. Logged at INFO unless something the
+    user asked for will not happen (then WARNING), so that a monitored fit
+    stays as quiet as a bare one."""
+
+    def __init__(self):
+        self.texts: List[str] = []
+        self._keys: set = set()
+
+    def add_once(self, key: str, text: str, warn: bool = False) -> None:
+        if key in self._keys:
+            return
+        self._keys.add(key)
+        self.texts.append(text)
+        (logger.warning if warn else logger.info)("xla_keras: %s", text)
+
+    def add(self, text: str) -> None:
+        self.texts.append(text)

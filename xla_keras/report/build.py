@@ -1,0 +1,116 @@
+"""An XlaReport from a frozen session snapshot and the monitor's and the backend's facts. Pure."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Tuple
+
+from xla_keras.core.phases import SessionSnapshot
+from xla_keras.core.timing import break_even_steps, share
+from xla_keras.core.types import MEASURED, PHASES
+from xla_keras.jit.modes import JitState, ProbeFacts, verdict
+from xla_keras.report.model import Compilation, XlaReport
+from xla_keras.storms.detection import partial_batch_note, train_vs_validation_note
+
+
+@dataclass(frozen=True)
+class ReportContext:
+    """What the report needs beyond the session: the monitor's and the backend's facts."""
+
+    jit_mode: str
+    jit_state: JitState
+    probe: ProbeFacts
+    traces: Tuple[str, ...] = ()
+    cache_saved_seconds: Optional[float] = None
+    extra_notes: Tuple[str, ...] = ()  # the backend's and the monitor's notes (cache, errors)
+    refused: Optional[str] = None  # the monitor stepped aside: the reason replaces the verdict
+    log_dir: Optional[str] = None
+    versions: Dict[str, str] = field(default_factory=dict)
+    run_state: Optional[str] = None
+    backend: str = "tensorflow"
+    other_compilations: Dict[str, dict] = field(default_factory=dict)
+
+
+def build_report(snapshot: SessionSnapshot, context: ReportContext) -> XlaReport:
+    """An XlaReport from a frozen snapshot: nothing live is read or changed."""
+    report = XlaReport(jit_mode=context.jit_mode)
+    records: List[Compilation] = []
+    for name, phase in snapshot.phases.items():
+        records.extend(phase.records)
+        report.compilation_count[name] = phase.compile_count
+        report.steps[name] = phase.steps
+        report.steady_step_seconds_by_phase[name] = phase.steady_seconds
+        report.slow_steps.extend(phase.slow)
+        report.slow_step_count += phase.slow_count
+        report.compilations_dropped += phase.records_dropped
+    report.compilations = sorted(records, key=lambda c: (PHASES.index(c.phase), c.step))
+    report.distinct_signatures = dict(snapshot.distinct_signatures)
+    report.steady_step_seconds = report.steady_step_seconds_by_phase["train"]
+    report.compile_seconds = sum(p.compile_seconds for p in snapshot.phases.values())
+    report.wall_seconds = snapshot.wall_seconds
+    report.compile_share = share(report.compile_seconds, report.wall_seconds)
+    measured = sum(1 for c in report.compilations if c.source in MEASURED)
+    report.jit_active, report.jit_reason = verdict(
+        context.jit_state,
+        context.probe,
+        measured=measured,
+        compiled=report.total_compilations,
+        steps=sum(report.steps.values()),
+        fell_back=snapshot.fallback is not None or bool(snapshot.jit_decision and snapshot.jit_decision["switches"]),
+    )
+    if context.refused:
+        report.jit_active, report.jit_reason = None, context.refused
+    report.storms = list(snapshot.storms)
+    report.advice = list(snapshot.advice)
+    report.fallback = snapshot.fallback
+    report.jit_decision = snapshot.jit_decision
+    if snapshot.jit_decision:
+        report.break_even_steps = _trial_break_even(snapshot.jit_decision, report)
+    report.traces = list(context.traces)
+    report.cache_saved_seconds = context.cache_saved_seconds
+    report.probe = context.probe.label
+    report.notes = list(snapshot.notes) + _phase_notes(snapshot) + list(context.extra_notes)
+    report.log_dir = context.log_dir
+    report.versions = dict(context.versions)
+    report.run_state = context.run_state
+    report.backend = context.backend
+    report.other_compilations = {k: dict(v) for k, v in context.other_compilations.items()}
+    return report
+
+
+def _phase_notes(snapshot: SessionSnapshot) -> List[str]:
+    notes = []
+    for name, phase in snapshot.phases.items():
+        if phase.rebuilds:
+            notes.append(
+                f"{name}: the step function was rebuilt {phase.rebuilds} time(s) outside the monitor (e.g. "
+                "model.compile(...)): a rebuilt function starts with an empty XLA compile cache, so shapes "
+                "compiled before compile again"
+            )
+    for name, phase in snapshot.phases.items():
+        if phase.value_compiles:
+            notes.append(
+                f"{name}: XLA compiled {phase.value_compiles} module(s) for ragged batches of shapes it had "
+                "compiled already: the model needs the row splits as compile-time constants (e.g. "
+                "tf.reduce_mean over the ragged axis), so XLA compiles per distinct row lengths, not per "
+                "shape. Fix: pad to dense batches (padded_batch, RaggedTensor.to_tensor) or compute from the "
+                "row splits with gathers"
+            )
+    storm_phases = {s.phase for s in snapshot.storms} | {a.phase for a in snapshot.advice}  # advice says it all
+    for name, phase in snapshot.phases.items():
+        note = partial_batch_note(name, phase.history) if name not in storm_phases else None
+        if note and phase.compile_count:
+            notes.append(note)
+    note = train_vs_validation_note(snapshot.phases["train"].history, snapshot.phases["test"].history)
+    if note and snapshot.phases["test"].compile_count:
+        notes.append(note)
+    return notes
+
+
+def _trial_break_even(decision: dict, report: XlaReport) -> Optional[float]:
+    """jit='fastest' measured both modes' steady steps in this fit: the steps after which the train
+    phase's XLA compiles are repaid (inf: XLA's steps were not faster)."""
+    medians = decision.get("medians") or {}
+    return break_even_steps(
+        sum(c.seconds for c in report.compilations if c.phase == "train"), medians.get("on"), medians.get("off")
+    )

@@ -1,0 +1,86 @@
+"""The compile budget: a phase below the storm threshold whose recompiles still cost too much of its time. Pure."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Tuple
+
+
+@dataclass
+class PhaseAdvice:
+    """Advice for a phase below the storm threshold whose recompiles cost more than the compile
+    budget's share of its time (``XlaMonitor(compile_budget=...)``). Advice only: it never stops or
+    switches anything.
+
+    Attributes:
+        phase: "train", "test" or "predict".
+        compiles: the phase's compiles; compile_seconds: their time.
+        recompile_seconds: the time of the compiles beyond one (what stable shapes would save).
+        wall_seconds: compile seconds plus steps at the steady step time.
+        share: recompile_seconds / wall_seconds; budget: the share allowed.
+        varying, advice, fix: as in a Storm (``fix`` applies with ``xla_keras.data.apply_fix``).
+    """
+
+    phase: str
+    compiles: int
+    compile_seconds: float
+    recompile_seconds: float
+    wall_seconds: float
+    share: float
+    budget: float
+    varying: List[Dict[str, Any]] = field(default_factory=list)
+    advice: str = ""
+    fix: Dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {
+            "phase": self.phase,
+            "compiles": self.compiles,
+            "compile_seconds": self.compile_seconds,
+            "recompile_seconds": self.recompile_seconds,
+            "wall_seconds": self.wall_seconds,
+            "share": self.share,
+            "budget": self.budget,
+            "varying": self.varying,
+            "advice": self.advice,
+            "fix": self.fix,
+        }
+
+    @classmethod
+    def from_dict(cls, d: Dict[str, Any]) -> "PhaseAdvice":
+        return cls(**{k: v for k, v in d.items() if k in cls.__dataclass_fields__})
+
+
+def over_budget(
+    compiles: int,
+    compile_seconds: float,
+    steps: int,
+    steady_seconds: Optional[float],
+    budget: Optional[float],
+    first_compile_seconds: Optional[float] = None,
+) -> Optional[Tuple[float, float, float]]:
+    """(recompile seconds, wall seconds, share) when a phase's compiles beyond its first cost more
+    than ``budget`` of its time, else None (``first_compile_seconds``: measured, when recorded).
+    The first compile is the price of XLA itself; the others are what stable shapes would save.
+    Wall time = compiles + steps at the steady step time
+    (the same on both backends, where a JAX step's own end is not observable)."""
+    if budget is None or compiles < 2 or compile_seconds <= 0:
+        return None
+    recompile = (
+        compile_seconds - first_compile_seconds
+        if first_compile_seconds is not None
+        else compile_seconds * (compiles - 1) / compiles
+    )  # the mean, when the first is not recorded
+    wall = compile_seconds + steps * (steady_seconds or 0.0)
+    share = recompile / wall
+    return (recompile, wall, share) if share > budget else None
+
+
+def budget_text(phase: str, item: PhaseAdvice) -> str:
+    words = {"train": "training", "test": "validation / evaluate", "predict": "predict"}[phase]
+    return (
+        f"Compile budget ({phase}): {words} compiled {item.compiles} times, {item.recompile_seconds:.2f} s "
+        f"beyond the first compile = {item.share:.0%} of its {item.wall_seconds:.2f} s (budget "
+        f"{item.budget:.0%}; below the storm threshold, so no storm; judged on this fit's time: compiles are "
+        f"paid once, padding every epoch). {item.advice}"
+    )

@@ -1,0 +1,26 @@
+"""Fix kinds: the ``kind`` of a storm's machine-readable ``fix``.
+
+Saved reports and the fix code printed in them hold these strings: they never change.
+"""
+
+from __future__ import annotations
+
+PAD_TO_LENGTHS = "pad_to_lengths"
+FIXED_BATCH_SIZE = "fixed_batch_size"
+DROP_REMAINDER = "drop_remainder"
+PAD_REMAINDER = "pad_remainder"
+# Also the key of the bucketing part that a pad_to_lengths fix may hold (a fix of this kind).
+BUCKET_BY_LENGTH = "bucket_by_length"
+CONSISTENT_STRUCTURE = "consistent_structure"
+UNKNOWN = "unknown"
+
+# The kinds xla_keras.data.apply_fix applies; bucket_by_length has its own function (it needs unbatched data).
+APPLIED_KINDS = (PAD_TO_LENGTHS, FIXED_BATCH_SIZE, DROP_REMAINDER, PAD_REMAINDER)
+# Kinds that no code can apply: the user changes the pipeline by hand.
+MANUAL_KINDS = (CONSISTENT_STRUCTURE, UNKNOWN)
+KINDS = APPLIED_KINDS + (BUCKET_BY_LENGTH,) + MANUAL_KINDS
+
+# A fix's "remainder": what becomes of a batch with fewer rows than its "batch_size".
+DROP = "drop"
+PAD = "pad"
+REMAINDERS = (DROP, PAD, None)
