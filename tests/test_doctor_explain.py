@@ -227,9 +227,9 @@ def test_doctor_reports_the_persistent_cache(tmp_path):
 )
 def test_the_profile_tab_line_keeps_the_users_pins(monkeypatch, tensorflow, protobuf, line):
     """scripts/compat.py runs the line for real (pip --dry-run) in pinned venvs: no version changes."""
-    from xla_keras.backends.tensorflow import _internals
-    from xla_keras.tensorboard.profile_tab import profile_tab_install
+    from xla_keras.tensorboard import profile_tab
 
     versions = {"tensorflow": tensorflow, "protobuf": protobuf}
-    monkeypatch.setattr(_internals, "_version", lambda name: versions.get(name, "unknown"))
+    monkeypatch.setattr(profile_tab, "installed_version", lambda name: versions.get(name, "unknown"))
+    profile_tab_install = profile_tab.profile_tab_install
     assert profile_tab_install() == line

@@ -63,7 +63,7 @@ class MonitorConfig:
     @property
     def steps_per_scalar(self) -> Optional[int]:
         """Write ``xla/step_time_ms`` every this many steady steps; None: once per epoch."""
-        return None if self.update_freq == "epoch" else self.update_freq
+        return None if self.update_freq == "epoch" else int(self.update_freq)
 
 
 def _compile_budget(budget: Any) -> Optional[float]:
@@ -85,17 +85,18 @@ def _compile_budget(budget: Any) -> Optional[float]:
 def _profile(profile: Any) -> Union[str, None, Tuple[int, int]]:
     if profile is None or isinstance(profile, str) and profile == "auto":
         return profile
-    steps = tuple(map(integer, profile)) if isinstance(profile, (tuple, list)) and len(profile) == 2 else (None,)
-    if None in steps or not 1 <= steps[0] <= steps[1]:
+    start, stop = map(integer, profile) if isinstance(profile, (tuple, list)) and len(profile) == 2 else (None, None)
+    if start is None or stop is None or not 1 <= start <= stop:
         raise ValueError(
             f"profile must be 'auto', None or (start, stop) train steps with 1 <= start <= stop; got {profile!r}"
         )
-    return steps
+    return start, stop
 
 
 def _update_freq(update_freq: Any) -> Union[str, int]:
-    if integer(update_freq) is not None and integer(update_freq) >= 1:
-        return integer(update_freq)
+    steps = integer(update_freq)
+    if steps is not None and steps >= 1:
+        return steps
     if isinstance(update_freq, str) and update_freq in UPDATE_FREQS:
         return "epoch" if update_freq == "epoch" else 1
     raise ValueError(

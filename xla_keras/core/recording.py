@@ -65,6 +65,7 @@ class StepRecorder:
         """A probe timed the call: one record per module it saw compile."""
         stats, call = self.phases[phase], self.calls[phase]
         # A compile with no new signature (JAX: e.g. a rebuilt function's first call) belongs to the last batch.
+        assert call.signature is not None  # a probed call began with batches
         owners = call.new or ([call.probe_signature] if call.probe_signature else [(stats.step, call.signature)])
         ragged_only = call.ragged_probe and not call.new
         modules = observation.modules
@@ -98,6 +99,7 @@ class StepRecorder:
         """A repeat call compiled after all (JAX saw it): its compiles are recorded at its step,
         and its time is not a steady step."""
         stats, call = self.phases[phase], self.calls[phase]
+        assert call.signature is not None  # a repeat repeats a call that began with batches
         outcome = CallOutcome()
         if stats.repeats:
             stats.repeats[-1][2] = False
@@ -169,8 +171,11 @@ class StepRecorder:
             self.trial.add(step, per_step)
         elif stats.timing.is_slow(per_step):
             stats.slow_count += 1
-            if len(stats.slow) < stats.max_records:
-                stats.slow.append(SlowStep(phase, step - n + 1, per_step, stats.timing.median_seconds, signature))
+            median = stats.timing.median_seconds
+            if (
+                len(stats.slow) < stats.max_records and median is not None and signature is not None
+            ):  # is_slow: both known
+                stats.slow.append(SlowStep(phase, step - n + 1, per_step, median, signature))
             return
         else:
             stats.timing.add_steady(per_step)

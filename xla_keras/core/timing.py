@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections import deque
 from statistics import median
-from typing import Optional
+from typing import Deque, Optional
 
 _MEDIAN_EVERY = 128
 # A known-signature step is "slow" only when it is both many times the median
@@ -27,7 +27,7 @@ class PhaseTiming:
     def __init__(self, window: int = 1024):
         if window < 1:
             raise ValueError(f"window must be >= 1, got {window!r}")
-        self._recent = deque(maxlen=window)
+        self._recent: Deque[float] = deque(maxlen=window)
         self.steady_count = 0
         self.steady_total = 0.0
         self._median: Optional[float] = None

@@ -15,7 +15,7 @@ from xla_keras.core.signatures import InputSignature
 from xla_keras.storms.buckets import TARGET_PADDING_OVERHEAD, best_buckets, pad_to_boundary
 from xla_keras.storms.detection import (
     ShapeHistory,
-    _Axis,
+    VaryingAxis,
     batch_rows,
     partial_batch_signatures,
     structures_differ,
@@ -33,13 +33,13 @@ DATA_KINDS = ("tf.data", "arrays")  # arrays: numpy / generators / PyDataset (no
 
 
 def choose_buckets(
-    axes: List[_Axis], signatures: Sequence[Tuple[InputSignature, int]], max_compiles: int
+    axes: List[VaryingAxis], signatures: Sequence[Tuple[InputSignature, int]], max_compiles: int
 ) -> Tuple[List[List[int]], float, int]:
     """Bucket each varying axis so the joint number of padded signatures stays
     below ``max_compiles``: start with one bucket each and add buckets where
     they save the most padding while padding is above the target."""
     ks = [1] * len(axes)
-    buckets = [best_buckets(a.values, 1)[0] for a in axes]
+    buckets = [best_buckets(a.known_values, 1)[0] for a in axes]
 
     def joint(bk):
         combos = set()
@@ -65,7 +65,7 @@ def choose_buckets(
         options = []
         for i, a in enumerate(axes):
             trial = list(buckets)
-            trial[i] = best_buckets(a.values, ks[i] + 1)[0]
+            trial[i] = best_buckets(a.known_values, ks[i] + 1)[0]
             if len(trial[i]) == len(buckets[i]):
                 continue  # no more distinct lengths to split on
             if joint(trial) < max_compiles:
@@ -153,8 +153,8 @@ def analyse(
 
 def _pad_advice(
     phase: str,
-    length_axes: List[_Axis],
-    batch_axes: List[_Axis],
+    length_axes: List[VaryingAxis],
+    batch_axes: List[VaryingAxis],
     sigs: Sequence[Tuple[InputSignature, int]],
     threshold: int,
     data: str,
@@ -187,7 +187,7 @@ def _pad_advice(
         fix["per_input"] = [{"path": a.path, "axis": a.axis, "lengths": b} for a, b in zip(length_axes, buckets)]
     fix["code"] = apply_code(fix, data)
 
-    def together(a: _Axis) -> str:  # co-varying leaves, kept as "path:axis" in the fix's varying list
+    def together(a: VaryingAxis) -> str:  # co-varying leaves, kept as "path:axis" in the fix's varying list
         named = (f"'{o.rsplit(':', 1)[0]}' axis {o.rsplit(':', 1)[1]}" for o in a.also)
         return f" (with {', '.join(named)})" if a.also else ""
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Dict, Tuple
+from typing import TYPE_CHECKING, Dict, List, Tuple
 
 from xla_keras.core.types import MEASURED
 from xla_keras.storms.advice import analyse
@@ -65,7 +65,10 @@ class StormAnalysis:
         self, phases: Dict[str, PhaseStats], storm_phases: set, data_kind: str
     ) -> Tuple[PhaseAdvice, ...]:
         """Phases below the storm threshold whose recompiles cost more than the compile budget."""
-        out = []
+        out: List[PhaseAdvice] = []
+        budget = self.config.compile_budget
+        if budget is None:  # no budget: no such advice
+            return ()
         for phase, stats in phases.items():
             if phase in storm_phases:
                 continue
@@ -75,7 +78,7 @@ class StormAnalysis:
                 stats.compile_seconds(),
                 stats.steps_run,
                 stats.timing.median_seconds,
-                self.config.compile_budget,
+                budget,
                 first,
             )
             if over is None:
@@ -88,7 +91,7 @@ class StormAnalysis:
                 stats.compile_count,
                 stats.compile_seconds(),
                 *over,
-                self.config.compile_budget,
+                budget,
                 varying,
                 advice,
                 fix,

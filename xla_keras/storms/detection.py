@@ -187,11 +187,16 @@ def batch_rows(sig: InputSignature) -> Optional[int]:
 
 
 @dataclass
-class _Axis:
+class VaryingAxis:
     path: str
     axis: int
     values: Dict[Optional[int], int]  # value -> batches
     also: List[str] = field(default_factory=list)  # co-varying "path:axis"
+
+    @property
+    def known_values(self) -> Dict[int, int]:
+        """``values`` without the unknown size (None)."""
+        return {v: n for v, n in self.values.items() if v is not None}
 
     def describe(self) -> Dict[str, Any]:
         vals = sorted(v for v in self.values if v is not None)
@@ -208,7 +213,7 @@ class _Axis:
         return out
 
 
-def varying_axes(signatures: Sequence[Tuple[InputSignature, int]]) -> List[_Axis]:
+def varying_axes(signatures: Sequence[Tuple[InputSignature, int]]) -> List[VaryingAxis]:
     """(path, axis) whose size differs between signatures of the dominant
     structure, co-varying axes merged (e.g. tokens and mask lengths)."""
     if not signatures:
@@ -223,7 +228,7 @@ def varying_axes(signatures: Sequence[Tuple[InputSignature, int]]) -> List[_Axis
         for leaf in sig:
             for axis, size in enumerate(leaf.shape):
                 columns.setdefault((leaf.path, axis), []).append(size)
-    merged: Dict[tuple, _Axis] = {}
+    merged: Dict[tuple, VaryingAxis] = {}
     for (path, axis), column in columns.items():
         if len(set(column)) < 2:
             continue
@@ -234,7 +239,7 @@ def varying_axes(signatures: Sequence[Tuple[InputSignature, int]]) -> List[_Axis
         values: Dict[Optional[int], int] = {}
         for size, w in zip(column, weights):
             values[size] = values.get(size, 0) + w
-        merged[key] = _Axis(path, axis, values)
+        merged[key] = VaryingAxis(path, axis, values)
     return list(merged.values())
 
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from xla_keras.storms.buckets import TARGET_PADDING_OVERHEAD, best_buckets, pad_target
-from xla_keras.storms.detection import _Axis
+from xla_keras.storms.detection import VaryingAxis
 from xla_keras.storms.fix_code import bucket_code, compiles_words
 from xla_keras.storms.lengths import RealLengths, measure
 from xla_keras.storms.remainder import REMAINDER, examples_words
@@ -48,7 +48,7 @@ def _zeros(overhead: float) -> str:
 
 
 def real_length_figures(
-    axis: _Axis,
+    axis: VaryingAxis,
     lengths: Sequence[int],
     view: Optional[SampleView],
     threshold: int,

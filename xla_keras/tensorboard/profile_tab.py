@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import importlib.util
 
+from xla_keras.core.versions import installed_version, release
+
 
 def profile_tab_installed() -> bool:
     return bool(importlib.util.find_spec("tensorboard_plugin_profile") or importlib.util.find_spec("xprof"))
@@ -19,12 +21,9 @@ def profile_tab_install() -> str:
     minutes. Releases 2.16-2.19.0 need only protobuf<5 and three small packages. So: the release that
     matches TensorFlow where protobuf is older than 5, else the current plugin with TensorFlow and
     protobuf held where they are."""
-    # Imported here: where TensorBoard runs, TensorFlow may be missing (the tab then says the general line).
-    from xla_keras.backends.tensorflow import _internals
-
-    tf_version = _internals._version("tensorflow")
-    protobuf = _internals._version("protobuf")
-    if _internals._release(protobuf) < (5,):
-        minor = min(max((_internals.tensorflow_version() + (0, 16))[1], 16), 19)
+    tf_version = installed_version("tensorflow")  # read from package metadata: TensorFlow is not imported
+    protobuf = installed_version("protobuf")
+    if release(protobuf) < (5,):
+        minor = min(max((release(tf_version) + (0, 16))[1], 16), 19)
         return f'pip install "tensorboard-plugin-profile==2.{minor}.0"'
     return f'pip install tensorboard-plugin-profile "tensorflow=={tf_version}" "protobuf=={protobuf}"'

@@ -223,16 +223,21 @@ class OutputSink:
 
     @property
     def writes(self) -> bool:
-        return self.log_dir is not None and self.chief
+        return self._directory() is not None
+
+    def _directory(self) -> Optional[str]:
+        """Where this process writes: log_dir on the chief, else None."""
+        return self.log_dir if self.chief else None
 
     def unwritable(self) -> Optional[OSError]:
         """None if log_dir can be written (or nothing is written here); else the error. Called
         before a fit changes anything, so that a bad log_dir fails before the first step."""
-        if not self.writes:
+        directory = self._directory()
+        if directory is None:
             return None
         try:
-            os.makedirs(self.log_dir, exist_ok=True)
-            fd, probe = tempfile.mkstemp(prefix=".xla_keras_write_test.", dir=self.log_dir)
+            os.makedirs(directory, exist_ok=True)
+            fd, probe = tempfile.mkstemp(prefix=".xla_keras_write_test.", dir=directory)
             os.close(fd)
             os.unlink(probe)
         except OSError as error:
@@ -241,10 +246,11 @@ class OutputSink:
         return None
 
     def _out(self) -> Optional[SummaryWriters]:
-        if not self.writes:
+        directory = self._directory()
+        if directory is None:
             return None
         if self._writers is None:
-            self._writers = SummaryWriters(self.log_dir)
+            self._writers = SummaryWriters(directory)
             self._writers.layout()
         return self._writers
 
@@ -266,26 +272,29 @@ class OutputSink:
         """Flush the event files; with ``report``, also write the report file (and, with ``text``,
         the markdown report for the Text tab at ``step``)."""
         self._last_flush = self._clock()
-        if report is not None and self.writes:
+        directory = self._directory()
+        writers = self._out() if report is not None else None  # made here at the first report, not before
+        if report is not None and directory is not None and writers is not None:
             built = report()
             as_dict = built.to_dict()
             if text:
-                self._out().text("train", TAG_REPORT, built.to_markdown(), step)
+                writers.text("train", TAG_REPORT, built.to_markdown(), step)
             if (
                 text
                 or self._last_report_data is None
                 or self._last_flush - self._last_report_data >= REPORT_DATA_EVERY_SECONDS
             ):
                 self._last_report_data = self._last_flush
-                self._out().report_data(as_dict, step)
-            write_report_json(self.log_dir, as_dict)
+                writers.report_data(as_dict, step)
+            write_report_json(directory, as_dict)
         if self._writers is not None:
             self._writers.flush()
 
     def write_report(self, report: Any) -> None:
         """Only the report file (best effort callers catch)."""
-        if self.writes:
-            write_report_json(self.log_dir, report.to_dict())
+        directory = self._directory()
+        if directory is not None:
+            write_report_json(directory, report.to_dict())
 
     def flush_events(self) -> None:
         if self._writers is not None:

@@ -83,12 +83,12 @@ def ledger(compilations: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
     rows = []
     for index, c in enumerate(compilations):
         phase, signature = c.get("phase"), c.get("signature") or []
-        before = previous.get(phase)
+        before = previous.get(str(phase))
         if before is not None and before == signature:
             changed = "same signature, another module"
         else:
             changed = change_text(before, signature, bool(c.get("last_batch")))
-            previous[phase] = signature
+            previous[str(phase)] = signature
         rows.append(
             {
                 "index": index + 1,

@@ -9,6 +9,7 @@ compiles. On small CPUs XLA is often slower: the table shows it.
 
 from __future__ import annotations
 
+import functools
 import os
 import statistics
 from dataclasses import asdict, dataclass
@@ -249,9 +250,10 @@ def compare(
             else ""
         )
         raise ValueError(f"modes must be drawn from {choices}; got {list(modes)!r}{extra}")
-    if integer(steps) is None or steps < 3:
+    count = integer(steps)
+    if count is None or count < 3:
         raise ValueError(f"steps must be an int >= 3; got {steps!r}")
-    steps = integer(steps)
+    steps = count
     order = ["off"] + [m for m in modes if m != "off"]
     batches = _batches(data, steps, batch_size, backend_name)
     new_model = _copier(model_or_builder, batches[0])
@@ -307,13 +309,21 @@ def compare(
         if baseline and r.steady_step_ms and r.steady_samples >= 3 and results[0].steady_samples >= 3:
             r.speedup_vs_off = baseline / r.steady_step_ms
             # What XLA's compiles cost beyond what "off" compiled (JAX compiles op by op there too).
-            extra = r.compile_seconds - results[0].compile_seconds
+            extra_seconds = r.compile_seconds - results[0].compile_seconds
             if r.mode != "off" and r.xla_ran and r.compile_seconds > 0:
-                even = 0.0 if extra <= 0 else break_even_steps(extra, r.steady_step_ms / 1e3, baseline / 1e3)
+                even = (
+                    0.0
+                    if extra_seconds <= 0
+                    else break_even_steps(extra_seconds, r.steady_step_ms / 1e3, baseline / 1e3)
+                )
                 r.break_even_step = None if even is None or even == float("inf") else even
     if log_dir:
         _write_break_even(log_dir, results, monitors)
     return CompareTable(steps=len(batches), results=[r for r in results if r.mode in modes or r.mode == "off"])
+
+
+def _same(value: Any) -> Any:
+    return value
 
 
 def _write_break_even(log_dir: str, results: List["ModeResult"], monitors: dict) -> None:
@@ -331,7 +341,7 @@ def _write_break_even(log_dir: str, results: List["ModeResult"], monitors: dict)
             f"ms per steady step, vs {r.steady_step_ms:.3f} ms here)"
         )
         sink = OutputSink(os.path.join(log_dir, r.mode))
-        sink.flush(report=lambda report=report: report, text=True, step=report.steps["train"])
+        sink.flush(report=functools.partial(_same, report), text=True, step=report.steps["train"])
         sink.close()
 
 

@@ -30,7 +30,7 @@ from xla_keras.backends.keras._internals import (  # noqa: F401 - re-exported: K
     set_raw_model_jit,
 )
 from xla_keras.backends.profiler import ProfilerBusy
-from xla_keras.backends.tensorflow.versions import installed_version as _version
+from xla_keras.core.versions import installed_version as _version
 
 TESTED_VERSIONS = {"jax": "0.4.36-0.10", "keras": "3.7-3.15"}
 

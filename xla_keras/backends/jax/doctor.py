@@ -14,7 +14,7 @@ from typing import List, Tuple
 from xla_keras import __version__
 from xla_keras.backends.jax import _internals
 from xla_keras.backends.jax.jit import persistent_cache
-from xla_keras.backends.tensorflow.versions import installed_version
+from xla_keras.core.versions import installed_version
 
 Finding = Tuple[str, ...]  # (level, topic, message) or (level, topic, message, fix)
 

@@ -9,6 +9,7 @@ the installed Keras. TensorFlow's own private APIs live in
 
 from __future__ import annotations
 
+from types import FrameType
 from typing import Any, List, Optional, Tuple
 
 TESTED_VERSIONS = {"tensorflow": "2.16-2.21", "keras": "3.7-3.15"}
@@ -19,7 +20,7 @@ class InternalsMoved(RuntimeError):
 
     def __init__(self, what: str, error: Optional[BaseException] = None):
         # Imported here: the tensorflow package imports this module.
-        from xla_keras.backends.tensorflow.versions import installed_version as _version
+        from xla_keras.core.versions import installed_version as _version
 
         super().__init__(
             f"xla_keras cannot reach {what} in tensorflow {_version('tensorflow')} / keras "
@@ -68,7 +69,7 @@ def _model_call_frames(model: Any, names: Tuple[str, ...]):
     Walks frames: call it once per fit / evaluate / predict, never per step."""
     import sys
 
-    frame = sys._getframe(2)
+    frame: Optional[FrameType] = sys._getframe(2)
     while frame is not None:
         if frame.f_code.co_name in names and frame.f_locals.get("self") is model:
             yield frame.f_locals

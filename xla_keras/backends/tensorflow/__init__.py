@@ -21,9 +21,9 @@ from xla_keras.backends.tensorflow.jit import JitController, persistent_cache
 from xla_keras.backends.tensorflow.probe import TensorFlowProbe
 from xla_keras.backends.tensorflow.runtime import tracing_count
 from xla_keras.backends.tensorflow.steps import StepWrappers, end_of_data
-from xla_keras.backends.tensorflow.versions import keras_unsupported
 from xla_keras.core.signatures import InputSignature, signature_of
 from xla_keras.core.types import Notes
+from xla_keras.core.versions import keras_unsupported
 from xla_keras.jit.modes import MODES
 
 __all__ = ["TensorFlowBackend"]

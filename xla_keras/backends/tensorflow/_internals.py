@@ -10,7 +10,7 @@ Tested on TensorFlow 2.16-2.21 with Keras 3.7-3.15 (the README's matrix).
 
 from __future__ import annotations
 
-from typing import Any, List, Optional, Tuple
+from typing import Any, List, Optional
 
 from xla_keras.backends.chain import unwrap, wrap_marker  # noqa: F401 - our own markers, re-exported for the helpers below
 from xla_keras.backends.keras._internals import (  # noqa: F401 - Keras-level, re-exported for the backend's callers
@@ -38,27 +38,17 @@ from xla_keras.backends.tensorflow.runtime import (
     has_accelerator,
 )
 from xla_keras.backends.tensorflow.trace_events import TraceEvent
-from xla_keras.backends.tensorflow.versions import (
-    installed_version,
-    release,
-)
-
-# Read here by name (tensorboard/profile_tab.py; tests replace _version to play other versions).
-_version, _release = installed_version, release
-
-
-def tensorflow_version() -> Tuple[int, ...]:
-    return _release(_version("tensorflow"))
-
-
-def keras_version() -> Tuple[int, ...]:
-    return _release(_version("keras"))
+from xla_keras.core.versions import installed_version, tensorflow_version
 
 
 def versions() -> dict:
     from xla_keras import __version__
 
-    return {"tensorflow": _version("tensorflow"), "keras": _version("keras"), "xla_keras": __version__}
+    return {
+        "tensorflow": installed_version("tensorflow"),
+        "keras": installed_version("keras"),
+        "xla_keras": __version__,
+    }
 
 
 # --------------------------------------------------------------------------

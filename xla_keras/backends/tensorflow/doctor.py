@@ -20,7 +20,7 @@ from xla_keras.backends.tensorflow import _internals
 from xla_keras.backends.tensorflow.flags import AUTO_JIT, CPU_GLOBAL_JIT, PERSISTENT_CACHE, XlaFlags, env_auto_jit_on
 from xla_keras.backends.tensorflow.jit import FIX_CPU_AUTOCLUSTERING, cpu_autoclustering_effective, persistent_cache
 from xla_keras.backends.tensorflow.multiworker import KERAS_ISSUE, cluster_from_env, keras_fit_problem
-from xla_keras.backends.tensorflow.versions import installed_version, keras_unsupported, release
+from xla_keras.core.versions import installed_version, keras_unsupported, release
 
 Finding = Tuple[str, ...]  # (level, topic, message) or (level, topic, message, fix)
 

@@ -135,7 +135,9 @@ class TensorFlowProbe:
         after = tracing_count(self._step_function(plan.phase))
         traced = after is not None and after != handle.tracing_before
         fresh = (
-            None if handle.cache_entries is None else max(0, cache_entries(self.cache["dir"]) - handle.cache_entries)
+            None
+            if handle.cache_entries is None or self.cache is None
+            else max(0, cache_entries(self.cache["dir"]) - handle.cache_entries)
         )
         modules = compile_seconds_from_trace(events)
         if modules:

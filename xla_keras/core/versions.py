@@ -65,3 +65,8 @@ def keras_unsupported() -> Optional[str]:
         'shapes without breaking fit. The fit goes on unmonitored. Fix: pip install "keras>=3.7" '
         "(it runs on TensorFlow 2.16 and later)"
     )
+
+
+def tensorflow_version() -> Tuple[int, ...]:
+    """(major, minor, patch) of the installed TensorFlow; (0,) when none is found."""
+    return release(installed_version("tensorflow"))
