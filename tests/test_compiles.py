@@ -1,4 +1,4 @@
-"""Unit tests for xla_keras.compiles (pure): trace -> per-module compile seconds, and the ledger."""
+"""Unit tests for the compile ledger and the TensorFlow trace parsing (pure): trace -> per-module compile seconds."""
 
 import pytest
 

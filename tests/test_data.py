@@ -18,7 +18,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from xla_keras import data as xd
-from xla_keras.core.signatures import signature_of
+from xla_keras.core.signatures import leaves, signature_of
+from xla_keras.data.pydataset import batches_class
 
 # The PyDataset outputs need Keras; importing it here, not inside a hypothesis example, keeps its
 # recursion-limit change out of hypothesis's way.
@@ -321,7 +322,7 @@ def test_apply_pad_fix_numpy(case, source):
     if source == "generator":
         data = iter(batches)
     elif source == "pydataset":
-        data = xd._batches_class()(batches, len(batches), lambda b, i: b)
+        data = batches_class()(batches, len(batches), lambda b, i: b)
     else:
         data = batches
     check_padded(case, xd.apply_fix(data, pad_fix(case)))
@@ -536,7 +537,7 @@ def test_tf_one_tuple_and_namedtuple_elements_keep_their_structure():
     ],
 )
 def test_paths_match_the_monitors_signatures(batch):
-    assert [p for p, _ in xd._leaves(batch)] == [leaf.path for leaf in signature_of(batch)]
+    assert [p for p, _ in leaves(batch)] == [leaf.path for leaf in signature_of(batch)]
 
 
 def test_pydataset_output_pickles_and_keeps_workers():

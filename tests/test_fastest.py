@@ -1,4 +1,4 @@
-"""jit='fastest', the pure part (xla_keras/fastest.py, step_statistics.py, fit_outlook.py): the trial's
+"""jit='fastest', the pure part (xla_keras/jit/: trial, gate, decision, statistics, outlook): the trial's
 statistics against numpy and simulation, and its decisions on simulated fits whose true step times are known.
 
 The simulator plays a fit step by step as the monitor does: the mode the trial runs, a step time

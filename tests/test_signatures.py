@@ -2,8 +2,6 @@
 
 import json
 import os
-import subprocess
-import sys
 from collections import namedtuple
 
 import numpy as np
@@ -27,55 +25,6 @@ from xla_keras.data.plan import targets_of
 from xla_keras.storms.lengths import countable_leaves
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-# Everything but the callback (monitor.py imports Keras) and the tools: the core split keeps these pure.
-PURE_MODULES = (
-    "core.signatures",
-    "core.timing",
-    "core.ledger",
-    "report.model",
-    "storms.detection",
-    "config",
-    "core.session",
-    "tensorboard.sink",
-    "callback.traces",
-    "report.schema",
-    "core.files",
-    "jit.modes",
-    "errors",
-    "core.cache",
-    "callback.book",
-    "backends.tensorflow.quiet",
-    "callback.guards",
-    "core.arguments",
-    "tools.explain",
-    "backends",
-    "backends.base",
-    "backends.tensorflow",
-    "backends.tensorflow.flags",
-    "tensorboard",
-    "tensorboard.views",
-    "jit.trial",
-    "jit.run",
-    "jit.statistics",
-    "jit.outlook",
-)
-_PURE_IMPORT = (
-    "import importlib, sys, xla_keras\n"
-    f"for m in {PURE_MODULES!r}: importlib.import_module('xla_keras.' + m)\n"
-    "heavy = [m for m in ('tensorflow', 'keras', 'jax', 'tensorboard') if m in sys.modules]\n"
-    "assert not heavy, heavy"
-)
-
-
-def test_pure_modules_import_without_tensorflow(tmp_path):
-    env = dict(os.environ)
-    env["PYTHONPATH"] = ROOT
-    proc = subprocess.run(
-        [sys.executable, "-c", _PURE_IMPORT], env=env, cwd=str(tmp_path), capture_output=True, text=True, timeout=120
-    )
-    assert proc.returncode == 0, proc.stderr
-
 
 # ------------------------------------------------------------------ fakes
 

@@ -26,9 +26,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, Optional
 
-from xla_keras.core.signatures import leaves as _leaves  # noqa: F401  (tests reach it as xla_keras.data._leaves)
 from xla_keras.data import arrays, plan, tfdata
-from xla_keras.data.pydataset import batches_class as _batches_class  # noqa: F401  (tests build PyDatasets with it)
 from xla_keras.storms.fixes import (
     APPLIED_KINDS,
     DROP,
