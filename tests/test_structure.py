@@ -1,6 +1,6 @@
 """The package's shape, checked from its source: imports, cycles, size limits, purity, private APIs.
 
-Pure and fast (no fit): the rules of the house in DESIGN.md section 3 and docs/architecture.md.
+Pure and fast (no fit): the rules of the house in docs/architecture.md.
 """
 
 import ast
