@@ -296,6 +296,19 @@ def test_a_damaged_report_is_a_message_for_its_run_and_the_others_still_show(tmp
         assert words in get_json(client, f"{route}?run=bad")["message"]
 
 
+def test_a_report_holding_nan_is_a_message_for_its_run_not_a_server_error(tmp_path):
+    """Strict JSON refuses NaN: the route answers with a message for that run (status 200), as for
+    any damaged report, never a 500."""
+    from xla_keras.tensorboard.metadata import encode_report_data
+
+    report = {"jit_mode": "on", "storms": [{"phase": "train", "step": 3, "count": 4, "compile_seconds": float("nan")}]}
+    _write_raw_report_data(tmp_path / "bad", encode_report_data(report))
+    client, _ = tab_client(tmp_path)
+    for route in ("/report", "/storms"):
+        view = get_json(client, f"{route}?run=bad")
+        assert view["run"] == "bad" and "Out of range float" in view["message"]
+
+
 def test_a_report_written_mid_fit_or_after_an_interruption_says_so(tmp_path):
     running = sample_report()
     running.run_state = "running"

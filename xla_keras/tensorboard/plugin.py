@@ -279,10 +279,15 @@ def _ids(request) -> Tuple[Any, str]:
 
 
 def _run_route(request, impl: Callable[[Any, str, Optional[str]], Dict[str, Any]]):
+    run = request.args.get("run")
     try:
-        return _json(impl(*_ids(request), request.args.get("run")))
+        body = impl(*_ids(request), run)
     except RunError as error:
         return _json({"error": str(error)}, error.code)
+    try:
+        return _json(body)
+    except MALFORMED as error:  # e.g. a NaN in a damaged report: strict JSON refuses it
+        return _json({"run": run, "message": _malformed(error)})
 
 
 def _run_argument(run: Optional[str], runs: Dict[str, Any]) -> str:

@@ -247,8 +247,10 @@ class OutputSink:
 
     def _out(self) -> Optional[SummaryWriters]:
         directory = self._directory()
-        if directory is None:
-            return None
+        return None if directory is None else self._writers_in(directory)
+
+    def _writers_in(self, directory: str) -> SummaryWriters:
+        """The event writers, made (with the custom-scalars layout) at their first use."""
         if self._writers is None:
             self._writers = SummaryWriters(directory)
             self._writers.layout()
@@ -273,19 +275,18 @@ class OutputSink:
         the markdown report for the Text tab at ``step``)."""
         self._last_flush = self._clock()
         directory = self._directory()
-        writers = self._out() if report is not None else None  # made here at the first report, not before
-        if report is not None and directory is not None and writers is not None:
+        if report is not None and directory is not None:
             built = report()
             as_dict = built.to_dict()
             if text:
-                writers.text("train", TAG_REPORT, built.to_markdown(), step)
+                self._writers_in(directory).text("train", TAG_REPORT, built.to_markdown(), step)
             if (
                 text
                 or self._last_report_data is None
                 or self._last_flush - self._last_report_data >= REPORT_DATA_EVERY_SECONDS
             ):
                 self._last_report_data = self._last_flush
-                writers.report_data(as_dict, step)
+                self._writers_in(directory).report_data(as_dict, step)
             write_report_json(directory, as_dict)
         if self._writers is not None:
             self._writers.flush()
