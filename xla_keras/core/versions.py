@@ -70,3 +70,10 @@ def keras_unsupported() -> Optional[str]:
 def tensorflow_version() -> Tuple[int, ...]:
     """(major, minor, patch) of the installed TensorFlow; (0,) when none is found."""
     return release(installed_version("tensorflow"))
+
+
+def versions_line(packages: Tuple[str, ...]) -> str:
+    """``"tensorflow 2.21.0, keras 3.15.1, ..., xla_keras 0.2.0"``: doctor's versions finding."""
+    from xla_keras import __version__
+
+    return ", ".join(f"{name} {installed_version(name)}" for name in packages) + f", xla_keras {__version__}"

@@ -11,10 +11,9 @@ import subprocess
 import sys
 from typing import List, Tuple
 
-from xla_keras import __version__
 from xla_keras.backends.jax import _internals
 from xla_keras.backends.jax.jit import persistent_cache
-from xla_keras.core.versions import installed_version
+from xla_keras.core.versions import versions_line
 
 Finding = Tuple[str, ...]  # (level, topic, message) or (level, topic, message, fix)
 
@@ -35,17 +34,8 @@ def findings(check_flags: bool, tab_installed: bool) -> List[Finding]:
             f"{os.environ.get('KERAS_BACKEND', '(unset)')}): every jitted step is one XLA program",
         )
     ]
-    versions = {
-        name: installed_version(name)
-        for name in ("jax", "jaxlib", "keras", "tensorboard", "tensorboard-plugin-profile", "xprof")
-    }
-    findings.append(
-        (
-            "info",
-            "versions",
-            ", ".join(f"{k} {v}" for k, v in versions.items()) + f", xla_keras {__version__}",
-        )
-    )
+    packages = ("jax", "jaxlib", "keras", "tensorboard", "tensorboard-plugin-profile", "xprof")
+    findings.append(("info", "versions", versions_line(packages)))
     xla_flags = os.environ.get("XLA_FLAGS", "").split()
     findings.append(("info", "XLA_FLAGS", " ".join(xla_flags) or "(not set)"))
     problem = None

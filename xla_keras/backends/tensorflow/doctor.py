@@ -15,12 +15,11 @@ import sys
 import tempfile
 from typing import List, Optional, Tuple
 
-from xla_keras import __version__
 from xla_keras.backends.tensorflow import _internals
 from xla_keras.backends.tensorflow.flags import AUTO_JIT, CPU_GLOBAL_JIT, PERSISTENT_CACHE, XlaFlags, env_auto_jit_on
 from xla_keras.backends.tensorflow.jit import FIX_CPU_AUTOCLUSTERING, cpu_autoclustering_effective, persistent_cache
 from xla_keras.backends.tensorflow.multiworker import KERAS_ISSUE, cluster_from_env, keras_fit_problem
-from xla_keras.core.versions import installed_version, keras_unsupported, release
+from xla_keras.core.versions import installed_version, keras_unsupported, release, versions_line
 
 Finding = Tuple[str, ...]  # (level, topic, message) or (level, topic, message, fix)
 
@@ -72,17 +71,8 @@ def findings(check_flags: bool, tab_installed: bool, tab_install_line: str) -> L
     # Read the user's value first.
     tf_was_loaded = "tensorflow" in sys.modules
     user_level = os.environ.get("TF_CPP_MIN_LOG_LEVEL", "0")
-    versions = {
-        name: installed_version(name)
-        for name in ("tensorflow", "keras", "tensorboard", "protobuf", "tensorboard-plugin-profile", "xprof")
-    }
-    findings.append(
-        (
-            "info",
-            "versions",
-            ", ".join(f"{k} {v}" for k, v in versions.items()) + f", xla_keras {__version__}",
-        )
-    )
+    packages = ("tensorflow", "keras", "tensorboard", "protobuf", "tensorboard-plugin-profile", "xprof")
+    findings.append(("info", "versions", versions_line(packages)))
     unsupported = keras_unsupported()
     if unsupported:
         findings.append(("warn", "keras", unsupported, 'pip install "keras>=3.7"'))
@@ -145,7 +135,7 @@ def findings(check_flags: bool, tab_installed: bool, tab_install_line: str) -> L
             (
                 "info",
                 "compile timing",
-                f"TensorFlow {versions['tensorflow']}'s XLA compiler emits "
+                f"TensorFlow {installed_version('tensorflow')}'s XLA compiler emits "
                 "no profiler events on CPU: XlaMonitor times each compile from the span of the op "
                 "that triggered it (source='op_span', within a few % of TensorFlow's own lines)",
             )
