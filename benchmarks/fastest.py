@@ -191,7 +191,7 @@ def main(argv=None):
         steps, per_epoch = LENGTHS[kind]
         steps = args.steps or steps
         if args.quick:
-            steps, per_epoch = per_epoch // 10 * 2, per_epoch // 10
+            steps, per_epoch = per_epoch // 25 * 2, per_epoch // 25
         steps = max(1, steps // per_epoch) * per_epoch
         times = {c: [] for c in CONFIGS}
         kept, why = [], ""

@@ -35,7 +35,7 @@ def main(argv=None):
     parser.add_argument("--samples", type=int, default=7)
     args = parser.parse_args(argv)
     if args.quick:
-        args.samples = 2
+        args.samples = 1
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""), TF_CPP_MIN_LOG_LEVEL="3")
     samples = []
     for _ in range(args.samples):

@@ -19,6 +19,11 @@ there (XLA's dump, JAX's own compile-time lines).
     python scripts/compat.py                 # every tier
     python scripts/compat.py --tier oldest   # one (repeatable)
 
+A tier's venv with only its pins installed (step 1's starting point) is cached between runs while
+those pins are unchanged, verified package by package before each use and copied, so that no run
+installs into it (scripts/venv_cache.py; `XLA_KERAS_VENV_CACHE=off` builds every venv fresh). The
+install check itself, the tier's test dependencies and the tests run on every run.
+
 Interpreters come from PATH (python3.10, ...) or pyenv; a missing one fails the run, naming it.
 """
 
@@ -39,6 +44,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
+import venv_cache  # scripts/ is on sys.path: this script's own directory
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # The XLA tab's routes too: TensorBoard 2.16-2.20 serve them through the same data provider API.
 TIER_TESTS = [
@@ -55,6 +62,11 @@ JAX_TIER_TESTS = [
     "tests/test_data.py",
     "tests/test_lengths.py",
 ]
+
+
+# The tier's runs start at their first test, not beside the quick tests (tests/side_by_side.py): the
+# oldest tier's compile-time bound (TensorFlow 2.16's op spans) is the one that contention stretched.
+TIER_TEST_ENV = {"XLA_KERAS_TEST_LANES": "off"}
 
 
 class Turns:
@@ -107,6 +119,15 @@ class Tier:
     tests: bool = True
     jax: Optional[str] = None  # a JAX tier: this JAX pinned, no TensorFlow (``tensorflow`` unused)
     results: Dict[str, str] = field(default_factory=dict)
+    seconds: Dict[str, float] = field(default_factory=dict)  # each step's wall time, for the log
+
+    @contextlib.contextmanager
+    def timed(self, step: str):
+        start = time.monotonic()
+        try:
+            yield
+        finally:
+            self.seconds[step] = time.monotonic() - start
 
 
 TIERS = [
@@ -248,21 +269,34 @@ def run_tier(tier: Tier, work_root: str) -> float:
     if tier.jax:
         return run_jax_tier(tier, python, vpy, work, start)
     with TURNS.installing():
-        run([python, "-m", "venv", venv])
-        run([vpy, "-m", "pip", "install", "--quiet", f"tensorflow=={tier.tensorflow}"])
+        pins = [f"tensorflow=={tier.tensorflow}"]
+        with tier.timed("venv"):
+            tier.results["venv"] = venv_cache.venv_with(
+                f"compat-{tier.name}",
+                python,
+                pins,
+                venv,
+                lambda vpy: run([vpy, "-m", "pip", "install", "--quiet", *pins]),
+            )
         paired = installed(vpy)
         tier.results["environment"] = (
             f"Python {tier.python}, tensorflow {paired['tensorflow']}, keras "
             f"{paired['keras']}, protobuf {paired['protobuf']}"
         )
-        install_check(tier, vpy, work)
+        with tier.timed("install check"):
+            install_check(tier, vpy, work)
         if tier.tests:
             extra = [f"keras=={tier.keras}"] if tier.keras and paired["keras"] != tier.keras else []
-            run([vpy, "-m", "pip", "install", "--quiet", "pytest>=8", "pytest-timeout>=2.3", *extra])
+            with tier.timed("test deps"):
+                run([vpy, "-m", "pip", "install", "--quiet", "pytest>=8", "pytest-timeout>=2.3", *extra])
     if tier.tests:
-        with TURNS.testing():
+        with TURNS.testing(), tier.timed("tests"):
             tests = run(
-                [vpy, "-m", "pytest", "-q", "-p", "no:cacheprovider", *TIER_TESTS], cwd=ROOT, check=False, timeout=3600
+                [vpy, "-m", "pytest", "-q", "-p", "no:cacheprovider", *TIER_TESTS],
+                cwd=ROOT,
+                check=False,
+                timeout=3600,
+                env=TIER_TEST_ENV,
             )
         summary = (tests.stdout.strip().splitlines() or ["(no output)"])[-1]
         tier.results["tests"] = f"keras {installed(vpy)['keras']}: {summary}"
@@ -274,16 +308,25 @@ def run_tier(tier: Tier, work_root: str) -> float:
 def run_jax_tier(tier: Tier, python: str, vpy: str, work: str, start: float) -> float:
     keras = [f"keras=={tier.keras}"] if tier.keras else ["keras"]
     with TURNS.installing():
-        run([python, "-m", "venv", os.path.dirname(os.path.dirname(vpy))])
-        run([vpy, "-m", "pip", "install", "--quiet", f"jax[cpu]=={tier.jax}", f"jaxlib=={tier.jax}", *keras])
+        pins = [f"jax[cpu]=={tier.jax}", f"jaxlib=={tier.jax}", *keras]
+        with tier.timed("venv"):
+            tier.results["venv"] = venv_cache.venv_with(
+                f"compat-{tier.name}",
+                python,
+                pins,
+                os.path.dirname(os.path.dirname(vpy)),
+                lambda vpy: run([vpy, "-m", "pip", "install", "--quiet", *pins]),
+            )
         paired = installed(vpy)
         tier.results["environment"] = (
             f"Python {tier.python}, jax {paired['jax']}, keras {paired['keras']}, no tensorflow"
         )
-        jax_install_check(tier, vpy, work)
-        run([vpy, "-m", "pip", "install", "--quiet", "pytest>=8", "pytest-timeout>=2.3", "hypothesis>=6"])
-    env = {"KERAS_BACKEND": "jax"}
-    with TURNS.testing():
+        with tier.timed("install check"):
+            jax_install_check(tier, vpy, work)
+        with tier.timed("test deps"):
+            run([vpy, "-m", "pip", "install", "--quiet", "pytest>=8", "pytest-timeout>=2.3", "hypothesis>=6"])
+    env = {"KERAS_BACKEND": "jax", **TIER_TEST_ENV}
+    with TURNS.testing(), tier.timed("tests"):
         tests = run(
             [vpy, "-m", "pytest", "-q", "-p", "no:cacheprovider", *JAX_TIER_TESTS],
             cwd=ROOT,
@@ -334,7 +377,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         print(f"   started tier {tier.name} ({time.strftime('%H:%M:%S')})", flush=True)
         try:
             seconds = run_tier(tier, work_root)
-            tier.results["time"] = f"{seconds:.0f} s"
+            steps = ", ".join(f"{step} {took:.0f} s" for step, took in tier.seconds.items())
+            tier.results["time"] = f"{seconds:.0f} s ({steps})"
         except (Failure, subprocess.TimeoutExpired) as error:
             failed.append(tier.name)
             tier.results["FAILED"] = str(error)

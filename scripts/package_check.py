@@ -1,7 +1,8 @@
 """Packaging proof: what a user gets from the built wheel, away from this source tree.
 
 Builds the sdist and, from it, the wheel (`python -m build`, so a file missing from the sdist fails
-here too), installs the wheel into a clean venv outside the repository, and there runs
+here too), installs the wheel into a clean venv outside the repository (a copy of a cached venv holding the
+wheel's dependencies, rebuilt whenever its requirement lines change: scripts/venv_cache.py), and there runs
 `xla-keras --version`, `python -m xla_keras --version` and the quick-start example, checking that the
 package imported is the installed one; and, in a second clean venv, ``xla_keras[jax]``: no TensorFlow
 installed, the quick start under KERAS_BACKEND=jax, its XLA tab.
@@ -19,7 +20,11 @@ import subprocess
 import sys
 import tempfile
 import time
+import zipfile
 from concurrent.futures import ThreadPoolExecutor
+from typing import List
+
+import venv_cache  # scripts/ is on sys.path: this script's own directory
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ENV = dict(os.environ, PIP_DISABLE_PIP_VERSION_CHECK="1", PIP_ROOT_USER_ACTION="ignore", CUDA_VISIBLE_DEVICES="")
@@ -34,6 +39,27 @@ def run(cmd, **kwargs):
             f"{proc.stderr[-3000:]}"
         )
     return proc.stdout
+
+
+def wheel_requirements(wheel: str) -> List[str]:
+    """The wheel's own Requires-Dist lines (every extra's, with their markers)."""
+    with zipfile.ZipFile(wheel) as archive:
+        metadata = next(n for n in archive.namelist() if n.endswith(".dist-info/METADATA"))
+        text = archive.read(metadata).decode()
+    return [line.split(":", 1)[1].strip() for line in text.splitlines() if line.startswith("Requires-Dist:")]
+
+
+def clean_venv_with_dependencies(venv: str, wheel: str, extra: str) -> str:
+    """A clean venv holding what ``pip install "<wheel>[extra]"`` installs besides xla_keras itself, so
+    that installing the wheel next adds the wheel's files alone. Cached (scripts/venv_cache.py) under a
+    key of this Python and the wheel's requirement lines: a change to the requirements builds it anew."""
+
+    def install(python: str) -> None:
+        run([python, "-m", "pip", "install", "--quiet", f"{wheel}[{extra}]"])
+        run([python, "-m", "pip", "uninstall", "--quiet", "--yes", "xla_keras"])
+
+    pins = [f"[{extra}]", *wheel_requirements(wheel)]
+    return venv_cache.venv_with(f"package-{extra}", sys.executable, pins, venv, install)
 
 
 # The XLA tab from the wheel: TensorBoard's entry point loads the plugin, which serves its static files
@@ -72,9 +98,8 @@ print(f"the XLA tab loaded through its entry point and served the run ({len(view
 def check_tensorflow_venv(work: str, wheel: str):
     """``pip install "xla_keras[tensorflow]"`` in a clean venv: the CLI, the quick start, the XLA tab."""
     venv = os.path.join(work, "venv")
-    shutil.rmtree(venv, ignore_errors=True)
-    run([sys.executable, "-m", "venv", venv])
     python = os.path.join(venv, "bin", "python")
+    said = clean_venv_with_dependencies(venv, wheel, "tensorflow")
     run([python, "-m", "pip", "install", "--quiet", f"{wheel}[tensorflow]"])
     outside = os.path.join(work, "elsewhere")  # not the source tree: only the wheel's files can be imported
     os.makedirs(outside, exist_ok=True)
@@ -88,7 +113,7 @@ def check_tensorflow_venv(work: str, wheel: str):
     if "XLA report" not in quick or not os.path.isfile(os.path.join(outside, "logs", "xla_report.json")):
         sys.exit(f"package check: the quick start ran but printed no report or wrote no xla_report.json:\n{quick}")
     tab = run([python, "-c", TAB_CHECK, os.path.join(outside, "logs")], cwd=outside).strip()
-    return from_wheel, from_module, tab
+    return from_wheel, from_module, f"{tab}; venv {said}"
 
 
 # Under Keras's JAX backend, from `pip install "xla_keras[jax]"`: no TensorFlow installed, none imported.
@@ -104,9 +129,8 @@ print(f"xla_keras[jax] installed no TensorFlow; the quick start ran on JAX ({rep
 
 def check_jax_venv(work: str, wheel: str) -> str:
     venv = os.path.join(work, "venv_jax")
-    shutil.rmtree(venv, ignore_errors=True)
-    run([sys.executable, "-m", "venv", venv])
     python = os.path.join(venv, "bin", "python")
+    said = clean_venv_with_dependencies(venv, wheel, "jax")
     run([python, "-m", "pip", "install", "--quiet", f"{wheel}[jax]"])
     outside = os.path.join(work, "elsewhere_jax")
     os.makedirs(outside, exist_ok=True)
@@ -135,7 +159,7 @@ def check_jax_venv(work: str, wheel: str) -> str:
         )
     line = run([python, "-c", JAX_CHECK, logs], cwd=outside).strip()
     tab = run([python, "-c", TAB_CHECK, logs], cwd=outside).strip()
-    return f"{line}; {tab.replace('the XLA tab', 'its XLA tab')}"
+    return f"{line}; {tab.replace('the XLA tab', 'its XLA tab')}; venv {said}"
 
 
 def main() -> int:

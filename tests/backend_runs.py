@@ -1,7 +1,8 @@
 """One scenario script per Keras backend, each in its own subprocess with XLA's dump, side by side.
 
 Used by test_fix_ground_truth.py and test_fastest_fits.py: XLA_FLAGS must be set before the backend
-is imported, so each backend's scenarios run in a fresh process that writes its results as JSON.
+is imported, so each backend's scenarios run in a fresh process that writes its results as JSON; the
+two processes are two jobs on the session's shared lanes (tests/side_by_side.py).
 """
 
 import json
@@ -16,10 +17,11 @@ ROOT = os.path.dirname(HERE)
 BACKENDS = ("tensorflow", "jax")
 
 
-def run_per_backend(script, root, what, timeout=900):
-    """{backend: the JSON ``script`` wrote}, both backends run at once (JAX skipped when absent)."""
-    procs = {}
-    for backend in BACKENDS:
+def backend_jobs(script, root, what, timeout=900):
+    """{backend: a job running ``script`` in a fresh process under that Keras backend and returning
+    the JSON it wrote}: for tests/side_by_side.py's lanes. The JAX job skips when JAX is absent."""
+
+    def run(backend):
         if backend == "jax":
             pytest.importorskip("jax")
         out, dump = root / f"{backend}.json", root / f"dump-{backend}"
@@ -32,20 +34,15 @@ def run_per_backend(script, root, what, timeout=900):
             TF_CPP_MIN_LOG_LEVEL="2",
         )
         env.pop("TF_XLA_FLAGS", None)
-        procs[backend] = (
-            subprocess.Popen(
-                [sys.executable, os.path.join(HERE, script), str(out), str(dump)],
-                env=env,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                text=True,
-            ),
-            out,
+        proc = subprocess.run(
+            [sys.executable, os.path.join(HERE, script), str(out), str(dump)],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
         )
-    results = {}
-    for backend, (proc, out) in procs.items():
-        stdout, stderr = proc.communicate(timeout=timeout)
-        assert proc.returncode == 0, f"{backend} {what} failed:\n{stdout[-2000:]}\n{stderr[-6000:]}"
+        assert proc.returncode == 0, f"{backend} {what} failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-6000:]}"
         with open(out) as f:
-            results[backend] = json.load(f)
-    return results
+            return json.load(f)
+
+    return {backend: (lambda backend=backend: run(backend)) for backend in BACKENDS}

@@ -1,12 +1,15 @@
-"""Session fixtures: the ground-truth scenarios, run once in subprocesses."""
+"""The session: the ground-truth scenarios (run once, in subprocesses), the quick tier's marks, and
+the order the tests run in (the families' runs on shared lanes beside the quick tests, then their
+tests, then the in-process fits alone: tests/side_by_side.py)."""
 
+import os
 import signal
-from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from scenario import run_scenario  # tests/ is on sys.path under pytest
+from side_by_side import FAMILIES, TIMES, drain, family, start
 
-# Every subprocess fit the ground-truth tests need, run once per session, two at a time.
+# Every subprocess fit the ground-truth tests need, run once per session on the shared lanes.
 RUNS = {
     "batch_sizes-on": ("batch_sizes", "on", {}),
     "partial_batch-on": ("partial_batch", "on", {}),
@@ -37,12 +40,8 @@ RUNS = {
 }
 
 
-@pytest.fixture(scope="session")
-def scenario_runs(tmp_path_factory):
-    """Lazily run the scenarios a test asks for; all of them on first use."""
-    root = tmp_path_factory.mktemp("scenarios")
-    results = {}
-
+@family("scenario_runs", seconds=55)
+def _scenario_jobs(root):
     def launch(key):
         scenario, jit, kwargs = RUNS[key]
         tmp = root / key
@@ -52,21 +51,13 @@ def scenario_runs(tmp_path_factory):
             extra += ("--log-dir", str(tmp / "logs"))
         return run_scenario(str(tmp), scenario, jit, env_flags=kwargs.get("env_flags", ""), extra_args=extra)
 
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        futures = {key: pool.submit(launch, key) for key in RUNS}
-        errors = {}
-        for key, future in futures.items():
-            try:
-                results[key] = future.result()
-            except Exception as e:  # noqa: BLE001 - reported per test below
-                errors[key] = e
+    return {key: (lambda key=key: launch(key)) for key in RUNS}
 
-    def get(key):
-        if key in errors:
-            raise errors[key]
-        return results[key]
 
-    return get
+@pytest.fixture(scope="session")
+def scenario_runs(tmp_path_factory):
+    """All the scenarios on the shared lanes; ``scenario_runs(key)`` waits for one and reads it."""
+    return start("scenario_runs", tmp_path_factory)
 
 
 def pytest_configure(config):
@@ -86,6 +77,7 @@ def pytest_configure(config):
 # "test_module::name" for a module's own.
 FIT_FIXTURES = {
     "scenario_runs",
+    "test_doctor_explain::processes",  # TensorFlow processes: doctor and real log lines
     "test_faults::injected",
     "test_faults::interrupted_tensorboard",
     "test_inputs_lifecycle::dump_run",
@@ -115,16 +107,7 @@ SLOW_MODULES = {
 # They could carry @pytest.mark.slow in their own files instead; until then they are named here.
 SLOW_TESTS = {
     "test_data::test_numpy_path_needs_no_tensorflow",
-    "test_doctor_explain::test_explain_an_unknown_tf_xla_flag_that_killed_tensorflow",
-    "test_doctor_explain::test_explain_warnings_from_real_runs",
     "test_doctor_explain::test_explain_cli_reads_stdin_and_files",
-    "test_doctor_explain::test_doctor_on_a_cpu_machine_is_informational_and_exits_0",
-    "test_doctor_explain::test_doctor_exits_non_zero_for_what_will_not_work",
-    "test_doctor_explain::test_doctor_accepts_valid_flags",
-    "test_doctor_explain::test_doctor_in_process_does_not_create_devices",
-    "test_doctor_explain::test_doctor_single_gpu_auto_jit_on_cpu_is_informational",
-    "test_doctor_explain::test_doctor_counts_configure_as_the_cpu_flag",
-    "test_doctor_explain::test_doctor_reports_the_persistent_cache",
     "test_faults::test_unwritable_log_dir_fails_at_set_up_naming_the_path",
     "test_faults::test_fault_mid_epoch_leaves_everything_usable",
     "test_faults::test_ctrl_c_landing_inside_the_profiler_frees_it",
@@ -162,23 +145,85 @@ SLOW_TESTS = {
 }
 
 
-def _uses_fit_fixture(module, fixtures):
-    for name in FIT_FIXTURES:
+def _uses_fit_fixture(module, fixtures, names=FIT_FIXTURES):
+    for name in names:
         owner, _, fixture = name.rpartition("::")
         if fixture in fixtures and owner in ("", module):
             return True
     return False
 
 
-@pytest.hookimpl(tryfirst=True)  # before pytest's own -m deselection reads the markers
+def _module_of(item):
+    return item.module.__name__.rpartition(".")[2] if item.module else ""
+
+
+def _families_of(item):
+    used = set(item.fixturenames)
+    return [f for f in FAMILIES.values() if _uses_fit_fixture(_module_of(item), used, [f.key])]
+
+
+_NEEDED = pytest.StashKey()  # the families the selected tests read, longest first
+
+
+@pytest.hookimpl(wrapper=True)
 def pytest_collection_modifyitems(config, items):
+    _mark_slow(items)  # before every other implementation: pytest's -m deselection reads the marks
+    result = yield
+    _order(config, items)  # after it: on the selected tests only
+    return result
+
+
+def _order(config, items):
+    """The session's order: the quick tests (while the families run on the shared lanes), then the
+    families' tests, longest family first, then the tests that fit in this process, alone.
+    XLA_KERAS_TEST_LANES=off starts each family at its first test instead (scripts/compat.py)."""
+    quick, families, alone = [], {}, []
     for item in items:
-        module = item.module.__name__.rpartition(".")[2] if item.module else ""
+        used = _families_of(item)
+        if used:
+            families.setdefault(max(used, key=lambda f: f.seconds).key, []).append(item)
+        elif item.get_closest_marker("slow") is None:
+            quick.append(item)
+        else:
+            alone.append(item)
+    longest_first = sorted(families, key=lambda key: -FAMILIES[key].seconds)
+    needed = sorted({f.key for item in items for f in _families_of(item)}, key=lambda key: -FAMILIES[key].seconds)
+    config.stash[_NEEDED] = needed if os.environ.get("XLA_KERAS_TEST_LANES", "on") != "off" else []
+    items[:] = quick + [item for key in longest_first for item in families[key]] + alone
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _families_start(request, tmp_path_factory):
+    """Every family the selected tests read, queued on the shared lanes before the first test."""
+    for key in request.config.stash.get(_NEEDED, []):
+        start(key, tmp_path_factory)
+
+
+@pytest.hookimpl(tryfirst=True)  # before the test's fixtures: a module fixture's fit waits too
+def pytest_runtest_setup(item):
+    """A test that fits in this process waits until no family run is in flight (measured: a
+    generator-fed fit took 0.7 s alone and 46.6 s beside the lanes' runs)."""
+    if item.get_closest_marker("slow") is not None and not _families_of(item):
+        drain()
+
+
+def _mark_slow(items):
+    for item in items:
+        module = _module_of(item)
         slow = (
             module in SLOW_MODULES
             or f"{module}::{item.originalname}" in SLOW_TESTS
             or _uses_fit_fixture(module, set(item.fixturenames))
+            or bool(_families_of(item))  # a family's runs are fits or TensorFlow processes
             or item.get_closest_marker("scenario") is not None
         )
         if slow and item.get_closest_marker("slow") is None:
             item.add_marker(pytest.mark.slow)
+
+
+def pytest_terminal_summary(terminalreporter):
+    """The runs on the lanes, longest first: a family's tests mostly wait, their durations say little."""
+    if TIMES:
+        terminalreporter.write_sep("=", f"slowest {min(10, len(TIMES))} of {len(TIMES)} runs on the lanes")
+        for seconds, label in sorted(TIMES, reverse=True)[:10]:
+            terminalreporter.write_line(f"{seconds:7.2f}s {label}")

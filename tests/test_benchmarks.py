@@ -1,13 +1,13 @@
 """The benchmarks' --quick modes, so the scripts cannot rot. Figures are not
 asserted here (noisy machines): they live in the README, measured side by side.
-The scripts run two at a time (each is mostly one busy core), once per session."""
+The scripts run on the session's shared lanes (tests/side_by_side.py), once per session."""
 
 import os
 import subprocess
 import sys
-from concurrent.futures import ThreadPoolExecutor
 
 import pytest
+from side_by_side import family, start
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -22,7 +22,7 @@ EXPECT = {
         "tokens/epoch",
         "stated padding vs real",
     ],
-    "accuracy.py": ["batch sizes 16..23, jit on", "timing fallback (profiler busy)", "dumped"],
+    "accuracy.py": ["timing fallback (profiler busy)", "dumped"],
     "import_time.py": ["import xla_keras", "loads TensorFlow/Keras: no"],
     "memory.py": ["100 distinct signatures (reported: 100)", "bound:"],
     "cold_start.py": ["quickstart  yes", "storm       yes", "loaded"],
@@ -42,8 +42,8 @@ EXPECT = {
 }
 
 
-@pytest.fixture(scope="module")
-def quick_runs():
+@family("test_benchmarks::quick_runs", seconds=84)
+def _quick_jobs(root):
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
 
     def run(script):
@@ -56,23 +56,27 @@ def quick_runs():
             env=env,
         )
 
-    # The slowest first, so that the pairs finish together.
+    # The slowest first, so that the lanes finish together.
     order = [
         "cold_start.py",
-        "strategy_overhead.py",
-        "storm_payoff.py",
         "fastest.py",
+        "storm_payoff.py",
+        "strategy_overhead.py",
         "accuracy.py",
         "overhead.py",
-        "gpu_check.py",
-        "overhead.py --backend jax --model mlp",
         "import_time.py",
         "memory.py",
+        "gpu_check.py",
+        "overhead.py --backend jax --model mlp",
         "step_path.py",
         "tab_backend.py",
     ]
-    with ThreadPoolExecutor(2) as pool:
-        return dict(zip(order, pool.map(run, order)))
+    return {script: (lambda script=script: run(script)) for script in order}
+
+
+@pytest.fixture(scope="module")
+def quick_runs(tmp_path_factory):
+    return start("test_benchmarks::quick_runs", tmp_path_factory)
 
 
 @pytest.mark.parametrize("script", sorted(EXPECT))

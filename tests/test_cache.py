@@ -6,6 +6,7 @@ import os
 
 import pytest
 from scenario import run_scenario
+from side_by_side import family, start
 
 pytestmark = pytest.mark.scenario
 
@@ -14,14 +15,36 @@ def _total(run):
     return sum(run.report["compilation_count"].values())
 
 
+@family("test_cache::cache_runs", seconds=16)
+def _cache_jobs(root):
+    """Three independent chains of fresh processes: the env flag's (process 1 compiles and fills the
+    cache, process 2 loads), configure(cache_dir=...)'s (the same), and a late configure."""
+
+    def pair(name, **kwargs):
+        first = run_scenario(str(root / name / "p1"), "partial_batch", "on", **kwargs)
+        return first, run_scenario(str(root / name / "p2"), "partial_batch", "on", **kwargs)
+
+    env_flag = f"--tf_xla_persistent_cache_directory={root / 'env' / 'cache'}"
+    late_cache = str(root / "late" / "cache")
+    return {
+        "env": lambda: pair("env", env_flags=env_flag),
+        "configure": lambda: pair("configure", extra_args=("--cache-dir", str(root / "configure" / "cache"))),
+        "late": lambda: run_scenario(
+            str(root / "late" / "p"), "partial_batch", "on", extra_args=("--cache-dir-late", late_cache)
+        ),
+    }
+
+
 @pytest.fixture(scope="module")
-def env_runs(tmp_path_factory):
+def cache_runs(tmp_path_factory):
+    return start("test_cache::cache_runs", tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def env_runs(cache_runs):
     """Process 1 compiles and fills the cache; process 2 (same cache, env flag) loads."""
-    root = tmp_path_factory.mktemp("cache_env")
-    flag = f"--tf_xla_persistent_cache_directory={root / 'cache'}"
-    first = run_scenario(str(root / "p1"), "partial_batch", "on", env_flags=flag)
-    second = run_scenario(str(root / "p2"), "partial_batch", "on", env_flags=flag)
-    return root / "cache", first, second
+    first, second = cache_runs["env"]
+    return cache_runs.root / "env" / "cache", first, second
 
 
 def test_first_process_compiles_fresh_and_fills_the_cache(env_runs):
@@ -47,14 +70,12 @@ def test_second_process_reports_cache_loads_and_what_they_saved(env_runs):
     assert report["compile_seconds"] < 0.4 * first.report["compile_seconds"]
 
 
-def test_configure_cache_dir_works_and_a_late_call_says_so(tmp_path):
-    cache = str(tmp_path / "cache")
-    first = run_scenario(str(tmp_path / "p1"), "partial_batch", "on", extra_args=("--cache-dir", cache))
-    second = run_scenario(str(tmp_path / "p2"), "partial_batch", "on", extra_args=("--cache-dir", cache))
+def test_configure_cache_dir_works_and_a_late_call_says_so(cache_runs):
+    first, second = cache_runs["configure"]
     assert first.dump_modules == 4 and second.dump_modules == 0
     assert all(c["cached"] for c in second.report["compilations"]) and _total(second) == 4
-    late_cache = str(tmp_path / "late")
-    late = run_scenario(str(tmp_path / "p3"), "partial_batch", "on", extra_args=("--cache-dir-late", late_cache))
+    late = cache_runs["late"]
+    late_cache = cache_runs.root / "late" / "cache"
     assert late.dump_modules == 4 and not any(c["cached"] for c in late.report["compilations"])
     assert not [f for f in os.listdir(late_cache) if f.startswith("xla_compile_cache__")]
     assert "came too late" in late.stderr

@@ -9,8 +9,11 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 # Imported, not skipped: in the compatibility tier a TensorFlow that stopped importing is the bug.
 import tensorflow as tf
+from side_by_side import family, start
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -33,9 +36,9 @@ print("ACTIVE", monitor.report.jit_active)
 """
 
 
-def _target(tmp_path_factory, requirement):
+def _target(root, requirement):
     """``requirement`` alone (no dependencies) in a directory of its own."""
-    target = tmp_path_factory.mktemp("target")
+    target = root / requirement.split("=")[0]
     proc = subprocess.run(
         [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--target", str(target), requirement],
         capture_output=True,
@@ -60,15 +63,35 @@ def _run(code, first_on_path, **env):
     return dict(line.split(" ", 1) for line in proc.stdout.splitlines() if " " in line)
 
 
-def test_keras_older_than_3_7_steps_aside_with_one_warning_and_the_fit_goes_on(tmp_path_factory):
-    target = _target(tmp_path_factory, "keras==3.6.0")
-    out = _run(
-        FIT.format(
-            imports="import keras, xla_keras\nassert keras.__version__ == '3.6.0'",
-            model="keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])",
+@family("test_compat::other_stacks", seconds=10)
+def _fits_on_other_stacks(root):
+    major, minor = tf.__version__.split(".")[:2]
+    return {
+        "keras 3.6": lambda: _run(
+            FIT.format(
+                imports="import keras, xla_keras\nassert keras.__version__ == '3.6.0'",
+                model="keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])",
+            ),
+            _target(root, "keras==3.6.0"),
         ),
-        target,
-    )
+        "tf_keras": lambda: _run(
+            FIT.format(
+                imports="import tensorflow as tf, xla_keras",
+                model="tf.keras.Sequential([tf.keras.Input((4,)), tf.keras.layers.Dense(1)])",
+            ),
+            _target(root, f"tf_keras=={major}.{minor}.*"),
+            TF_USE_LEGACY_KERAS="1",
+        ),
+    }
+
+
+@pytest.fixture(scope="module")
+def other_stacks(tmp_path_factory):
+    return start("test_compat::other_stacks", tmp_path_factory)
+
+
+def test_keras_older_than_3_7_steps_aside_with_one_warning_and_the_fit_goes_on(other_stacks):
+    out = other_stacks["keras 3.6"]
     assert out["EPOCHS"] == "2"  # the user's fit ran to the end
     assert out["WARNINGS"] == "1"
     for words in ("Keras 3.6.0", "one_step_on_iterator", 'pip install "keras>=3.7"', "TensorFlow 2.16"):
@@ -76,17 +99,8 @@ def test_keras_older_than_3_7_steps_aside_with_one_warning_and_the_fit_goes_on(t
     assert out["ACTIVE"] == "None"  # no claim about XLA from a monitor that did not watch
 
 
-def test_a_tf_keras_model_is_refused_naming_the_cause_and_its_fit_goes_on(tmp_path_factory):
-    major, minor = tf.__version__.split(".")[:2]
-    target = _target(tmp_path_factory, f"tf_keras=={major}.{minor}.*")
-    out = _run(
-        FIT.format(
-            imports="import tensorflow as tf, xla_keras",
-            model="tf.keras.Sequential([tf.keras.Input((4,)), tf.keras.layers.Dense(1)])",
-        ),
-        target,
-        TF_USE_LEGACY_KERAS="1",
-    )
+def test_a_tf_keras_model_is_refused_naming_the_cause_and_its_fit_goes_on(other_stacks):
+    out = other_stacks["tf_keras"]
     assert out["EPOCHS"] == "2"
     assert out["WARNINGS"] == "1"
     assert "tf_keras" in out["WARNING"] and "TF_USE_LEGACY_KERAS" in out["WARNING"]

@@ -5,6 +5,7 @@ import subprocess
 import sys
 
 import pytest
+from side_by_side import family, start
 
 from xla_keras.tools.explain import explain, render
 
@@ -20,12 +21,73 @@ def _env(**extra):
     return env
 
 
-def _stderr_of(*cmd, **env):
-    return subprocess.run([sys.executable, *cmd], capture_output=True, text=True, timeout=300, env=_env(**env)).stderr
-
-
 def _keys(text):
     return [f.pattern.key for f in explain(text.splitlines())]
+
+
+def _python(*args, **env):
+    return subprocess.run([sys.executable, *args], capture_output=True, text=True, timeout=600, env=_env(**env))
+
+
+_DEVICES_AFTER_DOCTOR = (
+    "import xla_keras, sys\n"
+    "from xla_keras.backends.tensorflow import _internals\n"
+    "findings = xla_keras.doctor(check_flags=False)\n"
+    "assert any(f.topic == 'devices' for f in findings)\n"
+    "print(_internals.devices_initialized())\n"
+)
+_CONFIGURE_THEN_DOCTOR = (
+    "import xla_keras\n"
+    "xla_keras.configure(cpu_autoclustering=True)\n"
+    "from xla_keras.tools.doctor import doctor, exit_code\n"
+    "print('EXIT', exit_code(doctor(check_flags=False)))\n"
+)
+
+
+def _late_cache_then_doctor(cache_dir):
+    return (
+        "import xla_keras, keras, warnings\n"
+        "keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])\n"
+        "warnings.simplefilter('ignore')\n"
+        f"xla_keras.configure(cache_dir={cache_dir!r})\n"
+        "print([str(f) for f in xla_keras.doctor(check_flags=False) if 'cache' in f.topic])\n"
+    )
+
+
+@family("test_doctor_explain::processes", seconds=30)
+def _processes(root):
+    """Every TensorFlow process these tests read, each importing TensorFlow afresh with its flags."""
+    cache = root / "persistent_cache"
+    cache.mkdir()
+    (cache / "xla_compile_cache__1__2__XLA_CPU_JIT.pb").write_bytes(b"x" * 2000)
+    doctor = ("-m", "xla_keras", "doctor")
+    jobs = {
+        "unknown flag kills tensorflow": lambda: _python(
+            "-c", "import tensorflow as tf; tf.constant(1.0) + 1.0", TF_XLA_FLAGS="--no_such_flag"
+        ),
+        "log: retrace": lambda: _python(LOG_SOURCES, "retrace"),
+        "log: refused": lambda: _python(LOG_SOURCES, "refused"),
+        "doctor": lambda: _python(*doctor),
+        "doctor: unknown TF_XLA_FLAGS": lambda: _python(*doctor, TF_XLA_FLAGS="--tf_xla_auto_jit=2 --no_such_flag"),
+        "doctor: unknown XLA_FLAGS": lambda: _python(*doctor, XLA_FLAGS="--xla_no_such_flag=1"),
+        "doctor: auto-jit without the CPU flag": lambda: _python(*doctor, TF_XLA_FLAGS="--tf_xla_auto_jit=2"),
+        "doctor: valid flags": lambda: _python(
+            *doctor, TF_XLA_FLAGS="--tf_xla_auto_jit=2 --tf_xla_cpu_global_jit", TF_CPP_MIN_LOG_LEVEL="2"
+        ),
+        "doctor: single-gpu auto-jit": lambda: _python(*doctor, TF_XLA_FLAGS="--tf_xla_auto_jit=single-gpu(2)"),
+        "doctor: persistent cache": lambda: _python(
+            *doctor, TF_XLA_FLAGS=f"--tf_xla_persistent_cache_directory={cache}"
+        ),
+        "doctor in process": lambda: _python("-c", _DEVICES_AFTER_DOCTOR),
+        "configure, then doctor": lambda: _python("-c", _CONFIGURE_THEN_DOCTOR, TF_XLA_FLAGS="--tf_xla_auto_jit=2"),
+        "late cache_dir, then doctor": lambda: _python("-c", _late_cache_then_doctor(str(cache / "late"))),
+    }
+    return jobs
+
+
+@pytest.fixture(scope="module")
+def processes(tmp_path_factory):
+    return start("test_doctor_explain::processes", tmp_path_factory)
 
 
 # ------------------------------------------------------------------ explain
@@ -43,16 +105,16 @@ def test_explain_a_real_autoclustering_run(scenario_runs):
     assert f"{compile_time.count} compiles" in render(list(findings.values()))
 
 
-def test_explain_an_unknown_tf_xla_flag_that_killed_tensorflow():
-    stderr = _stderr_of("-c", "import tensorflow as tf; tf.constant(1.0) + 1.0", TF_XLA_FLAGS="--no_such_flag")
+def test_explain_an_unknown_tf_xla_flag_that_killed_tensorflow(processes):
+    stderr = processes["unknown flag kills tensorflow"].stderr
     findings = explain(stderr.splitlines())
     assert [f.pattern.key for f in findings if f.pattern.key.startswith("unknown")] == ["unknown_tf_xla_flag"]
     assert "--no_such_flag" in findings[[f.pattern.key for f in findings].index("unknown_tf_xla_flag")].examples[0]
 
 
 @pytest.mark.parametrize("kind, key", [("retrace", "retracing"), ("refused", "keras_refused_jit")])
-def test_explain_warnings_from_real_runs(kind, key):
-    findings = {f.pattern.key: f for f in explain(_stderr_of(LOG_SOURCES, kind).splitlines())}
+def test_explain_warnings_from_real_runs(processes, kind, key):
+    findings = {f.pattern.key: f for f in explain(processes[f"log: {kind}"].stderr.splitlines())}
     assert key in findings
     text = render(list(findings.values()))
     assert f"[{key}]" in text and "fix" in text
@@ -113,14 +175,8 @@ def test_explain_cli_reads_stdin_and_files(tmp_path):
 # ------------------------------------------------------------------ doctor
 
 
-def _doctor(**env):
-    return subprocess.run(
-        [sys.executable, "-m", "xla_keras", "doctor"], capture_output=True, text=True, env=_env(**env), timeout=600
-    )
-
-
-def test_doctor_on_a_cpu_machine_is_informational_and_exits_0():
-    result = _doctor()
+def test_doctor_on_a_cpu_machine_is_informational_and_exits_0(processes):
+    result = processes["doctor"]
     assert result.returncode == 0, result.stdout + result.stderr
     for words in (
         "versions: tensorflow 2.",
@@ -133,36 +189,29 @@ def test_doctor_on_a_cpu_machine_is_informational_and_exits_0():
 
 
 @pytest.mark.parametrize(
-    "env, words",
+    "run, words",
     [
-        ({"TF_XLA_FLAGS": "--tf_xla_auto_jit=2 --no_such_flag"}, "Unknown flag in TF_XLA_FLAGS: --no_such_flag"),
-        ({"XLA_FLAGS": "--xla_no_such_flag=1"}, "Unknown flag in XLA_FLAGS"),
-        ({"TF_XLA_FLAGS": "--tf_xla_auto_jit=2"}, "the CPU global-jit flag is not set"),
+        ("doctor: unknown TF_XLA_FLAGS", "Unknown flag in TF_XLA_FLAGS: --no_such_flag"),
+        ("doctor: unknown XLA_FLAGS", "Unknown flag in XLA_FLAGS"),
+        ("doctor: auto-jit without the CPU flag", "the CPU global-jit flag is not set"),
     ],
 )
-def test_doctor_exits_non_zero_for_what_will_not_work(env, words):
-    result = _doctor(**env)
+def test_doctor_exits_non_zero_for_what_will_not_work(processes, run, words):
+    result = processes[run]
     assert result.returncode == 1
     assert "[error]" in result.stdout and words in result.stdout
 
 
-def test_doctor_accepts_valid_flags():
-    result = _doctor(TF_XLA_FLAGS="--tf_xla_auto_jit=2 --tf_xla_cpu_global_jit", TF_CPP_MIN_LOG_LEVEL="2")
+def test_doctor_accepts_valid_flags(processes):
+    result = processes["doctor: valid flags"]
     assert result.returncode == 0, result.stdout
     assert "TensorFlow started and compiled with these flags" in result.stdout
     assert "TF_CPP_MIN_LOG_LEVEL=2 hides" in result.stdout
     assert "CPU auto-clustering: can compile clusters" in result.stdout
 
 
-def test_doctor_in_process_does_not_create_devices():
-    code = (
-        "import xla_keras, sys\n"
-        "from xla_keras.backends.tensorflow import _internals\n"
-        "findings = xla_keras.doctor(check_flags=False)\n"
-        "assert any(f.topic == 'devices' for f in findings)\n"
-        "print(_internals.devices_initialized())\n"
-    )
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=_env(), timeout=300)
+def test_doctor_in_process_does_not_create_devices(processes):
+    result = processes["doctor in process"]
     assert result.stdout.strip().splitlines()[-1] == "False", result.stderr[-2000:]
 
 
@@ -176,42 +225,23 @@ def test_explain_uses_the_exact_microseconds_and_long_units():
     assert finding.count == 3 and finding.total_ms == pytest.approx(90000 + 0.456 + 1234.567)
 
 
-def test_doctor_single_gpu_auto_jit_on_cpu_is_informational():
-    result = _doctor(TF_XLA_FLAGS="--tf_xla_auto_jit=single-gpu(2)")
+def test_doctor_single_gpu_auto_jit_on_cpu_is_informational(processes):
+    result = processes["doctor: single-gpu auto-jit"]
     assert result.returncode == 0, result.stdout
     assert "clusters only on a machine with exactly one GPU" in result.stdout
 
 
-def test_doctor_counts_configure_as_the_cpu_flag():
-    code = (
-        "import xla_keras\n"
-        "xla_keras.configure(cpu_autoclustering=True)\n"
-        "from xla_keras.tools.doctor import doctor, exit_code\n"
-        "print('EXIT', exit_code(doctor(check_flags=False)))\n"
-    )
-    result = subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=_env(TF_XLA_FLAGS="--tf_xla_auto_jit=2"),
-    )
+def test_doctor_counts_configure_as_the_cpu_flag(processes):
+    result = processes["configure, then doctor"]
     assert "EXIT 0" in result.stdout, result.stdout + result.stderr[-2000:]
 
 
-def test_doctor_reports_the_persistent_cache(tmp_path):
-    (tmp_path / "xla_compile_cache__1__2__XLA_CPU_JIT.pb").write_bytes(b"x" * 2000)
-    result = _doctor(TF_XLA_FLAGS=f"--tf_xla_persistent_cache_directory={tmp_path}")
+def test_doctor_reports_the_persistent_cache(processes):
+    result = processes["doctor: persistent cache"]
     assert result.returncode == 0, result.stdout
-    assert f"[ok   ] persistent compilation cache: {tmp_path}: 1 executable(s)" in result.stdout
-    code = (
-        "import xla_keras, keras, warnings\n"
-        "keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])\n"
-        "warnings.simplefilter('ignore')\n"
-        f"xla_keras.configure(cache_dir={str(tmp_path / 'late')!r})\n"
-        "print([str(f) for f in xla_keras.doctor(check_flags=False) if 'cache' in f.topic])\n"
-    )
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=_env())
+    cache = processes.root / "persistent_cache"
+    assert f"[ok   ] persistent compilation cache: {cache}: 1 executable(s)" in result.stdout
+    result = processes["late cache_dir, then doctor"]
     assert "configured after TensorFlow read its flags" in result.stdout, result.stderr[-2000:]
 
 

@@ -13,16 +13,22 @@ pytest.importorskip("keras")
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from backend_runs import BACKENDS, run_per_backend  # noqa: E402 - tests/ is on the path now
+from backend_runs import BACKENDS, backend_jobs  # noqa: E402 - tests/ is on the path now
+from side_by_side import family, start  # noqa: E402
 
 STEPS = 150
 
 pytestmark = pytest.mark.scenario
 
 
+@family("test_fastest_fits::runs", seconds=22)
+def _backend_jobs(root):
+    return backend_jobs("fastest_scenarios.py", root, "fastest scenarios")
+
+
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-    return run_per_backend("fastest_scenarios.py", tmp_path_factory.mktemp("fastest"), "fastest scenarios")
+    return start("test_fastest_fits::runs", tmp_path_factory)
 
 
 def step_modules(run, backend, step="jit_train_step"):

@@ -13,14 +13,20 @@ pytest.importorskip("keras")
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from backend_runs import BACKENDS, run_per_backend  # noqa: E402 - tests/ is on the path now
+from backend_runs import BACKENDS, backend_jobs  # noqa: E402 - tests/ is on the path now
+from side_by_side import family, start  # noqa: E402
 
 pytestmark = pytest.mark.scenario
 
 
+@family("test_fix_ground_truth::runs", seconds=40)
+def _backend_jobs(root):
+    return backend_jobs("fix_scenarios.py", root, "fix scenarios")
+
+
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-    return run_per_backend("fix_scenarios.py", tmp_path_factory.mktemp("fixes"), "fix scenarios")
+    return start("test_fix_ground_truth::runs", tmp_path_factory)
 
 
 def _xla_modules(run, backend):

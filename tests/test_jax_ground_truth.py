@@ -19,6 +19,7 @@ import subprocess
 import sys
 
 import pytest
+from side_by_side import drain, family, start
 
 pytest.importorskip("jax")
 
@@ -72,29 +73,42 @@ def _finish(started):
         return json.load(f)
 
 
-@pytest.fixture(scope="module")
-def runs(tmp_path_factory):
-    tmp = str(tmp_path_factory.mktemp("jax_scenarios"))
+@family("test_jax_ground_truth::runs", seconds=27)
+def _jax_jobs(root):
+    tmp = str(root)
     cache = os.path.join(tmp, "cache")
     two_devices = "--xla_force_host_platform_device_count=2"
-    main = _start(tmp, "main", MAIN)
-    parallel = _start(tmp, "parallel", ["data_parallel"], two_devices)
-    results = _finish(main)
-    results.update(_finish(parallel))
-    # Timing-sensitive: alone on the machine.
-    results["slow_device"] = _finish(_start(tmp, "timed", ["slow_device"], env_extra={"XLA_KERAS_TEST_TIMED": "1"}))[
-        "slow_device"
-    ]
-    canary = _start(
-        tmp, "canary", ["slow_device"], env_extra={"XLA_KERAS_TEST_TIMED": "1", "XLA_KERAS_TEST_CANARY": "1"}
-    )
-    first = _start(tmp, "cache_first", ["cache"], env_extra={"XLA_KERAS_TEST_CACHE": cache})
-    results["canary"] = _finish(canary)["slow_device"]
-    results["cache_first"] = _finish(first)["cache"]
-    results["cache_again"] = _finish(_start(tmp, "cache_again", ["cache"], env_extra={"XLA_KERAS_TEST_CACHE": cache}))[
-        "cache"
-    ]
+
+    def cache_chain():
+        first = _finish(_start(tmp, "cache_first", ["cache"], env_extra={"XLA_KERAS_TEST_CACHE": cache}))["cache"]
+        again = _finish(_start(tmp, "cache_again", ["cache"], env_extra={"XLA_KERAS_TEST_CACHE": cache}))["cache"]
+        return first, again
+
+    canary = {"XLA_KERAS_TEST_TIMED": "1", "XLA_KERAS_TEST_CANARY": "1"}
+    return {
+        "main": lambda: _finish(_start(tmp, "main", MAIN)),
+        "parallel": lambda: _finish(_start(tmp, "parallel", ["data_parallel"], two_devices)),
+        "cache": cache_chain,
+        "canary": lambda: _finish(_start(tmp, "canary", ["slow_device"], env_extra=canary))["slow_device"],
+    }
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    family_runs = start("test_jax_ground_truth::runs", tmp_path_factory)
+    results = dict(family_runs["main"])
+    results.update(family_runs["parallel"])
+    results["cache_first"], results["cache_again"] = family_runs["cache"]
+    results["canary"] = family_runs["canary"]
     return results
+
+
+@pytest.fixture(scope="module")
+def timed(tmp_path_factory):
+    """The slow-device fit times the loop against the device: alone on the machine."""
+    drain()
+    tmp = str(tmp_path_factory.mktemp("jax_timed"))
+    return _finish(_start(tmp, "timed", ["slow_device"], env_extra={"XLA_KERAS_TEST_TIMED": "1"}))["slow_device"]
 
 
 def _step_modules(run):
@@ -274,12 +288,12 @@ def _median_gap(run):
     return statistics.median(b - a for a, b in zip(times[1:], times[2:]))  # after the compiling step
 
 
-def _skip_unless_asynchronous(runs):
+def _skip_unless_asynchronous(timed, canary):
     """The canary waits for the device at every step, so its loop runs at the device's pace; the
     unwaited loop must run far ahead of it. Measured: JAX 0.10 dispatches CPU steps asynchronously
     (asserted), JAX 0.4.36 (the compatibility tier's floor) ran them synchronously: nothing is in
     flight for a sync to wait for there, and these tests cannot tell anything."""
-    ran_ahead = _median_gap(runs["slow_device"]) < 0.25 * _median_gap(runs["canary"])
+    ran_ahead = _median_gap(timed) < 0.25 * _median_gap(canary)
     if jax_version() >= (0, 6):
         assert ran_ahead, "JAX dispatched the steps synchronously: the no-sync tests would prove nothing"
     elif not ran_ahead:
@@ -293,20 +307,20 @@ def jax_version():
     return tuple(int(p) for p in re.findall(r"\d+", version("jax"))[:2])
 
 
-def test_the_step_path_never_waits_for_the_device(runs):
+def test_the_step_path_never_waits_for_the_device(runs, timed):
     """Each step keeps the device busy ~tens of ms, and JAX returns before it is done: the monitor's
     per-step work (ending the last call, reading signatures, compile accounting) takes well under
     a millisecond per call, so it never waited for the device. Keras kept its async dispatch."""
-    run = runs["slow_device"]
+    run = timed
     assert run["raised"] is None and run["async_train"] is True
-    _skip_unless_asynchronous(runs)
+    _skip_unless_asynchronous(timed, runs["canary"])
     for name in ("call_due", "call_began", "call_ran"):
         assert _median_ms(run, name) < 2.0, (name, _median_ms(run, name))
 
 
-def test_the_no_sync_test_catches_a_sync(runs):
+def test_the_no_sync_test_catches_a_sync(runs, timed):
     """The canary waits for the device in call_due: the same measure then shows the device's time."""
-    _skip_unless_asynchronous(runs)
+    _skip_unless_asynchronous(timed, runs["canary"])
     assert _median_ms(runs["canary"], "call_due") > 5.0
 
 

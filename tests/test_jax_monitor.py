@@ -7,12 +7,12 @@ import json
 import os
 import subprocess
 import sys
-from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
 pytest.importorskip("jax")
 
+from side_by_side import family, start
 from test_quiet import _normalise, _ours
 from test_tab_plugin import get_json, tab_client
 
@@ -38,26 +38,29 @@ def _env(**extra):
     return env
 
 
+def _run(args):
+    proc = subprocess.run([sys.executable, SCRIPT, *args], env=_env(), capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-5000:]
+    return proc.stderr
+
+
+@family("test_jax_monitor::checks", seconds=15)
+def _jax_checks(root):
+    return {
+        "main": lambda: _run([str(root / "checks.json"), str(root / "logs")]),
+        "bare": lambda: _run(["--quiet", "bare", str(root / "quiet_bare")]),
+        "monitored": lambda: _run(["--quiet", "monitored", str(root / "quiet_monitored")]),
+    }
+
+
 @pytest.fixture(scope="module")
 def checks(tmp_path_factory):
-    root = tmp_path_factory.mktemp("jax_checks")
-    out = root / "checks.json"
-
-    def run(args):
-        proc = subprocess.run([sys.executable, SCRIPT, *args], env=_env(), capture_output=True, text=True, timeout=900)
-        assert proc.returncode == 0, proc.stderr[-5000:]
-        return proc.stderr
-
-    with ThreadPoolExecutor(2) as pool:
-        main = pool.submit(run, [str(out), str(root / "logs")])
-        bare = pool.submit(run, ["--quiet", "bare", str(root / "quiet_bare")])
-        bare_stderr = bare.result()
-        monitored_stderr = pool.submit(run, ["--quiet", "monitored", str(root / "quiet_monitored")]).result()
-        main.result()
-    with open(out) as f:
+    runs = start("test_jax_monitor::checks", tmp_path_factory)
+    runs["main"]
+    with open(runs.root / "checks.json") as f:
         results = json.load(f)
-    results["quiet"] = {"bare": bare_stderr, "monitored": monitored_stderr}
-    results["root"] = str(root)
+    results["quiet"] = {"bare": runs["bare"], "monitored": runs["monitored"]}
+    results["root"] = str(runs.root)
     return results
 
 

@@ -11,9 +11,12 @@ import glob
 import json
 import math
 import os
+import subprocess
+import sys
 
 import pytest
 from multiworker import comparable, run_workers
+from side_by_side import family, start
 
 from xla_keras.backends.tensorflow import _internals
 from xla_keras.backends.tensorflow.multiworker import KERAS_ISSUE, WORKAROUND, cluster_from_env
@@ -54,14 +57,22 @@ SCENARIOS = {
 }
 
 
+@family("test_multiworker::runs", seconds=31)
+def _clusters(root):
+    """Each scenario's two workers and log dir. A worker spends much of a multi-worker step waiting
+    on the other's collectives, so a cluster takes one lane."""
+
+    def run(name):
+        (root / name).mkdir()
+        spec = json.loads(json.dumps(SCENARIOS[name]).replace("{log_dir}", str(root / name / "logs")))
+        return run_workers(str(root / name), spec), str(root / name / "logs")
+
+    return {**{name: (lambda name=name: run(name)) for name in SCENARIOS}, "doctor as worker 1": _doctor_as_worker_1}
+
+
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-    done = {}
-    for name, spec in SCENARIOS.items():
-        root = tmp_path_factory.mktemp(f"mw_{name}")
-        spec = json.loads(json.dumps(spec).replace("{log_dir}", str(root / "logs")))
-        done[name] = (run_workers(str(root), spec), str(root / "logs"))
-    return done
+    return start("test_multiworker::runs", tmp_path_factory)
 
 
 def _loss_equal(a, b):
@@ -92,10 +103,7 @@ def test_the_monitor_warns_before_the_failure_and_explain_recognises_it(runs):
         assert "keras_multi_worker_fit" in keys
 
 
-def test_doctor_with_tf_config_explains_the_failure_and_prints_the_patch(runs):
-    import subprocess
-    import sys
-
+def _doctor_as_worker_1():
     env = dict(
         os.environ,
         TF_CONFIG=json.dumps(
@@ -104,9 +112,13 @@ def test_doctor_with_tf_config_explains_the_failure_and_prints_the_patch(runs):
     )
     env.pop("TF_XLA_FLAGS", None)
     env.pop("XLA_FLAGS", None)
-    proc = subprocess.run(
+    return subprocess.run(
         [sys.executable, "-m", "xla_keras", "doctor"], env=env, capture_output=True, text=True, timeout=300
     )
+
+
+def test_doctor_with_tf_config_explains_the_failure_and_prints_the_patch(runs):
+    proc = runs["doctor as worker 1"]
     assert "this is worker 1 (not the chief" in proc.stdout
     if _internals.keras_multi_worker_fit_faults():
         assert proc.returncode == 0  # a warning: TF_CONFIG alone does not mean MultiWorkerMirroredStrategy

@@ -10,9 +10,9 @@ import os
 import re
 import subprocess
 import sys
-from concurrent.futures import ThreadPoolExecutor
 
 import pytest
+from side_by_side import family, start
 
 pytestmark = pytest.mark.scenario
 
@@ -29,9 +29,11 @@ def _normalise(line):
     return re.sub(r"\bN ?(ns|us|µs|ms|s|min|h)\b", "N T", line)
 
 
-@pytest.fixture(scope="module")
-def stderr_of(tmp_path_factory):
-    root = tmp_path_factory.mktemp("quiet")
+MODES = ["bare", "monitored", "default", "fastest"]
+
+
+@family("test_quiet::stderr_of", seconds=17)
+def _fits(root):
     env = dict(
         os.environ,
         TF_CPP_MIN_LOG_LEVEL="0",
@@ -52,9 +54,13 @@ def stderr_of(tmp_path_factory):
         assert proc.returncode == 0 and "FIT_DONE" in proc.stderr, proc.stderr[-3000:]
         return proc.stderr
 
-    modes = ["bare", "monitored", "default", "fastest"]
-    with ThreadPoolExecutor(2) as pool:
-        return dict(zip(modes, pool.map(run, modes)))
+    return {mode: (lambda mode=mode: run(mode)) for mode in MODES}
+
+
+@pytest.fixture(scope="module")
+def stderr_of(tmp_path_factory):
+    """Each fit's stderr by mode: bare, monitored, default (Keras's jit), fastest."""
+    return start("test_quiet::stderr_of", tmp_path_factory)
 
 
 def _ours(stderr):

@@ -388,7 +388,7 @@ def test_private_framework_apis_stay_in_the_backends_internals():
 # ------------------------------------------------------------------ the quick tier's lists
 
 
-def test_the_quick_tiers_lists_name_real_modules_tests_and_fixtures():
+def test_the_quick_tiers_lists_and_the_families_name_real_modules_tests_and_fixtures():
     import conftest  # tests/ is on sys.path under pytest
 
     here = os.path.dirname(os.path.abspath(__file__))
@@ -400,7 +400,8 @@ def test_the_quick_tiers_lists_name_real_modules_tests_and_fixtures():
             defined[name[:-3]] = {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}
     conftest_functions = {n for n in dir(conftest) if callable(getattr(conftest, n))}
     stale = sorted(m for m in conftest.SLOW_MODULES if m not in defined)
-    for entry in sorted(conftest.SLOW_TESTS) + sorted(conftest.FIT_FIXTURES):
+    families = sorted(key for key in conftest.FAMILIES if "::" in key)  # a family is read by its fixture
+    for entry in sorted(conftest.SLOW_TESTS) + sorted(conftest.FIT_FIXTURES) + families:
         module, _, function = entry.rpartition("::")
         if function not in (defined.get(module, set()) if module else conftest_functions):
             stale.append(entry)
