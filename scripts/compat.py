@@ -181,9 +181,7 @@ def run(cmd: List[str], *, timeout: float = 1800, check: bool = True, **kwargs) 
     return proc
 
 
-def installed(python: str) -> Dict[str, str]:
-    out = run([python, "-m", "pip", "list", "--format=json"]).stdout
-    return {p["name"].lower().replace("_", "-"): p["version"] for p in json.loads(out)}
+installed = venv_cache.packages  # every distribution in a venv, name -> version
 
 
 def dry_run(python: str, requirements: List[str], report: str, timeout: float = 600) -> List[tuple]:

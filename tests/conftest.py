@@ -74,15 +74,11 @@ def pytest_configure(config):
 # on its own, or carries @pytest.mark.slow (or @pytest.mark.scenario: a fit in a subprocess).
 
 # Fixtures that run real fits (in this process or in subprocesses): "name" for conftest's,
-# "test_module::name" for a module's own.
+# "test_module::name" for a module's own. A family's fixture (tests/side_by_side.py) is slow by itself.
 FIT_FIXTURES = {
-    "scenario_runs",
-    "test_doctor_explain::processes",  # TensorFlow processes: doctor and real log lines
     "test_faults::injected",
     "test_faults::interrupted_tensorboard",
     "test_inputs_lifecycle::dump_run",
-    "test_multiworker::runs",
-    "test_quiet::stderr_of",
     "test_tensorboard::storm_logdir",
     "test_tensorboard::tensorboard_server",
 }
@@ -177,9 +173,10 @@ def _order(config, items):
     """The session's order: the quick tests (while the families run on the shared lanes), then the
     families' tests, longest family first, then the tests that fit in this process, alone.
     XLA_KERAS_TEST_LANES=off starts each family at its first test instead (scripts/compat.py)."""
-    quick, families, alone = [], {}, []
+    quick, families, alone, needed = [], {}, [], set()
     for item in items:
         used = _families_of(item)
+        needed.update(f.key for f in used)
         if used:
             families.setdefault(max(used, key=lambda f: f.seconds).key, []).append(item)
         elif item.get_closest_marker("slow") is None:
@@ -187,7 +184,7 @@ def _order(config, items):
         else:
             alone.append(item)
     longest_first = sorted(families, key=lambda key: -FAMILIES[key].seconds)
-    needed = sorted({f.key for item in items for f in _families_of(item)}, key=lambda key: -FAMILIES[key].seconds)
+    needed = sorted(needed, key=lambda key: -FAMILIES[key].seconds)
     config.stash[_NEEDED] = needed if os.environ.get("XLA_KERAS_TEST_LANES", "on") != "off" else []
     items[:] = quick + [item for key in longest_first for item in families[key]] + alone
 
