@@ -193,10 +193,26 @@ def dry_run(python: str, requirements: List[str], report: str, timeout: float = 
         ]
 
 
+def source_copy(work: str) -> str:
+    """This repository's files in the tier's own directory: `pip install .` builds in the source
+    tree (build/, *.egg-info), and tiers installing from one tree at once fail on each other's files
+    (`[Errno 17] File exists: 'build/bdist.linux-x86_64/wheel/...'`, CI, 2026-12-02)."""
+    source = os.path.join(work, "source")
+    shutil.copytree(
+        ROOT,
+        source,
+        ignore=shutil.ignore_patterns(
+            ".git", "build", "dist", "*.egg-info", "__pycache__", ".*_cache", ".hypothesis", ".coverage*", "logs"
+        ),
+    )
+    return source
+
+
 def jax_install_check(tier: Tier, python: str, work: str) -> None:
     """A JAX project's venv: installing xla_keras changes nothing pinned, and brings no TensorFlow."""
     before = installed(python)
-    would = dry_run(python, [f"{ROOT}[jax]"], os.path.join(work, "dry-run.json"))
+    source = source_copy(work)
+    would = dry_run(python, [f"{source}[jax]"], os.path.join(work, "dry-run.json"))
     changed = [(name, before[name], v) for name, v in would if name in before and before[name] != v]
     added = sorted(name for name, _ in would if name not in before)
     tier.results["pip install .[jax] (dry run)"] = f"adds {', '.join(added)}; changes {len(changed)}"
@@ -204,7 +220,7 @@ def jax_install_check(tier: Tier, python: str, work: str) -> None:
         raise Failure(
             f"installing xla_keras[jax] would change {changed} / add {added} in a venv pinned to jax=={tier.jax}"
         )
-    run([python, "-m", "pip", "install", "--quiet", f"{ROOT}[jax]"])
+    run([python, "-m", "pip", "install", "--quiet", f"{source}[jax]"])
     check = run([python, "-m", "pip", "check"], check=False)
     tier.results["pip check"] = "clean" if check.returncode == 0 else check.stdout.strip()
     if check.returncode != 0:
@@ -215,7 +231,8 @@ def jax_install_check(tier: Tier, python: str, work: str) -> None:
 
 def install_check(tier: Tier, python: str, work: str) -> None:
     before = installed(python)
-    would = dry_run(python, [ROOT], os.path.join(work, "dry-run.json"))
+    source = source_copy(work)
+    would = dry_run(python, [source], os.path.join(work, "dry-run.json"))
     changed = [(name, before[name], v) for name, v in would if name in before]
     added = sorted(name for name, _ in would if name not in before)
     tier.results["pip install . (dry run)"] = f"adds {', '.join(added)}; changes {len(changed)}"
@@ -223,7 +240,7 @@ def install_check(tier: Tier, python: str, work: str) -> None:
         raise Failure(
             f"installing xla_keras would change {changed} in an environment pinned to tensorflow=={tier.tensorflow}"
         )
-    run([python, "-m", "pip", "install", "--quiet", ROOT])
+    run([python, "-m", "pip", "install", "--quiet", source])
     after = installed(python)
     moved = {k: (before[k], after.get(k)) for k in before if after.get(k) != before[k]}
     if moved or sorted(set(after) - set(before)) != added:
