@@ -4,10 +4,11 @@ tests, then the in-process fits alone: tests/side_by_side.py)."""
 
 import os
 import signal
+import time
 
 import pytest
 from scenario import run_scenario  # tests/ is on sys.path under pytest
-from side_by_side import FAMILIES, TIMES, drain, family, start
+from side_by_side import FAMILIES, LANES, TIMES, drain, family, start
 
 # Every subprocess fit the ground-truth tests need, run once per session on the shared lanes.
 RUNS = {
@@ -196,12 +197,26 @@ def _families_start(request, tmp_path_factory):
         start(key, tmp_path_factory)
 
 
+# When each part of the session's order began (time.monotonic()), for the summary's phase line.
+PHASES = {}
+
+
+def pytest_sessionstart(session):
+    PHASES["session"] = time.monotonic()
+
+
 @pytest.hookimpl(tryfirst=True)  # before the test's fixtures: a module fixture's fit waits too
 def pytest_runtest_setup(item):
     """A test that fits in this process waits until no family run is in flight (measured: a
     generator-fed fit took 0.7 s alone and 46.6 s beside the lanes' runs)."""
-    if item.get_closest_marker("slow") is not None and not _families_of(item):
+    if _families_of(item):
+        PHASES.setdefault("family tests", time.monotonic())
+    elif item.get_closest_marker("slow") is not None:
+        PHASES.setdefault("drain", time.monotonic())
         drain()
+        PHASES.setdefault("fits alone", time.monotonic())
+    else:
+        PHASES.setdefault("quick tests", time.monotonic())
 
 
 def _mark_slow(items):
@@ -224,3 +239,13 @@ def pytest_terminal_summary(terminalreporter):
         terminalreporter.write_sep("=", f"slowest {min(10, len(TIMES))} of {len(TIMES)} runs on the lanes")
         for seconds, label in sorted(TIMES, reverse=True)[:10]:
             terminalreporter.write_line(f"{seconds:7.2f}s {label}")
+    if TIMES or "fits alone" in PHASES:
+        # Where the wall time went: a phase with a core idle is where the suite can still gain.
+        marks = sorted((at, name) for name, at in PHASES.items() if name != "session")
+        ends = [at for at, _ in marks[1:]] + [time.monotonic()]
+        parts = [f"{name} {end - at:.0f} s" for (at, name), end in zip(marks, ends)]
+        busy = sum(seconds for seconds, _ in TIMES)
+        terminalreporter.write_line(
+            f"phases: {', '.join(parts)}; lanes busy {busy:.0f} s of {LANES} x "
+            f"{time.monotonic() - PHASES['session']:.0f} s"
+        )
