@@ -63,15 +63,25 @@ def stderr_of(tmp_path_factory):
     return start("test_quiet::stderr_of", tmp_path_factory)
 
 
+def _warnings(stderr):
+    """Each XlaKerasWarning as Python printed it: (its `file:line` location, its message lines);
+    the message runs from the header to the warning's source line (indented, as Python prints it)."""
+    lines, found = stderr.splitlines(), []
+    for i, line in enumerate(lines):
+        if ": XlaKerasWarning: " in line:
+            where, _, first = line.partition(": XlaKerasWarning: ")
+            end = next((j for j in range(i + 1, min(i + 8, len(lines))) if lines[j].startswith("  ")), i + 1)
+            found.append((i, end, where, [first, *lines[i + 1 : end]]))
+    return found
+
+
 def _ours(stderr):
     """The monitor's own lines: its warnings (message and source line) and `xla_keras:` lines."""
-    lines, ours = stderr.splitlines(), []
-    for i, line in enumerate(lines):
-        if "XlaKerasWarning" in line or line.startswith("xla_keras:"):
-            ours.append(i)
-            if "XlaKerasWarning" in line and i + 1 < len(lines) and lines[i + 1].startswith("  "):
-                ours.append(i + 1)  # the warning's source line
-    return [lines[i] for i in ours], [line for i, line in enumerate(lines) if i not in set(ours)]
+    lines, ours = stderr.splitlines(), set()
+    for i, end, _, _ in _warnings(stderr):
+        ours.update(range(i, end + 1))  # header, message lines, the warning's source line
+    ours.update(i for i, line in enumerate(lines) if line.startswith("xla_keras:"))
+    return [lines[i] for i in sorted(ours)], [line for i, line in enumerate(lines) if i not in ours]
 
 
 @pytest.mark.parametrize("monitored, bare", [("monitored", "bare"), ("fastest", "default")])
@@ -106,6 +116,17 @@ def test_each_of_the_monitors_messages_is_said_once(stderr_of):
     assert [m for m in messages if "Recompilation storm (train)" in m].__len__() == 1
     assert [m for m in messages if "Recompilation storm (test)" in m].__len__() == 1
     assert len(messages) == len(set(messages)), messages
+
+
+@pytest.mark.parametrize("run", ["monitored", "fastest"])
+def test_each_warning_is_at_most_4_lines_of_100_characters_located_at_the_users_fit(stderr_of, run):
+    """Python's `file:line: XlaKerasWarning:` header is not counted, but it names the user's script
+    (the line that called fit), never a file of ours or of Keras."""
+    found = _warnings(stderr_of[run])
+    assert found or run == "fastest"
+    for _, _, where, message in found:
+        assert os.path.basename(where.rsplit(":", 1)[0]) == "quiet_fit.py", where
+        assert len(message) <= 4 and max(len(line) for line in message) <= 100, message
 
 
 def test_only_the_profilers_own_info_lines_are_filtered():

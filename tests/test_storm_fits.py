@@ -1,6 +1,7 @@
 """Storms in real fits: raise stops cleanly, and the advice we print works."""
 
 import json
+import linecache
 import os
 
 import numpy as np
@@ -51,7 +52,7 @@ def test_raise_stops_the_fit_at_the_storm_with_files_flushed(tmp_path):
         model.fit(_sequences().padded_batch(8), epochs=2, callbacks=[monitor], verbose=0)
     message = str(info.value)
     assert message.startswith("Recompilation storm (train): 3 new input shapes")
-    assert "Input 'x' axis 1 varies" in message
+    assert message.splitlines()[1].startswith("Cause: input 'x' axis 1 varies")
     report = monitor.report
     assert report.steps["train"] == report.storms[0].step == report.compilations[2].step
     with open(os.path.join(log_dir, "xla_report.json")) as f:
@@ -64,14 +65,24 @@ def test_raise_stops_the_fit_at_the_storm_with_files_flushed(tmp_path):
 
 def test_following_the_printed_advice_removes_the_storm():
     storming = xla_keras.XlaMonitor(log_dir=None, jit="on", storm_threshold=4, verbose=0)
-    with pytest.warns(xla_keras.XlaKerasWarning, match="Recompilation storm"):
+    with pytest.warns(xla_keras.XlaKerasWarning, match="Recompilation storm") as said:
         _text_model().fit(_sequences().padded_batch(8), epochs=1, callbacks=[storming], verbose=0)
+    # The warning is located at the line above (the user's fit call), and is 4 short lines; its
+    # fix line is code that runs as printed (`monitor` standing for the user's monitor).
+    ours = [w for w in said if issubclass(w.category, xla_keras.XlaKerasWarning)]
+    assert len(ours) == 1 and ours[0].filename == __file__
+    assert "_text_model().fit(" in linecache.getline(__file__, ours[0].lineno)
+    message = str(ours[0].message).splitlines()
+    assert len(message) == 4 and max(map(len, message)) <= 100, message
+    scope = {"ds": _sequences().padded_batch(8), "monitor": storming, "xla_keras": xla_keras}
+    exec(message[2].removeprefix("Fix: "), scope)  # noqa: S102 - the printed fix, run as given
     fix = storming.report.storms[0].fix
     assert fix["kind"] == "pad_to_lengths"
 
-    # fix["code"] is the one-line equivalent of apply_fix: paste it as a user would, on the same data.
-    scope = {"ds": _sequences().padded_batch(8)}
-    exec(fix["code"], scope)  # noqa: S102 - the advice is code, run it as given
+    # fix["code"] (in the report's advice) is the same fix without the monitor: the same dataset.
+    pasted = {"ds": _sequences().padded_batch(8)}
+    exec(fix["code"], pasted)  # noqa: S102 - the advice is code, run it as given
+    assert pasted["ds"].element_spec == scope["ds"].element_spec
     fixed = xla_keras.XlaMonitor(log_dir=None, jit="on", storm_threshold=4, verbose=0)
     _text_model().fit(scope["ds"], epochs=2, callbacks=[fixed], verbose=0)
     report = fixed.report

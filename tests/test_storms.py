@@ -301,11 +301,57 @@ def test_storm_text_and_round_trip():
         window_start=3,
         action="raise",
     )
-    text = storm_text(storm, 200)
-    assert text.startswith("Recompilation storm (test): 8 new input shapes in 38 steps")
-    assert "4.1 s compiling vs 0.9 ms per steady step" in text and text.endswith("Pad it.")
+    text = storm_text(storm, 2)
+    assert text.splitlines() == [
+        # The steady step (0.9 ms) would pass 100 characters: it gives way (the report has it).
+        "Recompilation storm (test): 8 new input shapes in 38 steps, 8 compiles, 4.1 s compiling",
+        "Cause: no single input explains the new shapes",
+        "Fix: none from the shapes alone; or XlaMonitor(jit='off') for this model",
+        "More: monitor.report.storms[2].advice",
+    ]
     assert Storm.from_dict(storm.to_dict()) == storm
     assert issubclass(RecompilationStormError, RuntimeError)
+
+
+LENGTHS = [{"path": "x/tokens", "axis": 1, "min": 3, "max": 59, "n_values": 41}]
+ROWS = [{"path": "x", "axis": 0, "min": 3, "max": 64, "n_values": 5}]
+
+
+@pytest.mark.parametrize(
+    "varying, kind, data, cause, fix",
+    [
+        (LENGTHS, "pad_to_lengths", "tf.data", "input 'x/tokens' axis 1 varies (3..59, 41 values)", "ds = "),
+        (LENGTHS * 3, "pad_to_lengths", "arrays", "(3..59, 41 values) and 2 more", "data = "),
+        (ROWS, "fixed_batch_size", "tf.data", "the batch size (axis 0) of input 'x' varies (3..64", "ds = "),
+        ([], "consistent_structure", "tf.data", "change structure or dtype", "feed every batch with"),
+    ],
+    ids=["lengths", "three-inputs-arrays", "batch-size", "structure"],
+)
+@pytest.mark.parametrize("log_dir", [None, "/tmp/" + "a-long-log-directory/" * 6], ids=["no-log-dir", "long-log-dir"])
+@pytest.mark.parametrize(
+    "then", ["", "XLA is now off for this evaluation (on_storm='fallback'). "], ids=["warn", "fallback"]
+)
+def test_storm_message_is_four_lines_of_at_most_100_characters(varying, kind, data, cause, fix, log_dir, then):
+    big = Storm("predict", 123456, 4096, varying, "long " * 300, {"kind": kind}, 4096, 12345.6, 0.0123, 7)
+    lines = storm_text(big, 12, log_dir, data, then).splitlines()
+    assert len(lines) == 4 and max(len(line) for line in lines) <= 100, lines
+    assert not any(line.endswith("…") for line in lines)  # composed to fit, not cut
+    assert lines[0].startswith("Recompilation storm (predict): 4096 new input shapes in 123450 steps")
+    assert cause in lines[1] and lines[2].startswith(f"Fix: {fix}")
+    assert lines[3].startswith(f"{then}More: monitor.report.storms[12].advice")
+    if fix.endswith("= "):  # the fix line is code that runs on the user's data
+        name = fix.split()[0]
+        assert lines[2] == f"Fix: {name} = xla_keras.data.apply_fix({name}, monitor.report.storms[12].fix)"
+
+
+def test_messages_doctests():
+    import doctest
+
+    from xla_keras.core import messages
+    from xla_keras.storms import detection
+
+    for module in (messages, detection):
+        assert doctest.testmod(module).failed == 0
 
 
 def test_train_vs_validation_shapes_are_explained_separately():

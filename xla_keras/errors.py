@@ -14,4 +14,5 @@ class LogDirError(OSError):
 
 
 class RecompilationStormError(RuntimeError):
-    """Raised by ``XlaMonitor(on_storm="raise")``: the message is the storm's advice."""
+    """Raised by ``XlaMonitor(on_storm="raise")``: the message is the storm's 4-line console message
+    (what happened, cause, fix, where the full advice is: ``report.storms[i].advice``)."""

@@ -5,7 +5,6 @@ or abort, and the final report."""
 from __future__ import annotations
 
 import logging
-import warnings
 import weakref
 from typing import Any, Optional
 
@@ -15,8 +14,9 @@ from xla_keras.callback.functions import StepFunctions
 from xla_keras.callback.guards import guard_callback_list
 from xla_keras.callback.state import CallState
 from xla_keras.callback.steps import StepPath
+from xla_keras.core.messages import warn
 from xla_keras.core.types import PHASES
-from xla_keras.errors import LogDirError, XlaKerasWarning
+from xla_keras.errors import LogDirError
 from xla_keras.jit.run import kept_decision
 
 logger = logging.getLogger("xla_keras")
@@ -36,7 +36,7 @@ class Lifecycle:
         """Step aside for good, with one warning (at the monitor's construction): training goes on unmonitored."""
         self.state.refused = reason
         self.state.enabled = False
-        warnings.warn(f"xla_keras: {reason}", XlaKerasWarning, stacklevel=3)
+        warn(f"xla_keras: {reason}")
 
     def watch(self, model: Any) -> bool:
         """At the start of each fit / evaluate / predict: False (this call goes unobserved) for a
@@ -48,8 +48,7 @@ class Lifecycle:
         if foreign:
             if model not in self._foreign:
                 self._foreign.add(model)
-                # Keras's CallbackList: watch <- begin_* <- the monitor's hook <- its guard <- Keras.
-                warnings.warn(f"xla_keras: {foreign}", XlaKerasWarning, stacklevel=5)
+                warn(f"xla_keras: {foreign}")
             return False
         if state.book.watch(model) and state.config.verbose:
             where = f"; its files go to {state.sink.log_dir}" if state.sink.log_dir else ""
@@ -101,7 +100,7 @@ class Lifecycle:
                 f"{text}; under {state.dist.name} the fit goes on on every worker "
                 "and the monitor writes no files (its report stays in memory)",
             )
-            warnings.warn(text + ": no files are written", XlaKerasWarning, stacklevel=4)  # the monitor's hook
+            warn(text + ": no files are written")
             sink.log_dir = None
             return
         raise LogDirError(
@@ -175,7 +174,7 @@ class Lifecycle:
             jit_state = state.current.jit_state
             print(f"xla_keras: jit={state.config.jit!r} -> XLA {jit_state.words()}: {jit_state.reason}")
         elif state.backend.jit_refusal and state.config.jit == "on":  # silent mode still hears its request refused
-            warnings.warn(f"xla_keras: {state.backend.jit_refusal}", XlaKerasWarning, stacklevel=4)  # the guard
+            warn(f"xla_keras: {state.backend.jit_refusal}")
 
     # ------------------------------------------------------------ ends
 
@@ -256,8 +255,6 @@ def warn_keras_multi_worker_fault(backend: Backend) -> None:
     except Exception:  # noqa: BLE001 - a hint, never a reason to fail
         return
     if problem:
-        warnings.warn(
+        warn(
             f"{problem}. `xla-keras doctor` prints the smallest patch that makes fit train.",
-            XlaKerasWarning,
-            stacklevel=3,
         )

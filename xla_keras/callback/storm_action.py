@@ -3,13 +3,12 @@ or fall back (XLA off for the rest of this fit, its step functions rebuilt and w
 
 from __future__ import annotations
 
-import warnings
-
 from xla_keras.callback.functions import StepFunctions
 from xla_keras.callback.lifecycle import Lifecycle
 from xla_keras.callback.state import RUN_WORD, CallState
+from xla_keras.core.messages import warn
 from xla_keras.core.types import PHASES
-from xla_keras.errors import RecompilationStormError, XlaKerasWarning
+from xla_keras.errors import RecompilationStormError
 from xla_keras.storms.detection import storm_text
 
 
@@ -33,7 +32,8 @@ class StormAction:
         storm = session.open_storm(phase, step, count, window_start, self.action())
         state.sink.scalars([session.storm_scalar(storm)])
         state.current.traces.storm_opened()
-        text = storm_text(storm, state.config.storm_window)
+        index = len(session.storms) - 1  # its place in report.storms
+        text = storm_text(storm, index, state.sink.log_dir, session.data_kind)
         if storm.action == "raise":
             stopped = state.stopped_early(phase, state.in_fit, "on_storm='raise' after a recompilation storm")
             if state.in_fit:
@@ -45,11 +45,10 @@ class StormAction:
             raise RecompilationStormError(text)
         if storm.action == "fallback":
             self._fall_back(phase, step)
-            text += (
-                " on_storm='fallback': XLA is now off for the rest of this "
-                f"{'fit' if state.in_fit else RUN_WORD[phase]}."
-            )
-        warnings.warn(text, XlaKerasWarning, stacklevel=2)  # once: the warning is the message
+            run = "fit" if state.in_fit else RUN_WORD[phase]
+            then = f"XLA is now off for this {run} (on_storm='fallback'). "
+            text = storm_text(storm, index, state.sink.log_dir, session.data_kind, then)
+        warn(text)  # once: the warning is the message, located at the user's fit call
         state.flush()
 
     def _fall_back(self, phase: str, step: int) -> None:

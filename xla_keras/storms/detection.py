@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from xla_keras.core.arguments import integer
+from xla_keras.core.messages import shaped, within
 from xla_keras.core.signatures import InputSignature, diff, fingerprint
 
 ON_STORM = ("warn", "raise", "fallback")
@@ -256,19 +257,57 @@ def _fmt_ms(seconds: Optional[float]) -> str:
     return f"{ms:.0f} ms" if ms >= 10 else f"{ms:.2g} ms"
 
 
-def storm_text(storm: Storm, window: int) -> str:
-    """The one-paragraph warning (also the RecompilationStormError message)."""
-    return (
+def storm_text(storm: Storm, index: int, log_dir: Optional[str] = None, data: str = "tf.data", then: str = "") -> str:
+    """The storm's console message (also the RecompilationStormError message): what happened, the
+    cause, the fix as one line of code, and where the full advice is (``storm.advice``), in at most
+    4 lines of at most 100 characters. ``index``: the storm's place in ``report.storms``;
+    ``then``: what the monitor did besides warning (a fallback), said on the last line.
+
+    Example:
+        >>> storm = Storm("train", 9, 8, [{"path": "x", "axis": 1, "min": 54, "max": 79, "n_values": 8}],
+        ...               "...", {"kind": "pad_to_lengths"}, compiles=8, compile_seconds=2.0)
+        >>> print(storm_text(storm, 0))
+        Recompilation storm (train): 8 new input shapes in 10 steps, 8 compiles, 2.0 s compiling
+        Cause: input 'x' axis 1 varies (54..79, 8 values)
+        Fix: ds = xla_keras.data.apply_fix(ds, monitor.report.storms[0].fix)
+        More: monitor.report.storms[0].advice
+    """
+    steady = storm.steady_step_seconds
+    headline = within(  # the figures give way, in this order, before the line passes 100 characters
         f"Recompilation storm ({storm.phase}): {storm.count} new input shapes in "
-        f"{storm.step - storm.window_start + 1} steps (window {window}), {storm.compiles} compiles so "
-        f"far, {_fmt_ms(storm.compile_seconds)} compiling"
-        + (
-            f" vs {_fmt_ms(storm.steady_step_seconds)} per steady step"
-            if storm.steady_step_seconds is not None
-            else " (no steady step measured yet)"
-        )
-        + f". {storm.advice}"
+        f"{storm.step - storm.window_start + 1} steps, {storm.compiles} compiles",
+        f", {_fmt_ms(storm.compile_seconds)} compiling",
+        f" vs {_fmt_ms(steady)} a step" if steady is not None else "",
     )
+    name = "ds" if data == "tf.data" else "data"
+    applied = storm.fix.get("kind") in ("pad_to_lengths", "fixed_batch_size", "drop_remainder", "pad_remainder")
+    fix = (
+        f"{name} = xla_keras.data.apply_fix({name}, monitor.report.storms[{index}].fix)"
+        if applied
+        else "feed every batch with the same structure and dtypes (cast in the input pipeline)"
+        if storm.fix.get("kind") == "consistent_structure"
+        else "none from the shapes alone; or XlaMonitor(jit='off') for this model"
+    )
+    more = within(
+        f"{then}More: monitor.report.storms[{index}].advice",
+        *((", the XLA tab", f", `xla-keras report {log_dir}`") if log_dir else ()),
+    )
+    return shaped([headline, f"Cause: {_storm_cause(storm)}", f"Fix: {fix}", more])
+
+
+def _storm_cause(storm: Storm) -> str:
+    kind = storm.fix.get("kind")
+    if kind == "consistent_structure":
+        return "the inputs change structure or dtype between batches"
+    axes = storm.varying
+    if not axes:
+        return "no single input explains the new shapes"
+    first = axes[0]
+    what = "the batch size (axis 0)" if first.get("axis") == 0 and kind == "fixed_batch_size" else None
+    leaf = f"input '{first['path']}' axis {first['axis']}"
+    said = f"{what} of input '{first['path']}'" if what else leaf
+    more = f" and {len(axes) - 1} more" if len(axes) > 1 else ""
+    return f"{said} varies ({first['min']}..{first['max']}, {first['n_values']} values){more}"
 
 
 def partial_batch_note(phase: str, history: ShapeHistory) -> Optional[str]:

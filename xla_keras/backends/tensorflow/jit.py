@@ -10,7 +10,6 @@ back when the fit ends.
 from __future__ import annotations
 
 import os
-import warnings
 from typing import Any, Optional
 
 from xla_keras.backends.tensorflow import _internals
@@ -23,6 +22,7 @@ from xla_keras.backends.tensorflow.flags import (
     env_flag_set,
 )
 from xla_keras.backends.tensorflow.runtime import has_accelerator, set_autoclustering
+from xla_keras.core.messages import warn
 from xla_keras.errors import XlaKerasWarning
 from xla_keras.jit.modes import (
     MODES,
@@ -92,13 +92,11 @@ def configure(cpu_autoclustering: bool = False, cache_dir: Optional[str] = None)
         if in_time:
             os.environ["TF_XLA_FLAGS"] = str(XlaFlags.from_env().with_value(PERSISTENT_CACHE, path))
         else:
-            warnings.warn(
+            warn(
                 "xla_keras.configure(cache_dir=...) came too late: TensorFlow has already created its devices "
                 "and read TF_XLA_FLAGS, so no persistent compilation cache is used in this process. Fix: call "
                 "it right after import, before any model is built, or start Python with "
                 f"TF_XLA_FLAGS=--tf_xla_persistent_cache_directory={path}.",
-                XlaKerasWarning,
-                stacklevel=2,
             )
         _opt_in["cache_dir"] = (path, in_time)
         result["cache_dir"] = in_time
@@ -107,12 +105,10 @@ def configure(cpu_autoclustering: bool = False, cache_dir: Optional[str] = None)
         _internals.set_cpu_global_jit(True)
         _opt_in["cpu_autoclustering"] = in_time
         if not in_time:
-            warnings.warn(
+            warn(
                 "xla_keras.configure(cpu_autoclustering=True) came too late: TensorFlow has already "
                 "created its devices, so auto-clustering on CPU will compile nothing in this process. "
                 f"Fix: {FIX_CPU_AUTOCLUSTERING}.",
-                XlaKerasWarning,
-                stacklevel=2,
             )
         result["cpu_autoclustering"] = in_time
     return result
