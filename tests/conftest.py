@@ -5,10 +5,13 @@ tests, then the in-process fits alone: tests/side_by_side.py)."""
 import os
 import signal
 import time
+from typing import List
 
 import pytest
 from scenario import run_scenario  # tests/ is on sys.path under pytest
 from side_by_side import FAMILIES, LANES, TIMES, drain, family, start
+
+from xla_keras.errors import XlaKerasWarning
 
 # Every subprocess fit the ground-truth tests need, run once per session on the shared lanes.
 RUNS = {
@@ -219,6 +222,27 @@ def pytest_runtest_setup(item):
         PHASES.setdefault("quick tests", time.monotonic())
 
 
+# Every XlaKerasWarning any test provokes (outside pytest.warns, which checks its own): at most 4
+# lines of at most 100 characters, located at the caller's code, never at xla_keras's or a
+# framework's own files. A breach fails the session (pytest_sessionfinish), listed in the summary.
+BAD_MESSAGES: List[str] = []
+_NOT_USER_FILES = ("/xla_keras/", "/keras/", "/tensorflow/", "/jax/", "/tf_keras/")
+
+
+def pytest_warning_recorded(warning_message, when, nodeid, location):
+    if not issubclass(warning_message.category, XlaKerasWarning):
+        return
+    lines = str(warning_message.message).splitlines()
+    where = warning_message.filename.replace(os.sep, "/")
+    if len(lines) > 4 or max(map(len, lines), default=0) > 100 or any(p in where for p in _NOT_USER_FILES):
+        BAD_MESSAGES.append(f"{nodeid}: {where}:{warning_message.lineno}: {lines}")
+
+
+def pytest_sessionfinish(session, exitstatus):
+    if BAD_MESSAGES and exitstatus == 0:
+        session.exitstatus = 1
+
+
 def _mark_slow(items):
     for item in items:
         module = _module_of(item)
@@ -235,6 +259,10 @@ def _mark_slow(items):
 
 def pytest_terminal_summary(terminalreporter):
     """The runs on the lanes, longest first: a family's tests mostly wait, their durations say little."""
+    if BAD_MESSAGES:
+        terminalreporter.write_sep("=", f"{len(BAD_MESSAGES)} XlaKerasWarning(s) too long or located in our code")
+        for line in BAD_MESSAGES[:20]:
+            terminalreporter.write_line(line[:400])
     if TIMES:
         terminalreporter.write_sep("=", f"slowest {min(10, len(TIMES))} of {len(TIMES)} runs on the lanes")
         for seconds, label in sorted(TIMES, reverse=True)[:10]:

@@ -31,7 +31,7 @@ with warnings.catch_warnings(record=True) as caught:
 ours = [str(w.message) for w in caught if issubclass(w.category, xla_keras.XlaKerasWarning)]
 print("EPOCHS", len(history.history["loss"]))
 print("WARNINGS", len(ours))
-print("WARNING", ours[0] if ours else "")
+print("WARNING", " ".join(ours[0].split()) if ours else "")  # the console form wraps at 100 columns
 print("ACTIVE", monitor.report.jit_active)
 """
 

@@ -11,6 +11,8 @@ import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
 
+import pytest
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PACKAGE_DIR = os.path.join(ROOT, "xla_keras")
 
@@ -406,3 +408,30 @@ def test_the_quick_tiers_lists_and_the_families_name_real_modules_tests_and_fixt
         if function not in (defined.get(module, set()) if module else conftest_functions):
             stale.append(entry)
     assert not stale, f"tests/conftest.py names what no longer exists (renamed or moved?): {stale}"
+
+
+@pytest.mark.parametrize(
+    "text, filename, bad",
+    [
+        ("Recompilation storm (train): 8 new input shapes\nCause: x\nFix: y\nMore: z", "/u/train.py", False),
+        ("one line of " + "x" * 100, "/u/train.py", True),  # 111 characters
+        ("1\n2\n3\n4\n5", "/u/train.py", True),  # five lines
+        ("short", "/site-packages/xla_keras/callback/steps.py", True),  # located in our code
+        ("short", "/site-packages/keras/src/trainers/trainer.py", True),  # or in Keras's
+    ],
+)
+def test_the_sessions_message_check_catches_long_or_misplaced_warnings(text, filename, bad):
+    """conftest's pytest_warning_recorded check, fed one warning as pytest would feed it."""
+    import warnings
+
+    import conftest
+
+    from xla_keras.errors import XlaKerasWarning
+
+    before = list(conftest.BAD_MESSAGES)
+    message = warnings.WarningMessage(XlaKerasWarning(text), XlaKerasWarning, filename, 7)
+    conftest.pytest_warning_recorded(message, "call", "a-test", None)
+    try:
+        assert (len(conftest.BAD_MESSAGES) == len(before) + 1) is bad
+    finally:
+        conftest.BAD_MESSAGES[:] = before

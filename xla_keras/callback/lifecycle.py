@@ -14,7 +14,7 @@ from xla_keras.callback.functions import StepFunctions
 from xla_keras.callback.guards import guard_callback_list
 from xla_keras.callback.state import CallState
 from xla_keras.callback.steps import StepPath
-from xla_keras.core.messages import warn
+from xla_keras.core.messages import say, warn
 from xla_keras.core.types import PHASES
 from xla_keras.errors import LogDirError
 from xla_keras.jit.run import kept_decision
@@ -53,7 +53,7 @@ class Lifecycle:
         if state.book.watch(model) and state.config.verbose:
             where = f"; its files go to {state.sink.log_dir}" if state.sink.log_dir else ""
             name = getattr(model, "name", type(model).__name__)
-            print(
+            say(
                 f"xla_keras: this monitor now watches another model ({name!r}): it gets a report of its own "
                 f"(monitor.reports){where}"
             )
@@ -172,7 +172,7 @@ class Lifecycle:
         state = self.state
         if state.config.verbose:
             jit_state = state.current.jit_state
-            print(f"xla_keras: jit={state.config.jit!r} -> XLA {jit_state.words()}: {jit_state.reason}")
+            say(f"xla_keras: jit={state.config.jit!r} -> XLA {jit_state.words()}: {jit_state.reason}")
         elif state.backend.jit_refusal and state.config.jit == "on":  # silent mode still hears its request refused
             warn(f"xla_keras: {state.backend.jit_refusal}")
 

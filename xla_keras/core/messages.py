@@ -8,6 +8,7 @@ console message is its headline, cause, fix and where to read the rest. Pure (no
 from __future__ import annotations
 
 import sys
+import textwrap
 import warnings
 from types import FrameType
 from typing import Iterable, Optional, Type
@@ -31,8 +32,30 @@ def shaped(lines: Iterable[str]) -> str:
         >>> shaped(["Storm (train): 8 shapes", "", "Fix: pad"])
         'Storm (train): 8 shapes\\nFix: pad'
     """
-    kept = [line.rstrip() for line in lines if line.strip()][:LINES]
-    return "\n".join(line if len(line) <= WIDTH else line[: WIDTH - 1] + "…" for line in kept)
+    given = [line.rstrip() for line in lines if line.strip()]
+    kept = [line if len(line) <= WIDTH else line[: WIDTH - 1] + "…" for line in given[:LINES]]
+    if len(given) > LINES and not kept[-1].endswith("…"):
+        kept[-1] = kept[-1][: WIDTH - 2] + " …"
+    return "\n".join(kept)
+
+
+def wrapped(text: str) -> str:
+    """``text`` in its console form: each line wrapped at ``WIDTH`` characters, then ``shaped``.
+
+    Example:
+        >>> print(wrapped("xla_keras: " + "word " * 30))
+        xla_keras: word word word word word word word word word word word word word word word word word word
+        word word word word word word word word word word word word
+    """
+    lines = []
+    for line in text.splitlines():
+        lines.extend(textwrap.wrap(line, WIDTH, break_long_words=False, break_on_hyphens=False))
+    return shaped(lines)
+
+
+def say(text: str) -> None:
+    """Print a message that is no problem (what the monitor decided), in its console form."""
+    print(wrapped(text))
 
 
 def within(base: str, *extras: str) -> str:
@@ -68,5 +91,5 @@ def user_stacklevel(start: Optional[FrameType] = None) -> int:
 
 
 def warn(text: str, category: Type[Warning] = XlaKerasWarning) -> None:
-    """Warn once about a problem, located at the user's code."""
-    warnings.warn(text, category, stacklevel=user_stacklevel(sys._getframe(1)) + 1)
+    """Warn once about a problem, in its console form, located at the user's code."""
+    warnings.warn(wrapped(text), category, stacklevel=user_stacklevel(sys._getframe(1)) + 1)

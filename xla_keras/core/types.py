@@ -11,6 +11,7 @@ import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, List, NamedTuple, Optional, Tuple
 
+from xla_keras.core.messages import wrapped
 from xla_keras.core.signatures import InputSignature
 
 if TYPE_CHECKING:
@@ -96,7 +97,7 @@ class Notes:
             return
         self._keys.add(key)
         self.texts.append(text)
-        (logger.warning if warn else logger.info)("xla_keras: %s", text)
+        (logger.warning if warn else logger.info)("%s", wrapped(f"xla_keras: {text}"))  # the report has it all
 
     def add(self, text: str) -> None:
         self.texts.append(text)
