@@ -34,6 +34,18 @@ def test_report_prints_the_summary(log_dir):
     assert "jit requested   : on" in result.stdout and "train 3" in result.stdout
 
 
+def test_report_full_prints_every_note_whole_and_the_summary_trims_it(tmp_path):
+    note = "the persistent compilation cache was configured too late for this process " * 4
+    write_report_json(str(tmp_path / "run"), XlaReport(jit_mode="on", notes=[note]).to_dict())
+    short, full = (xla_keras_cli("report", str(tmp_path / "run"), *extra) for extra in ((), ("--full",)))
+    assert short.returncode == full.returncode == 0, short.stderr + full.stderr
+    for result in (short, full):
+        assert max(map(len, result.stdout.splitlines())) <= 100
+    assert " ".join(note.split()) in " ".join(full.stdout.split())
+    assert " ".join(note.split()) not in " ".join(short.stdout.split())
+    assert "details         : report.details()" in short.stdout
+
+
 def test_report_json_round_trips(log_dir):
     result = xla_keras_cli("report", str(log_dir / "run1"), "--json")
     assert result.returncode == 0, result.stderr

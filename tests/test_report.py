@@ -7,6 +7,7 @@ import pytest
 
 from xla_keras.core.signatures import Leaf
 from xla_keras.report.model import Compilation, SlowStep, XlaReport
+from xla_keras.storms.budget import PhaseAdvice
 from xla_keras.storms.detection import Storm
 
 # The to_dict() keys are a contract (DESIGN §2): written out here so a rename fails.
@@ -386,3 +387,46 @@ def test_compilation_from_dict_reads_by_key_in_any_order():
     c = full_report().compilations[0]
     shuffled = dict(reversed(list(c.to_dict().items())))
     assert Compilation.from_dict(shuffled) == c
+
+
+def _long_report():
+    varying = [{"path": "x/tokens", "axis": 1, "min": 3, "max": 59, "n_values": 41}]
+    advice = "Fix: batch to a fixed size and pad 'x/tokens' axis 1 to [64]. " + "Figures measured. " * 60
+    budget = PhaseAdvice("test", 3, 1.4, 0.9, 6.0, 0.15, 0.1, varying, advice, {"kind": "pad_to_lengths"})
+    return full_report(
+        storms=[Storm("train", 30, 8, varying, advice, {"kind": "pad_to_lengths"}, 8, 4.0, action="fallback")],
+        advice=[budget],
+        notes=["short note", "a long note " * 40],
+        compilations=[compilation(step=1, batch=64 * 1024 * 1024)] * 2,
+    )
+
+
+def test_the_summary_fits_100_columns_and_trims_advice_to_headline_and_fix():
+    report = _long_report()
+    lines = str(report).splitlines()
+    assert max(map(len, lines)) <= 100, [ln for ln in lines if len(ln) > 100]
+    text = "\n".join(lines)
+    assert "Figures measured" not in text  # the long advice stays in details()
+    flat = " ".join(text.split())
+    assert (
+        "STORM (train, step 30, fallback): 8 new input shapes; input 'x/tokens' axis 1 varies (3..59, 41 values) "
+        "fix: ds = xla_keras.data.apply_fix(ds, report.storms[0].fix)"
+    ) in flat
+    assert (
+        "ADVICE (test): 3 compiles; those beyond the first took 900 ms = 15% of the phase (budget 10%); "
+        "input 'x/tokens' axis 1 varies (3..59, 41 values) fix: ds = xla_keras.data.apply_fix(ds, report.advice[0].fix)"
+    ) in flat
+    notes = [i for i, ln in enumerate(lines) if ln.strip().startswith("note: a long note")]
+    assert len(notes) == 1 and lines[notes[0] + 1].endswith(" …")  # 2 lines, marked as cut
+    assert line_starting(report, "details").endswith(": report.details(), xla-keras report --full /tmp/logs/xla")
+
+
+def test_details_keeps_every_advice_and_note_whole_in_100_columns():
+    report = _long_report()
+    text = report.details()
+    assert max(map(len, text.splitlines())) <= 100
+    flat = " ".join(text.split())
+    for whole in (report.storms[0].advice, report.advice[0].advice, report.notes[1]):
+        assert " ".join(whole.split()) in flat
+    assert "details" not in flat and "…" not in flat
+    assert report.to_dict() == XlaReport.from_dict(report.to_dict()).to_dict()  # unchanged by the rendering

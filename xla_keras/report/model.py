@@ -223,6 +223,19 @@ class XlaReport:
     def __str__(self) -> str:
         return render(self)
 
+    def details(self) -> str:
+        """The summary with every storm's and advice's full text and every note whole (``str(report)``
+        trims them to their headline and fix), in 100 columns.
+
+        Returns:
+            The text ``xla-keras report --full LOGDIR`` prints.
+
+        Example:
+            >>> XlaReport(notes=["a note " * 40]).details().count("note:")
+            1
+        """
+        return render(self, full=True)
+
     def to_markdown(self) -> str:
         return render_markdown(self)
 

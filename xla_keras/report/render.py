@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import re
+import textwrap
 from typing import TYPE_CHECKING, Any, Dict, List, Optional
 
+from xla_keras.core.messages import WIDTH
 from xla_keras.core.signatures import describe
 from xla_keras.core.types import PHASES
 from xla_keras.report.units import ms_text
+from xla_keras.storms.detection import cause_clause, fix_line, storm_cause
 
 if TYPE_CHECKING:
     from xla_keras.report.model import XlaReport
@@ -16,8 +20,10 @@ def _active_word(active: Optional[bool]) -> str:
     return {True: "yes", False: "NO", None: "unknown"}[active]
 
 
-def render(report: XlaReport) -> str:
-    """The short human summary printed at the end of a fit."""
+def render(report: XlaReport, full: bool = False) -> str:
+    """The human summary printed at the end of a fit (``str(report)``), in 100 columns: each storm
+    and advice as its headline and its fix, each note in at most 2 lines. ``full=True``
+    (``report.details()``, ``xla-keras report --full``) keeps every advice and note whole."""
     phases = [p for p in PHASES if report.steps.get(p)]
     by_phase: Dict[str, float] = {}
     sources = set()
@@ -70,10 +76,26 @@ def render(report: XlaReport) -> str:
             f"  slow steps      : {report.slow_step_count} known-signature steps far above the "
             f"steady median" + (f" (worst: {worst.phase} step {worst.step}, {ms_text(worst.seconds)})" if worst else "")
         )
-    for storm in report.storms:
-        lines.append(f"  STORM ({storm.phase}, step {storm.step}, {storm.action}): {storm.advice}")
-    for item in report.advice:
-        lines.append(f"  ADVICE ({item.phase}): {item.advice}")
+    trimmed = False
+    for i, storm in enumerate(report.storms):
+        head = f"  STORM ({storm.phase}, step {storm.step}, {storm.action}): "
+        if full:
+            lines.append(head + storm.advice)
+        else:
+            lines.append(f"{head}{storm.count} new input shapes; {storm_cause(storm)}")
+            lines.append(f"      fix: {fix_line(storm.fix, f'report.storms[{i}].fix')}")
+            trimmed = True
+    for i, item in enumerate(report.advice):
+        if full:
+            lines.append(f"  ADVICE ({item.phase}): {item.advice}")
+        else:
+            lines.append(
+                f"  ADVICE ({item.phase}): {item.compiles} compiles; those beyond the first took "
+                f"{ms_text(item.recompile_seconds)} = {item.share:.0%} of the phase (budget {item.budget:.0%}); "
+                f"{cause_clause(item.varying, item.fix)}"
+            )
+            lines.append(f"      fix: {fix_line(item.fix, f'report.advice[{i}].fix')}")
+            trimmed = True
     for line in decision_lines(report.jit_decision):
         lines.append(f"  fastest         : {line}")
     if report.fallback:
@@ -99,10 +121,27 @@ def render(report: XlaReport) -> str:
             f"({', '.join(t.split(':')[0] for t in report.traces)})"
         )
     for note in report.notes:
-        lines.append(f"  note: {note}")
+        said = _wrap(f"  note: {note}")
+        trimmed = trimmed or (not full and len(said) > 2)
+        lines.extend(said if full or len(said) <= 2 else [said[0], said[1][: WIDTH - 2] + " …"])
+    if trimmed:
+        where = f", xla-keras report --full {report.log_dir}" if report.log_dir else ""
+        lines.append(f"  details         : report.details(){where}")
     if report.log_dir:
         lines.append(f"  logs            : tensorboard --logdir {report.log_dir}")
-    return "\n".join(lines)
+    return "\n".join(wrapped for line in lines for wrapped in _wrap(line))
+
+
+_LABEL = re.compile(r"^  [a-z][a-z -]{15}: ")  # "  compile time    : ...": continued under the value
+
+
+def _wrap(line: str) -> List[str]:
+    """One line of the summary in 100 columns, continued under its value (or 6 spaces in)."""
+    if len(line) <= WIDTH:
+        return [line]
+    label = _LABEL.match(line)
+    indent = " " * (len(label.group(0)) if label else 6)
+    return textwrap.wrap(line, WIDTH, subsequent_indent=indent, break_long_words=False, break_on_hyphens=False)
 
 
 def fallback_cost(fallback: Dict[str, Any]) -> Optional[str]:

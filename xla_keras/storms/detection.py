@@ -279,34 +279,47 @@ def storm_text(storm: Storm, index: int, log_dir: Optional[str] = None, data: st
         f", {_fmt_ms(storm.compile_seconds)} compiling",
         f" vs {_fmt_ms(steady)} a step" if steady is not None else "",
     )
-    name = "ds" if data == "tf.data" else "data"
-    applied = storm.fix.get("kind") in ("pad_to_lengths", "fixed_batch_size", "drop_remainder", "pad_remainder")
-    fix = (
-        f"{name} = xla_keras.data.apply_fix({name}, monitor.report.storms[{index}].fix)"
-        if applied
-        else "feed every batch with the same structure and dtypes (cast in the input pipeline)"
-        if storm.fix.get("kind") == "consistent_structure"
-        else "none from the shapes alone; or XlaMonitor(jit='off') for this model"
-    )
+    fix = fix_line(storm.fix, f"monitor.report.storms[{index}].fix", data)
     more = within(
         f"{then}More: monitor.report.storms[{index}].advice",
         *((", the XLA tab", f", `xla-keras report {log_dir}`") if log_dir else ()),
     )
-    return shaped([headline, f"Cause: {_storm_cause(storm)}", f"Fix: {fix}", more])
+    return shaped([headline, f"Cause: {storm_cause(storm)}", f"Fix: {fix}", more])
 
 
-def _storm_cause(storm: Storm) -> str:
-    kind = storm.fix.get("kind")
+APPLIED_KINDS = ("pad_to_lengths", "fixed_batch_size", "drop_remainder", "pad_remainder")
+
+
+def fix_line(fix: Dict[str, Any], where: str, data: str = "tf.data") -> str:
+    """A fix as one line of code on the user's data (``where``: the expression that holds the fix,
+    e.g. ``monitor.report.storms[0].fix``), or in words when no code applies it."""
+    name = "ds" if data == "tf.data" else "data"
+    if fix.get("kind") in APPLIED_KINDS:
+        return f"{name} = xla_keras.data.apply_fix({name}, {where})"
+    if fix.get("kind") == "consistent_structure":
+        return "feed every batch with the same structure and dtypes (cast in the input pipeline)"
+    return "none from the shapes alone; or XlaMonitor(jit='off') for this model"
+
+
+def storm_cause(storm: Storm) -> str:
+    """The storm's cause as one clause: the input and axis that vary, with their range."""
+    return cause_clause(storm.varying, storm.fix)
+
+
+def cause_clause(varying: List[Dict[str, Any]], fix: Dict[str, Any]) -> str:
+    """A storm's or a compile budget advice's cause as one clause, from what varied and its fix."""
+    kind = fix.get("kind")
     if kind == "consistent_structure":
         return "the inputs change structure or dtype between batches"
-    axes = storm.varying
-    if not axes:
+    if kind in ("drop_remainder", "pad_remainder") and fix.get("rows") and fix.get("batch_size"):
+        return f"the last batch has {fix['rows']} rows instead of {fix['batch_size']}"
+    if not varying:
         return "no single input explains the new shapes"
-    first = axes[0]
+    first = varying[0]
     what = "the batch size (axis 0)" if first.get("axis") == 0 and kind == "fixed_batch_size" else None
     leaf = f"input '{first['path']}' axis {first['axis']}"
     said = f"{what} of input '{first['path']}'" if what else leaf
-    more = f" and {len(axes) - 1} more" if len(axes) > 1 else ""
+    more = f" and {len(varying) - 1} more" if len(varying) > 1 else ""
     return f"{said} varies ({first['min']}..{first['max']}, {first['n_values']} values){more}"
 
 

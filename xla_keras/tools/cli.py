@@ -16,12 +16,15 @@ from xla_keras.report.schema import REPORT_FILE, parse_report
 COMMANDS = ("report", "doctor", "explain")
 USAGE = """xla-keras: XLA observability for Keras
 
-    xla-keras report LOGDIR [--json]   print the report(s) XlaMonitor wrote under LOGDIR
+    xla-keras report LOGDIR [--json|--full]
+                                       print the report(s) XlaMonitor wrote under LOGDIR
+                                       (--full: every advice and note whole)
     xla-keras doctor                   what this machine and environment will do with XLA
     xla-keras explain LOGFILE|-        explain the TensorFlow/XLA lines of a training log
     xla-keras --version"""
 
 flags.DEFINE_bool("json", False, "print the report as JSON instead of the human summary")
+flags.DEFINE_bool("full", False, "print the summary with every advice and note whole (report.details())")
 FLAGS = flags.FLAGS
 
 
@@ -40,9 +43,9 @@ def find_reports(log_dir: str) -> List[str]:
     return sorted(found, key=key)
 
 
-def cmd_report(args: List[str], as_json: bool, out=sys.stdout) -> int:
+def cmd_report(args: List[str], as_json: bool, out=sys.stdout, full: bool = False) -> int:
     if len(args) != 1:
-        print("usage: xla-keras report LOGDIR [--json]", file=sys.stderr)
+        print("usage: xla-keras report LOGDIR [--json|--full]", file=sys.stderr)
         return 2
     log_dir = args[0]
     if not os.path.isdir(log_dir):
@@ -61,7 +64,7 @@ def cmd_report(args: List[str], as_json: bool, out=sys.stdout) -> int:
             with open(path) as f:
                 data = json.load(f)
             parsed = parse_report(data)
-            rendered = str(parsed.report)
+            rendered = parsed.report.details() if full else str(parsed.report)
             if parsed.message:
                 print(f"xla-keras report: {path}: {parsed.message}", file=sys.stderr)
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
@@ -141,7 +144,7 @@ def run(argv: List[str]) -> int:
         return cmd_doctor(args[1:])
     if args[0] == "explain":
         return cmd_explain(args[1:])
-    return cmd_report(args[1:], FLAGS.json)
+    return cmd_report(args[1:], FLAGS.json, full=FLAGS.full)
 
 
 def main(argv: Optional[List[str]] = None) -> None:
