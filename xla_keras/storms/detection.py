@@ -16,6 +16,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 from xla_keras.core.arguments import integer
 from xla_keras.core.messages import shaped, within
 from xla_keras.core.signatures import InputSignature, diff, fingerprint
+from xla_keras.storms.fixes import APPLIED_KINDS, CONSISTENT_STRUCTURE, DROP_REMAINDER, PAD_REMAINDER
 
 ON_STORM = ("warn", "raise", "fallback")
 # Beyond this many distinct signatures per phase the history keeps counting
@@ -287,16 +288,13 @@ def storm_text(storm: Storm, index: int, log_dir: Optional[str] = None, data: st
     return shaped([headline, f"Cause: {storm_cause(storm)}", f"Fix: {fix}", more])
 
 
-APPLIED_KINDS = ("pad_to_lengths", "fixed_batch_size", "drop_remainder", "pad_remainder")
-
-
 def fix_line(fix: Dict[str, Any], where: str, data: str = "tf.data") -> str:
     """A fix as one line of code on the user's data (``where``: the expression that holds the fix,
     e.g. ``monitor.report.storms[0].fix``), or in words when no code applies it."""
     name = "ds" if data == "tf.data" else "data"
     if fix.get("kind") in APPLIED_KINDS:
         return f"{name} = xla_keras.data.apply_fix({name}, {where})"
-    if fix.get("kind") == "consistent_structure":
+    if fix.get("kind") == CONSISTENT_STRUCTURE:
         return "feed every batch with the same structure and dtypes (cast in the input pipeline)"
     return "none from the shapes alone; or XlaMonitor(jit='off') for this model"
 
@@ -309,9 +307,9 @@ def storm_cause(storm: Storm) -> str:
 def cause_clause(varying: List[Dict[str, Any]], fix: Dict[str, Any]) -> str:
     """A storm's or a compile budget advice's cause as one clause, from what varied and its fix."""
     kind = fix.get("kind")
-    if kind == "consistent_structure":
+    if kind == CONSISTENT_STRUCTURE:
         return "the inputs change structure or dtype between batches"
-    if kind in ("drop_remainder", "pad_remainder") and fix.get("rows") and fix.get("batch_size"):
+    if kind in (DROP_REMAINDER, PAD_REMAINDER) and fix.get("rows") and fix.get("batch_size"):
         return f"the last batch has {fix['rows']} rows instead of {fix['batch_size']}"
     if not varying:
         return "no single input explains the new shapes"
