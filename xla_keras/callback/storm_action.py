@@ -33,7 +33,9 @@ class StormAction:
         state.sink.scalars([session.storm_scalar(storm)])
         state.current.traces.storm_opened()
         index = len(session.storms) - 1  # its place in report.storms
-        text = storm_text(storm, index, state.sink.log_dir, session.data_kind)
+        run = "fit" if state.in_fit else RUN_WORD[phase]
+        then = f"XLA is now off for this {run} (on_storm='fallback'). " if storm.action == "fallback" else ""
+        text = storm_text(storm, index, state.sink.log_dir, session.data_kind, then)
         if storm.action == "raise":
             stopped = state.stopped_early(phase, state.in_fit, "on_storm='raise' after a recompilation storm")
             if state.in_fit:
@@ -45,9 +47,6 @@ class StormAction:
             raise RecompilationStormError(text)
         if storm.action == "fallback":
             self._fall_back(phase, step)
-            run = "fit" if state.in_fit else RUN_WORD[phase]
-            then = f"XLA is now off for this {run} (on_storm='fallback'). "
-            text = storm_text(storm, index, state.sink.log_dir, session.data_kind, then)
         warn(text)  # once: the warning is the message, located at the user's fit call
         state.flush()
 
