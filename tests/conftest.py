@@ -4,11 +4,14 @@ tests, then the in-process fits alone: tests/side_by_side.py)."""
 
 import os
 import signal
+import tempfile
 import time
+from pathlib import Path
 from typing import List
 
 import pytest
-from scenario import run_scenario  # tests/ is on sys.path under pytest
+import second_process  # tests/ is on sys.path under pytest
+from scenario import run_scenario
 from side_by_side import FAMILIES, LANES, TIMES, drain, family, start
 
 from xla_keras.errors import XlaKerasWarning
@@ -64,7 +67,11 @@ def scenario_runs(tmp_path_factory):
     return start("scenario_runs", tmp_path_factory)
 
 
+_CONFIG: list = []  # the session's config, for the second process's report writer
+
+
 def pytest_configure(config):
+    _CONFIG[:] = [config]
     # A shell without job control starts background commands with SIGINT ignored, and then Python
     # never installs its Ctrl-C handler: `_thread.interrupt_main()` (the real Ctrl-C of the fault
     # tests) would do nothing. Give the tests the handler an interactive Python has.
@@ -175,9 +182,10 @@ def pytest_collection_modifyitems(config, items):
 
 def _order(config, items):
     """The session's order: the quick tests (while the families run on the shared lanes), then the
-    families' tests, longest family first, then the tests that fit in this process, alone.
+    families' tests, longest family first, then the tests that fit in process: half here, half in a
+    second pytest process beside them (tests/second_process.py), then the ``timed`` ones alone.
     XLA_KERAS_TEST_LANES=off starts each family at its first test instead (scripts/compat.py)."""
-    quick, families, alone, needed = [], {}, [], set()
+    quick, families, alone, timed, needed = [], {}, [], [], set()
     for item in items:
         used = _families_of(item)
         needed.update(f.key for f in used)
@@ -185,12 +193,47 @@ def _order(config, items):
             families.setdefault(max(used, key=lambda f: f.seconds).key, []).append(item)
         elif item.get_closest_marker("slow") is None:
             quick.append(item)
+        elif item.get_closest_marker("timed") is not None:
+            timed.append(item)
         else:
             alone.append(item)
     longest_first = sorted(families, key=lambda key: -FAMILIES[key].seconds)
     needed = sorted(needed, key=lambda key: -FAMILIES[key].seconds)
     config.stash[_NEEDED] = needed if os.environ.get("XLA_KERAS_TEST_LANES", "on") != "off" else []
-    items[:] = quick + [item for key in longest_first for item in families[key]] + alone
+    here, there = second_process.split(alone, _module_of)
+    if there:
+        root = Path(tempfile.mkdtemp(prefix="xla_keras_second_process_"))
+        config.stash[_CHILD] = second_process.Child(config, [item.nodeid for item in there], root)
+    items[:] = quick + [item for key in longest_first for item in families[key]] + here + there + timed
+
+
+_CHILD = pytest.StashKey["second_process.Child"]()
+
+
+def _child(config) -> "second_process.Child | None":
+    return config.stash.get(_CHILD, None)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_protocol(item, nextitem):
+    """A test the second process ran: its reports, replayed here in the session's order."""
+    child = _child(item.config)
+    if child is None or item.nodeid not in child.nodeids:
+        return None
+    _fits_begin(item.config)
+    PHASES.setdefault("waiting for the second process", time.monotonic())
+    child.replay(item)
+    return True
+
+
+def _fits_begin(config):
+    """The part that fits in process begins: nothing on the lanes, then the second process starts."""
+    PHASES.setdefault("drain", time.monotonic())
+    drain()
+    PHASES.setdefault("fits alone", time.monotonic())
+    child = _child(config)
+    if child is not None:
+        child.start()
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -214,10 +257,14 @@ def pytest_runtest_setup(item):
     generator-fed fit took 0.7 s alone and 46.6 s beside the lanes' runs)."""
     if _families_of(item):
         PHASES.setdefault("family tests", time.monotonic())
+    elif item.get_closest_marker("timed") is not None:
+        _fits_begin(item.config)
+        child = _child(item.config)
+        if child is not None:
+            child.wait()  # nothing beside a test that reads step times
+        PHASES.setdefault("timed fits", time.monotonic())
     elif item.get_closest_marker("slow") is not None:
-        PHASES.setdefault("drain", time.monotonic())
-        drain()
-        PHASES.setdefault("fits alone", time.monotonic())
+        _fits_begin(item.config)
     else:
         PHASES.setdefault("quick tests", time.monotonic())
 
@@ -238,7 +285,18 @@ def pytest_warning_recorded(warning_message, when, nodeid, location):
         BAD_MESSAGES.append(f"{nodeid}: {where}:{warning_message.lineno}: {lines}")
 
 
+def pytest_runtest_logreport(report):
+    if second_process.in_child():
+        second_process.write_report(_CONFIG[0], report)
+
+
 def pytest_sessionfinish(session, exitstatus):
+    child = _child(session.config)
+    if child is not None:
+        child.stop()  # an interrupted session leaves no child behind
+        BAD_MESSAGES.extend(child.bad_messages)
+    if second_process.in_child():
+        second_process.write_bad_messages(BAD_MESSAGES)
     if BAD_MESSAGES and exitstatus == 0:
         session.exitstatus = 1
 
@@ -252,6 +310,7 @@ def _mark_slow(items):
             or _uses_fit_fixture(module, set(item.fixturenames))
             or bool(_families_of(item))  # a family's runs are fits or TensorFlow processes
             or item.get_closest_marker("scenario") is not None
+            or item.get_closest_marker("timed") is not None
         )
         if slow and item.get_closest_marker("slow") is None:
             item.add_marker(pytest.mark.slow)
@@ -267,6 +326,12 @@ def pytest_terminal_summary(terminalreporter):
         terminalreporter.write_sep("=", f"slowest {min(10, len(TIMES))} of {len(TIMES)} runs on the lanes")
         for seconds, label in sorted(TIMES, reverse=True)[:10]:
             terminalreporter.write_line(f"{seconds:7.2f}s {label}")
+    child = _child(terminalreporter.config)
+    if child is not None and child.seconds is not None:
+        terminalreporter.write_line(
+            f"second process: {len(child.nodeids)} tests in {child.seconds:.0f} s beside this one; "
+            f"its output: {child.log}"
+        )
     if TIMES or "fits alone" in PHASES:
         # Where the wall time went: a phase with a core idle is where the suite can still gain.
         marks = sorted((at, name) for name, at in PHASES.items() if name != "session")

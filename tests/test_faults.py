@@ -667,6 +667,7 @@ def test_internal_error_inside_a_trace_window_frees_the_profiler_and_says_so_on_
 # ----------------------------------------------------------- 5. a busy profiler
 
 
+@pytest.mark.timed  # compiles found from step times: nothing beside it (conftest)
 def test_someone_elses_profiler_session_stays_theirs(tmp_path, caplog):
     theirs = tmp_path / "theirs"
     log_dir = str(tmp_path / "logs")
@@ -918,6 +919,7 @@ def test_a_stop_iteration_from_a_batch_hook_ends_the_epoch_not_the_monitor():
     assert not monitor.in_call and monitor.error is None
 
 
+@pytest.mark.timed  # compiles found from step times: nothing beside it (conftest)
 def test_a_failed_pull_does_not_forget_the_previous_steps_compile(tmp_path):
     def data(fail):
         def gen():

@@ -293,6 +293,7 @@ def test_a_callback_error_leaves_no_stale_fit_behind():
     assert monitor.report.wall_seconds >= wall_after_fit > 0
 
 
+@pytest.mark.timed  # compiles found from step times: nothing beside it (conftest)
 def test_timing_fallback_splits_a_multi_batch_call(tmp_path):
     model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
     model.compile("sgd", "mse", steps_per_execution=4)
@@ -387,6 +388,7 @@ def _without_compiler_events(monkeypatch, known):
     monkeypatch.setattr(_internals, "profiler_sees_xla_compiler", lambda: False if known else None)
 
 
+@pytest.mark.timed  # compiles found from step times: nothing beside it (conftest)
 @pytest.mark.parametrize("known", [True, False])
 def test_a_probe_blind_to_the_compiler_times_each_compile_from_op_spans(monkeypatch, known):
     _without_compiler_events(monkeypatch, known)
@@ -405,6 +407,7 @@ def test_a_probe_blind_to_the_compiler_times_each_compile_from_op_spans(monkeypa
     assert len(notes) == 1 and ("known for this version" in notes[0]) is known
 
 
+@pytest.mark.timed  # compiles found from step times: nothing beside it (conftest)
 def test_a_signature_another_monitor_compiled_is_no_op_span_compile(monkeypatch):
     """A fresh monitor's ledger is empty, but the function already compiled these shapes: their
     kernels run step-sized, so nothing is counted (the reviewer's fit-then-evaluate repro)."""
@@ -437,6 +440,7 @@ def test_on_a_version_whose_compiler_is_visible_silence_means_nothing_compiled(m
     assert not any("emits no profiler events" in n for n in monitor.report.notes)
 
 
+@pytest.mark.timed  # compiles found from step times: nothing beside it (conftest)
 def test_op_spans_that_cannot_be_matched_to_batches_fall_back_to_timing(monkeypatch):
     _without_compiler_events(monkeypatch, known=True)
     real = _internals.stop_probe
