@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Install what the tests need, then run them all (this is what CI runs, via .ci/run):
-#   0. static checks: ruff check, ruff format --check, mypy xla_keras;
+#   0. static checks: ruff check, ruff format --check, mypy xla_keras, mkdocs build --strict;
 #   1. the main suite on the newest pair (TensorFlow 2.21, Keras 3.15, this Python);
 #   2. the compatibility tier: fresh venvs pinned to older TensorFlow releases (install check,
 #      ground truth, private APIs, older Keras / tf_keras), scripts/compat.py;
@@ -41,6 +41,10 @@ section "static checks"
 ruff check .
 ruff format --check .
 mypy xla_keras
+# The documentation site (mkdocs.yml): no broken link or reference; built outside the checkout.
+docs_site=$(mktemp -d)
+NO_MKDOCS_2_WARNING=1 mkdocs build --strict --site-dir "$docs_site"  # not --quiet: it hides the warnings --strict counts
+rm -rf "$docs_site"
 section "main suite"
 python -m pytest -q --durations=15
 if [ "${1:-}" != "--main" ]; then

@@ -108,7 +108,8 @@ def test_traces_name_the_profile_tabs_run():
 
 def full_report(**overrides):
     from xla_keras.core.signatures import from_jsonable
-    from xla_keras.report.model import Compilation, XlaReport
+    from xla_keras.report.model import XlaReport
+    from xla_keras.report.records import Compilation
     from xla_keras.storms.detection import Storm
 
     report = XlaReport(

@@ -7,6 +7,16 @@ load on first use of the names that need them (PEP 562).
 from __future__ import annotations
 
 __version__ = "0.2.0.dev0"
+"""This xla_keras's version (PEP 440), as the report's ``versions["xla_keras"]`` records it.
+
+Example:
+    ```pycon
+    >>> from packaging.version import Version
+    >>> Version(xla_keras.__version__) >= Version("0.2.0.dev0")
+    True
+
+    ```
+"""
 
 __all__ = [
     "XlaMonitor",
@@ -41,8 +51,8 @@ _LAZY = {
     "CompareTable": "tools.compare",
     "XlaKerasWarning": "errors",
     "XlaReport": "report.model",
-    "Compilation": "report.model",
-    "SlowStep": "report.model",
+    "Compilation": "report.records",
+    "SlowStep": "report.records",
     "Storm": "storms.detection",
     "RecompilationStormError": "errors",
     "MonitorConfig": "config",

@@ -21,10 +21,39 @@ VERBOSITY = (0, 1, 2)
 
 @dataclass(frozen=True)
 class MonitorConfig:
-    """XlaMonitor's arguments (see its docstring), normalised:
-    ``update_freq`` is ``"epoch"`` or an int (``"batch"`` is 1), ``profile``
-    is ``"auto"``, None or a ``(start, stop)`` tuple of ints, ``log_dir`` a
-    str with ``~`` expanded, or None."""
+    """XlaMonitor's arguments, validated once and normalised (``monitor.config``).
+
+    Values Keras users pass (numpy integers, ``pathlib.Path``, ``~``) are taken as Keras takes
+    them and normalised, so the monitor reads plain ints and strings.
+
+    Args:
+        log_dir: as ``XlaMonitor``'s; kept as a str with ``~`` expanded, or None.
+        jit: as ``XlaMonitor``'s.
+        storm_threshold: as ``XlaMonitor``'s.
+        storm_window: as ``XlaMonitor``'s.
+        on_storm: as ``XlaMonitor``'s.
+        profile: as ``XlaMonitor``'s; kept as ``"auto"``, None or a ``(start, stop)`` tuple.
+        update_freq: as ``XlaMonitor``'s; kept as ``"epoch"`` or an int (``"batch"`` is 1).
+        verbose: as ``XlaMonitor``'s.
+        max_records: as ``XlaMonitor``'s.
+        compile_budget: as ``XlaMonitor``'s.
+
+    Raises:
+        ValueError: an argument outside its choices (the message names them).
+        TypeError: a ``log_dir`` that is neither a path (str, ``os.PathLike``) nor None.
+
+    Example:
+        ```pycon
+        >>> config = xla_keras.MonitorConfig(log_dir=None, update_freq="batch", profile=[3, 5])
+        >>> config.update_freq, config.profile
+        (1, (3, 5))
+        >>> xla_keras.MonitorConfig(on_storm="stop")
+        Traceback (most recent call last):
+          ...
+        ValueError: on_storm must be one of 'warn', 'raise', 'fallback'; got 'stop'
+
+        ```
+    """
 
     log_dir: Optional[str] = "logs/xla"
     jit: str = "keep"

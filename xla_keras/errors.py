@@ -6,13 +6,83 @@ __all__ = ["XlaKerasWarning", "LogDirError", "RecompilationStormError"]
 
 
 class XlaKerasWarning(UserWarning):
-    """A configuration that will not do what was asked, or a storm."""
+    """A configuration that will not do what was asked, or a storm.
+
+    Every warning of xla_keras has this category: at most 4 lines of at most 100 characters, located
+    at your own line (the ``model.fit`` call, or the monitor's construction). Filter it like any
+    warning category.
+
+    Example:
+        `model`, `x`, `y`: any compiled Keras model and its data; a batch size that changes at every
+        step is a recompilation storm (here at 3 new shapes).
+
+        ```pycon
+        >>> import warnings
+        >>> def batches():
+        ...     for n in (8, 16, 24):
+        ...         yield x[:n], y[:n]
+        >>> monitor = xla_keras.XlaMonitor(log_dir=None, jit="on", storm_threshold=3, verbose=0)
+        >>> with warnings.catch_warnings(record=True) as caught:
+        ...     warnings.simplefilter("always")
+        ...     history = model.fit(batches(), verbose=0, callbacks=[monitor])
+        >>> ours = [w for w in caught if w.category is xla_keras.XlaKerasWarning]
+        >>> print(ours[0].message)  # doctest: +ELLIPSIS
+        Recompilation storm (train): 3 new input shapes in 3 steps, 3 compiles, ... compiling
+        Cause: the batch size (axis 0) of input 'x' varies (8..24, 3 values)
+        Fix: ds = xla_keras.data.apply_fix(ds, monitor.report.storms[0].fix)
+        More: monitor.report.storms[0].advice
+
+        ```
+    """
 
 
 class LogDirError(OSError):
-    """The log_dir cannot be written: the user's error, raised before the first step."""
+    """The log_dir cannot be written: the user's error, raised before the first step.
+
+    An ``OSError`` (its ``errno`` is the one writing failed with), raised when the fit (or evaluate /
+    predict) starts; ``log_dir=None`` keeps the report in memory and writes nothing.
+
+    Example:
+        `model`, `x`, `y`: any compiled Keras model and its data; a file stands where the log
+        directory should be made.
+
+        ```pycon
+        >>> import tempfile
+        >>> blocker = tempfile.NamedTemporaryFile()
+        >>> monitor = xla_keras.XlaMonitor(log_dir=blocker.name + "/logs", verbose=0)
+        >>> try:
+        ...     history = model.fit(x, y, verbose=0, callbacks=[monitor])
+        ... except xla_keras.LogDirError as error:
+        ...     print(error)  # doctest: +ELLIPSIS
+        [Errno 20] XlaMonitor cannot write to log_dir='.../logs': Not a directory. Pass a writable ...
+
+        ```
+    """
 
 
 class RecompilationStormError(RuntimeError):
-    """Raised by ``XlaMonitor(on_storm="raise")``: the message is the storm's 4-line console message
-    (what happened, cause, fix, where the full advice is: ``report.storms[i].advice``)."""
+    """Raised by ``XlaMonitor(on_storm="raise")`` when a recompilation storm opens.
+
+    The fit stops and the monitor's files are flushed; ``monitor.report`` holds the storm. The
+    message is the storm's 4-line console message (what happened, cause, fix, where the full advice
+    is: ``report.storms[i].advice``).
+
+    Example:
+        `model`, `x`, `y`: any compiled Keras model and its data; a batch size that changes at every
+        step is a storm (here at 3 new shapes).
+
+        ```pycon
+        >>> def batches():
+        ...     for n in (8, 16, 24, 32):
+        ...         yield x[:n], y[:n]
+        >>> monitor = xla_keras.XlaMonitor(log_dir=None, jit="on", storm_threshold=3, on_storm="raise", verbose=0)
+        >>> try:
+        ...     history = model.fit(batches(), verbose=0, callbacks=[monitor])
+        ... except xla_keras.RecompilationStormError as error:
+        ...     print(str(error).splitlines()[1])
+        Cause: the batch size (axis 0) of input 'x' varies (8..24, 3 values)
+        >>> monitor.report.steps["train"], monitor.report.run_state  # stopped at the storm
+        (3, 'interrupted')
+
+        ```
+    """

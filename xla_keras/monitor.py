@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import atexit
 import weakref
-from typing import Any, List, Optional
+from typing import Any, Optional
 
 try:
     import keras
@@ -27,7 +27,7 @@ except ModuleNotFoundError as _missing:  # Keras without its backend (TensorFlow
     ) from _missing
 
 from xla_keras.backends import backend_for
-from xla_keras.backends.base import Backend, CompileProbe
+from xla_keras.backends.base import Backend
 from xla_keras.callback.book import ModelReport, ReportBook
 from xla_keras.callback.containment import Containment
 from xla_keras.callback.fastest import FastestDriver
@@ -37,12 +37,9 @@ from xla_keras.callback.lifecycle import Lifecycle, warn_keras_multi_worker_faul
 from xla_keras.callback.state import CallState
 from xla_keras.callback.steps import StepPath
 from xla_keras.callback.storm_action import StormAction
-from xla_keras.callback.traces import TraceWindows
+from xla_keras.callback.surface import MonitorSurface
 from xla_keras.config import MonitorConfig
-from xla_keras.core.session import Session
 from xla_keras.errors import LogDirError, RecompilationStormError
-from xla_keras.report.model import XlaReport
-from xla_keras.tensorboard.sink import OutputSink
 
 __all__ = ["XlaMonitor", "LogDirError"]
 
@@ -62,7 +59,7 @@ def _watched(method):
     return run
 
 
-class XlaMonitor(keras.callbacks.Callback):
+class XlaMonitor(MonitorSurface):
     """Tells whether XLA really ran in `fit`, what compiled and what it cost.
 
     Add it to ``model.fit(callbacks=[...])`` (or ``evaluate`` / ``predict``), under Keras's
@@ -107,7 +104,8 @@ class XlaMonitor(keras.callbacks.Callback):
             length stays under it.
 
     Raises:
-        ValueError / TypeError: at construction, for an argument outside its choices (the message names them).
+        ValueError: at construction, for an argument outside its choices (the message names them).
+        TypeError: at construction, for a ``log_dir`` that is neither a path (str, ``os.PathLike``) nor None.
         RuntimeError: at construction, under a Keras backend the monitor does not support (neither TensorFlow
             nor JAX).
         LogDirError: at the start of a fit whose ``log_dir`` cannot be written (an ``OSError``; before any
@@ -115,13 +113,24 @@ class XlaMonitor(keras.callbacks.Callback):
         RecompilationStormError: with ``on_storm="raise"``, when a storm opens.
 
     Example:
+        `model`, `x`, `y`: any compiled Keras model and its data (here 64 rows: 2 batches of 32).
 
-    ```python
-    monitor = xla_keras.XlaMonitor(log_dir="logs/xla", jit="on")
-    model.fit(x, y, epochs=3, validation_split=0.2, callbacks=[monitor])
-    print(monitor.report)                      # human summary
-    monitor.report.to_dict()                   # JSON-able; also LOG_DIR/xla_report.json
-    ```
+        ```pycon
+        >>> monitor = xla_keras.XlaMonitor(log_dir=None, jit="on", verbose=0)
+        >>> history = model.fit(x, y, batch_size=32, epochs=1, verbose=0, callbacks=[monitor])
+        >>> monitor.report.jit_active  # XLA really ran
+        True
+        >>> monitor.report.to_dict()["compilation_count"]  # JSON-able; one input shape, one compile
+        {'train': 1, 'test': 0, 'predict': 0}
+        >>> print(monitor.report)  # doctest: +ELLIPSIS
+        XLA report (xla_keras)
+          jit requested   : on    XLA active: yes
+        ...
+
+        ```
+
+        With a ``log_dir`` (``"logs/xla"`` by default) the report is also ``LOG_DIR/xla_report.json``
+        and TensorBoard's XLA tab; ``verbose=1`` (the default) prints it when the fit ends.
     """
 
     _xla_keras_monitor = True  # how guards.py recognises a monitor in a CallbackList
@@ -163,76 +172,6 @@ class XlaMonitor(keras.callbacks.Callback):
         unsupported = self.backend.unsupported()
         if unsupported:
             self._lifecycle.refuse(unsupported)
-
-    @property
-    def async_safe(self) -> bool:
-        """Keras may run the batch-end hooks on its executor thread (JAX): calls end in the step wrapper."""
-        return self._state.ends_in_wrapper
-
-    @property
-    def model(self) -> Any:
-        """The model of the watched call. Unlike ``keras.callbacks.Callback.model`` it never syncs
-        Keras's JAX training state into the model's variables (the monitor reads it inside steps)."""
-        return self.backend.callback_model(self)
-
-    # The arguments, as given (normalised): read-only.
-    jit = property(lambda self: self.config.jit)
-    storm_threshold = property(lambda self: self.config.storm_threshold)
-    storm_window = property(lambda self: self.config.storm_window)
-    on_storm = property(lambda self: self.config.on_storm)
-    profile = property(lambda self: self.config.profile)
-    update_freq = property(lambda self: self.config.update_freq)
-    verbose = property(lambda self: self.config.verbose)
-    compile_budget = property(lambda self: self.config.compile_budget)
-    max_records = property(lambda self: self.config.max_records)
-
-    @property
-    def log_dir(self) -> Optional[str]:
-        """Where this report's files go (``LOG_DIR/model_N`` for the N-th model), or None."""
-        return self.sink.log_dir
-
-    @property
-    def error(self) -> Optional[str]:
-        """Why the monitor disabled itself (an internal error), or None."""
-        return self._state.current.error
-
-    @property
-    def in_call(self) -> bool:
-        """A fit (or a standalone evaluate / predict) is being watched and has not ended."""
-        return self._state.in_call
-
-    def step_wrapper(self, phase: str) -> Any:
-        """The wrapper this monitor installed on ``phase``'s step function, if any."""
-        return self.backend.wrapper(phase)
-
-    # The current model's report, and its parts (book.ModelReport).
-    @property
-    def session(self) -> Session:
-        return self._state.session
-
-    @property
-    def sink(self) -> OutputSink:
-        return self._state.sink
-
-    @property
-    def traces(self) -> TraceWindows:
-        return self._state.current.traces
-
-    @property
-    def probe(self) -> Optional[CompileProbe]:
-        """The compile probe of the report being written (made at its model's first call), or None."""
-        return self._state.probe
-
-    @property
-    def report(self) -> XlaReport:
-        """The report so far (complete after the fit / evaluate / predict) of the model watched last."""
-        return self._state.report()
-
-    @property
-    def reports(self) -> List[XlaReport]:
-        """One report per model this monitor watched, in the order it first saw them (the model
-        watched last is ``report``). A re-compiled model is the same model."""
-        return self._state.reports()
 
     # ------------------------------------------------------------------ hooks
 

@@ -52,12 +52,25 @@ def configure(cpu_autoclustering: bool = False, cache_dir=None) -> dict:
 
     Returns:
         ``{"cpu_autoclustering": bool, "cache_dir": bool}`` for what was asked:
-        whether it will take effect.
+            whether it will take effect.
+
+    Raises:
+        TypeError: ``cpu_autoclustering`` is not True or False.
+        ValueError: ``cache_dir`` is not a directory path, or ``cpu_autoclustering=True``
+            under Keras's JAX backend.
 
     Example:
+        In a fresh process, right after the import (under TensorFlow, a later call warns and
+        says False: TensorFlow has read its flags by then):
+
+        ```pycon
         >>> import xla_keras
         >>> xla_keras.configure(cache_dir="~/.cache/xla")  # doctest: +SKIP
         {'cache_dir': True}
+        >>> xla_keras.configure()  # nothing asked, nothing to say
+        {}
+
+        ```
     """
     import keras
 

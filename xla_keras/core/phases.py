@@ -15,7 +15,7 @@ from typing import Callable, Dict, List, Optional, Tuple
 from xla_keras.core.signatures import InputSignature
 from xla_keras.core.timing import PhaseTiming
 from xla_keras.core.types import MEASURED, CompileObservation, Scalar
-from xla_keras.report.model import Compilation, SlowStep
+from xla_keras.report.records import Compilation, SlowStep
 from xla_keras.storms.budget import PhaseAdvice
 from xla_keras.storms.detection import ShapeHistory, Storm
 from xla_keras.storms.lengths import BatchSample

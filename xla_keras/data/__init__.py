@@ -20,6 +20,17 @@ are axes of a batch (axis 0 is the rows).
 Modules: ``plan`` reads a fix, ``batches`` pads one batch, ``arrays`` and
 ``tfdata`` apply a fix to numpy and tf.data pipelines, ``pydataset`` holds
 the PyDataset that numpy results come back in.
+
+Example:
+    A storm's ``fixed_batch_size`` fix on batches of 8, 16 and 24 rows:
+
+    ```pycon
+    >>> batches = [(np.ones((n, 4)), np.ones((n, 1))) for n in (8, 16, 24)]
+    >>> fix = {"kind": "fixed_batch_size", "size": 24, "batch_size": 24, "remainder": "drop"}
+    >>> [x.shape for x, y in xla_keras.data.apply_fix(batches, fix)]
+    [(24, 4), (24, 4)]
+
+    ```
 """
 
 from __future__ import annotations
@@ -60,16 +71,23 @@ def pad_to_lengths(data: Any, fix: Dict[str, Any]) -> Any:
 
     Returns:
         A ``tf.data.Dataset`` for a ``tf.data.Dataset``, else a
-        ``keras.utils.PyDataset`` of numpy batches.
+            ``keras.utils.PyDataset`` of numpy batches.
+
+    Raises:
+        ValueError: for a fix of another kind (use ``apply_fix``), a fix
+            missing a key, or a fix whose inputs are not in the data.
 
     Example:
+        ```pycon
+        >>> fix = {"kind": "pad_to_lengths",
+        ...        "targets": [{"path": "x/tokens", "axis": 1, "lengths": [16, 32, 64]},
+        ...                    {"path": "x/mask", "axis": 1, "lengths": [16, 32, 64]}]}
+        >>> batches = [({"tokens": np.ones((8, 20)), "mask": np.ones((8, 20))}, np.ones(8))]
+        >>> ds = xla_keras.data.pad_to_lengths(batches, fix)
+        >>> ds[0][0]["tokens"].shape  # a batch of length 20 becomes 32
+        (8, 32)
 
-    ```python
-    fix = {"kind": "pad_to_lengths",
-           "targets": [{"path": "x/tokens", "axis": 1, "lengths": [16, 32, 64]},
-                       {"path": "x/mask", "axis": 1, "lengths": [16, 32, 64]}]}
-    ds = xla_keras.data.pad_to_lengths(ds, fix)  # a batch of length 20 becomes 32
-    ```
+        ```
     """
     kind = plan.kind_of(fix)
     if kind != PAD_TO_LENGTHS:
@@ -116,8 +134,8 @@ def apply_fix(data: Any, fix: Dict[str, Any]) -> Any:
 
     Returns:
         A ``tf.data.Dataset`` for a ``tf.data.Dataset``, else a
-        ``keras.utils.PyDataset`` of numpy batches (Keras's ``shuffle``
-        shuffles its batch order).
+            ``keras.utils.PyDataset`` of numpy batches (Keras's ``shuffle``
+            shuffles its batch order).
 
     Raises:
         ValueError: for a fix that cannot be applied mechanically
@@ -126,15 +144,21 @@ def apply_fix(data: Any, fix: Dict[str, Any]) -> Any:
             a key, or a fix whose inputs are not in the data.
 
     Example:
+        After a fit with a storm, ``train_ds = xla_keras.data.apply_fix(train_ds,
+        monitor.report.storms[0].fix)``, and the next fit sees the advised shapes only
+        (``Storm``'s example runs one). On numpy batches whose last one is short:
 
-    ```python
-    monitor = xla_keras.XlaMonitor()
-    model.fit(train_ds, callbacks=[monitor])
-    for storm in monitor.report.storms:
-        print(storm.advice)
-    train_ds = xla_keras.data.apply_fix(train_ds, monitor.report.storms[0].fix)
-    model.fit(train_ds, callbacks=[monitor])  # the advised shapes only
-    ```
+        ```pycon
+        >>> batches = [(np.ones((32, 4)), np.ones((32, 1))), (np.ones((16, 4)), np.ones((16, 1)))]
+        >>> len(xla_keras.data.apply_fix(batches, {"kind": "drop_remainder", "batch_size": 32, "remainder": "drop"}))
+        1
+        >>> padded = xla_keras.data.apply_fix(batches, {"kind": "pad_remainder", "batch_size": 32, "remainder": "pad"})
+        >>> [part.shape for part in padded[1]]  # rows padded to 32, and a sample_weight
+        [(32, 4), (32, 1), (32,)]
+        >>> padded[1][2][14:18].tolist()  # the padded rows weigh nothing
+        [1.0, 1.0, 0.0, 0.0]
+
+        ```
     """
     kind = plan.kind_of(fix)
     if kind == PAD_TO_LENGTHS:
@@ -187,17 +211,28 @@ def bucket_by_length(data: Any, fix: Dict[str, Any], batch_size: Optional[int] =
 
     Returns:
         A batched ``tf.data.Dataset`` (``group_by_window``) for a
-        ``tf.data.Dataset``, else a ``keras.utils.PyDataset`` of numpy
-        batches, in order of completion (Keras's ``shuffle`` shuffles batch
-        order; shuffle examples before bucketing to vary their company).
+            ``tf.data.Dataset``, else a ``keras.utils.PyDataset`` of numpy
+            batches, in order of completion (Keras's ``shuffle`` shuffles batch
+            order; shuffle examples before bucketing to vary their company).
+
+    Raises:
+        ValueError: for a fix that holds no bucketing (apply it with
+            ``apply_fix``), a fix missing a key, or no batch size.
 
     Example:
+        With a storm's fix (a ``pad_to_lengths`` fix with a ``"bucket_by_length"`` part) on a
+        ``tf.data.Dataset`` of unbatched examples: ``train_ds =
+        xla_keras.data.bucket_by_length(examples.shuffle(10_000), fix, batch_size=32)``. On a
+        list of token arrays (0 is padding), a fix written out:
 
-    ```python
-    fix = monitor.report.storms[0].fix  # pad_to_lengths, with a "bucket_by_length" part
-    examples = tf.data.Dataset.from_generator(...)  # unbatched: ({"tokens": ..., "mask": ...}, label)
-    train_ds = xla_keras.data.bucket_by_length(examples.shuffle(10_000), fix, batch_size=32)
-    ```
+        ```pycon
+        >>> examples = [(np.ones(n, "int32"), float(n)) for n in (3, 20, 4, 18)]
+        >>> fix = {"kind": "bucket_by_length", "length_of": {"path": "x", "axis": 1}, "lengths": [8, 32],
+        ...        "targets": [{"path": "x", "axis": 1}], "batch_size": 2, "remainder": "drop"}
+        >>> [(x.shape, y.tolist()) for x, y in xla_keras.data.bucket_by_length(examples, fix)]
+        [((2, 8), [3.0, 4.0]), ((2, 32), [20.0, 18.0])]
+
+        ```
     """
     spec = plan.bucketing(fix, batch_size)
     if tfdata.is_tf_dataset(data):

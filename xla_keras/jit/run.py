@@ -26,20 +26,56 @@ _first_calls: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
 def jit_decision(model: Any) -> Optional[dict]:
-    """The decision ``XlaMonitor(jit="fastest")`` measured for ``model`` and keeps for its later
-    fits, as a dict (``mode``, ``why``, ``medians``, ...), or None.
+    """The decision ``XlaMonitor(jit="fastest")`` measured for ``model`` and keeps for its later fits.
+
+    Only a decision the trial measured (both modes ran) is kept; a fit too short to decide keeps
+    Keras's own choice for that fit and nothing for later ones (its report says why).
+
+    Args:
+        model: a Keras model.
+
+    Returns:
+        The decision as a dict (``mode``: "on" or "off", ``why``, ``medians``, ... as in
+            ``report.jit_decision``), or None when there is none.
 
     Example:
-        >>> xla_keras.jit_decision(model)["mode"]  # doctest: +SKIP
-        'off'
+        `model`, `x`, `y`: any compiled Keras model and its data; 2 steps are far too few to
+        measure (the trial needs 1,000 train steps left after warm-up).
+
+        ```pycon
+        >>> monitor = xla_keras.XlaMonitor(log_dir=None, jit="fastest", verbose=0)
+        >>> history = model.fit(x, y, batch_size=32, epochs=1, verbose=0, callbacks=[monitor])
+        >>> monitor.report.jit_decision["why"]
+        "jit='fastest': the fit ended before the trial could decide"
+        >>> print(xla_keras.jit_decision(model))
+        None
+
+        ```
     """
     decision = _decisions.get(model)
     return decision.to_dict() if decision is not None else None
 
 
 def forget_jit_decision(model: Any) -> bool:
-    """Drop ``model``'s kept decision: its next ``jit="fastest"`` fit measures again (e.g. after a
-    change of batch size or data). True when there was one."""
+    """Drop ``model``'s kept decision: its next ``jit="fastest"`` fit measures again.
+
+    For a change the decision did not see, e.g. of batch size or data.
+
+    Args:
+        model: a Keras model.
+
+    Returns:
+        True when there was a decision to drop.
+
+    Example:
+        `model`: any Keras model.
+
+        ```pycon
+        >>> xla_keras.forget_jit_decision(model)  # nothing measured for it yet
+        False
+
+        ```
+    """
     return _decisions.pop(model, None) is not None
 
 

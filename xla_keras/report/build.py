@@ -9,7 +9,8 @@ from xla_keras.core.phases import SessionSnapshot
 from xla_keras.core.timing import break_even_steps, share
 from xla_keras.core.types import MEASURED, PHASES
 from xla_keras.jit.modes import JitState, ProbeFacts, verdict
-from xla_keras.report.model import Compilation, XlaReport
+from xla_keras.report.model import XlaReport
+from xla_keras.report.records import Compilation
 from xla_keras.storms.detection import partial_batch_note, train_vs_validation_note
 
 

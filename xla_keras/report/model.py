@@ -11,9 +11,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
-from xla_keras.core.signatures import InputSignature, from_jsonable, to_jsonable
-from xla_keras.core.timing import excess_over_steady
 from xla_keras.core.types import PHASES
+from xla_keras.report.records import Compilation, SlowStep
 from xla_keras.report.render import (
     render,
     render_markdown,
@@ -25,106 +24,77 @@ SCHEMA_VERSION = 6  # see schema.py for what each version added
 
 
 @dataclass
-class Compilation:
-    """One compiled XLA module.
-
-    Attributes:
-        phase: "train", "test" or "predict".
-        step: 1-based global step of the phase at which it compiled.
-        signature: the input signature that made it compile.
-        seconds: compile time; from the XLA compiler's events when
-            ``source == "profiler"``, from the span of the op that triggered
-            the compile when ``"op_span"`` (TensorFlow 2.16/2.17 on CPU, whose
-            compiler emits no events), from JAX's own compile events when
-            ``"jax"`` (tracing + lowering + XLA compile of the step), else
-            (``"timing"``) step time minus the steady median.
-        source: "profiler", "op_span", "jax" or "timing".
-        cached: served from the persistent compilation cache (None: unknown,
-            when a probe that cannot see the compiler saw a mix of loads and
-            compiles).
-        step_seconds: wall time of the whole step that compiled.
-        traced: the step also traced the tf.function (first step of a function),
-            so a timing estimate includes tracing.
-        last_batch: the step was the last of its epoch (train) or of its
-            evaluate / predict run: a partial last batch compiles there.
-    """
-
-    phase: str
-    step: int
-    signature: InputSignature
-    seconds: float
-    source: str
-    cached: Optional[bool] = False
-    step_seconds: Optional[float] = None
-    traced: bool = False
-    call_batches: int = 1
-    call_compiles: int = 1
-    last_batch: bool = False
-
-    def to_dict(self) -> Dict[str, Any]:
-        return {
-            "phase": self.phase,
-            "step": self.step,
-            "signature": to_jsonable(self.signature),
-            "seconds": self.seconds,
-            "source": self.source,
-            "cached": self.cached,
-            "step_seconds": self.step_seconds,
-            "traced": self.traced,
-            "call_batches": self.call_batches,
-            "call_compiles": self.call_compiles,
-            "last_batch": self.last_batch,
-        }
-
-    @classmethod
-    def from_dict(cls, d: Dict[str, Any]) -> "Compilation":
-        """By key, never by position: unknown keys are ignored, optional ones take their defaults."""
-        known = {k: v for k, v in d.items() if k in cls.__dataclass_fields__}
-        known["signature"] = from_jsonable(d["signature"])
-        return cls(**known)
-
-    def estimate_from(self, steady_seconds: Optional[float]) -> float:
-        """The timing-fallback estimate: this compile's share of the time its
-        call (``call_batches`` batches, ``call_compiles`` new signatures) ran
-        above the steady median."""
-        if self.step_seconds is None:
-            return self.seconds
-        steady_call = None if steady_seconds is None else self.call_batches * steady_seconds
-        return excess_over_steady(self.step_seconds, steady_call) / max(1, self.call_compiles)
-
-
-@dataclass
-class SlowStep:
-    """A step whose signature was already compiled but that ran far above the
-    steady median: something cost time that the ledger cannot name."""
-
-    phase: str
-    step: int
-    seconds: float
-    steady_seconds: float
-    signature: InputSignature
-
-    def to_dict(self) -> Dict[str, Any]:
-        return {
-            "phase": self.phase,
-            "step": self.step,
-            "seconds": self.seconds,
-            "steady_seconds": self.steady_seconds,
-            "signature": to_jsonable(self.signature),
-        }
-
-    @classmethod
-    def from_dict(cls, d: Dict[str, Any]) -> "SlowStep":
-        known = {k: v for k, v in d.items() if k in cls.__dataclass_fields__}
-        known["signature"] = from_jsonable(d["signature"])
-        return cls(**known)
-
-
-@dataclass
 class XlaReport:
     """What XLA did in the monitored calls and what it cost.
 
-    ``str(report)`` is the human summary; ``to_dict()`` is JSON-able.
+    ``str(report)`` is the human summary; ``to_dict()`` is JSON-able. The monitor builds it
+    (``monitor.report``); ``parse_report`` reads one back from ``xla_report.json``. Phases are
+    ``"train"``, ``"test"`` (validation and ``evaluate``) and ``"predict"``; steps are 1-based and
+    global per phase.
+
+    Args:
+        jit_mode: the ``jit`` the monitor was given ("keep", "on", "off", "autoclustering" or
+            "fastest").
+        jit_active: whether XLA compiled the steps; None when unknown (nothing ran, or the monitor
+            stepped aside).
+        jit_reason: why, in words: what the model's step function runs with and what the probes saw.
+        compilations: the compiles, each a ``Compilation`` (at most ``max_records`` per phase).
+        compilation_count: compiles per phase, exact.
+        compilations_dropped: compile records beyond the ``max_records`` cap (counted, not kept).
+        distinct_signatures: distinct input signatures per phase.
+        storms: the recompilation storms, each a ``Storm``.
+        advice: phases whose recompiles cost more than the compile budget, below the storm
+            threshold, each a ``PhaseAdvice``.
+        fallback: after ``on_storm="fallback"`` switched XLA off: ``{"phase", "step", "reason",
+            "xla_steady_step_seconds", "steady_step_seconds_after"}``; else None.
+        jit_decision: ``jit="fastest"`` only: the mode kept and the evidence (``"mode"`` is None while
+            the trial measures); None for the other modes.
+        steps: steps per phase (test and predict count batches over the monitor's lifetime).
+        steady_step_seconds: the train phase's steady step time (the median of the steps that
+            compiled nothing), or None.
+        steady_step_seconds_by_phase: the same for each phase.
+        compile_seconds: the compiles' total time.
+        wall_seconds: the monitored wall time (fits, standalone evaluates and predicts).
+        compile_share: ``compile_seconds / wall_seconds`` (at most 1), or None before any time was
+            monitored.
+        slow_steps: steps far above the steady median with nothing to compile, each a ``SlowStep``
+            (at most ``max_records`` per phase).
+        slow_step_count: every slow step, counted.
+        break_even_steps: the steps after which XLA's compiles are repaid by its faster steps; set by
+            ``compare()`` and by ``jit="fastest"`` (both measure steps without XLA), else None.
+        cache_saved_seconds: compile time the persistent compilation cache saved (its loads against
+            the compiles they replaced), or None when unknown.
+        probe: what timed the compiles: "profiler" (TensorFlow), "jax.monitoring" (JAX), "timing"
+            (step time, when no probe could look), or "profiler+timing" (the profiler was busy at
+            times).
+        traces: the profiler trace windows saved for the Profile tab, each ``"kind: directory"``
+            (``kind`` is "steady", "storm" or "range").
+        notes: what else to know, in words.
+        log_dir: where the report's files went, or None.
+        versions: the versions that ran (``"tensorflow"`` or ``"jax"``, ``"keras"``,
+            ``"xla_keras"``).
+        run_state: "running" (a call was in progress when the report was built), "interrupted" (the
+            last call ended by an exception, Ctrl-C or ``on_storm="raise"``), "finished", or None
+            (nothing ran yet).
+        backend: the Keras backend that ran: "tensorflow" or "jax".
+        other_compilations: JAX: compiles kept out of the step ledger, as totals
+            (``{"in_steps": {"count", "seconds"}, "outside_steps": {...}}``).
+
+    Example:
+        `monitor`: the monitor of XlaMonitor's example, after its fit of 2 batches of 32.
+
+        ```pycon
+        >>> report = monitor.report
+        >>> report.jit_mode, report.jit_active, report.run_state
+        ('on', True, 'finished')
+        >>> report.steps["train"], report.compilation_count["train"], report.distinct_signatures["train"]
+        (2, 1, 1)
+        >>> report.storms, report.advice
+        ([], [])
+        >>> 0 < report.compile_seconds < report.wall_seconds
+        True
+
+        ```
     """
 
     jit_mode: str = "keep"
@@ -168,9 +138,36 @@ class XlaReport:
 
     @property
     def total_compilations(self) -> int:
+        """Compiles of every phase.
+
+        Returns:
+            The sum of ``compilation_count``.
+
+        Example:
+            ```pycon
+            >>> xla_keras.XlaReport(compilation_count={"train": 2, "test": 1, "predict": 0}).total_compilations
+            3
+
+            ```
+        """
         return sum(self.compilation_count.values())
 
     def to_dict(self) -> Dict[str, Any]:
+        """The report as plain data: what ``LOG_DIR/xla_report.json`` holds.
+
+        Keys are only ever added, never renamed; ``schema_version`` says which were there.
+
+        Returns:
+            A JSON-able dict.
+
+        Example:
+            ```pycon
+            >>> data = xla_keras.XlaReport(jit_mode="on").to_dict()
+            >>> data["schema_version"], data["jit_mode"], data["compilation_count"]
+            (6, 'on', {'train': 0, 'test': 0, 'predict': 0})
+
+            ```
+        """
         return {
             "schema_version": SCHEMA_VERSION,
             "jit_mode": self.jit_mode,
@@ -206,6 +203,25 @@ class XlaReport:
 
     @classmethod
     def from_dict(cls, d: Dict[str, Any]) -> "XlaReport":
+        """A report read back from ``to_dict()``'s form, of this schema version.
+
+        Unknown keys are ignored and missing ones take their defaults; ``parse_report`` reads any
+        schema version and says when a report is newer than this xla_keras.
+
+        Args:
+            d: a dict as ``to_dict()`` writes it.
+
+        Returns:
+            An ``XlaReport``.
+
+        Example:
+            ```pycon
+            >>> report = xla_keras.XlaReport(jit_mode="on", notes=["a note"])
+            >>> xla_keras.XlaReport.from_dict(report.to_dict()) == report
+            True
+
+            ```
+        """
         known = {k: v for k, v in d.items() if k in cls.__dataclass_fields__}
         known["compilations"] = [Compilation.from_dict(c) for c in d.get("compilations", [])]
         known["slow_steps"] = [SlowStep.from_dict(s) for s in d.get("slow_steps", [])]
@@ -214,29 +230,75 @@ class XlaReport:
         return cls(**known)
 
     def to_json(self) -> str:
+        """The report as JSON text (``to_dict()``, indented, keys sorted).
+
+        Returns:
+            A str.
+
+        Example:
+            ```pycon
+            >>> xla_keras.XlaReport().to_json().splitlines()[:3]
+            ['{', '  "advice": [],', '  "backend": "tensorflow",']
+
+            ```
+        """
         return json.dumps(self.to_dict(), indent=2, sort_keys=True)
 
     @classmethod
     def from_json(cls, text: str) -> "XlaReport":
+        """A report read back from ``to_json()``'s text.
+
+        Args:
+            text: JSON text, as ``to_json()`` writes it.
+
+        Returns:
+            An ``XlaReport``.
+
+        Example:
+            ```pycon
+            >>> text = xla_keras.XlaReport(jit_mode="off").to_json()
+            >>> xla_keras.XlaReport.from_json(text).jit_mode
+            'off'
+
+            ```
+        """
         return cls.from_dict(json.loads(text))
 
     def __str__(self) -> str:
         return render(self)
 
     def details(self) -> str:
-        """The summary with every storm's and advice's full text and every note whole (``str(report)``
-        trims them to their headline and fix), in 100 columns.
+        """The summary with every storm's and advice's full text and every note whole, in 100 columns.
+
+        ``str(report)`` trims them to their headline and fix.
 
         Returns:
             The text ``xla-keras report --full LOGDIR`` prints.
 
         Example:
-            >>> XlaReport(notes=["a note " * 40]).details().count("note:")
+            ```pycon
+            >>> xla_keras.XlaReport(notes=["a note " * 40]).details().count("note:")
             1
+
+            ```
         """
         return render(self, full=True)
 
     def to_markdown(self) -> str:
+        """The summary as Markdown, for TensorBoard's Text tab (the ``xla/report`` tag).
+
+        Returns:
+            A Markdown str: the verdict, a table of the phases, the compile time and break-even,
+                then any storms and advice.
+
+        Example:
+            ```pycon
+            >>> markdown = xla_keras.XlaReport(jit_mode="on", jit_active=True).to_markdown()
+            >>> print(markdown.splitlines()[0])
+            ## XLA report
+
+            ```
+        """
         return render_markdown(self)
 
 

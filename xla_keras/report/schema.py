@@ -36,7 +36,14 @@ REPORT_FILE = "xla_report.json"
 
 @dataclass(frozen=True)
 class ParsedReport:
-    """A report read from its JSON form, and what the reader should know about it."""
+    """A report read from its JSON form, and what the reader should know about it.
+
+    Args:
+        report: the ``XlaReport``.
+        schema_version: its schema version as written (1 for files without the key).
+        newer: written by a newer xla_keras: keys this one does not know were skipped.
+        message: what to tell the user when set (a newer report), else None.
+    """
 
     report: XlaReport
     schema_version: int  # as written (1 for files without the key)
@@ -49,7 +56,32 @@ def parse_report(data: Dict[str, Any]) -> ParsedReport:
 
     Older versions are migrated (missing keys take their defaults); a newer
     version is read for the keys this version knows, and ``message`` says so.
-    Raises ValueError for something that is not a report at all."""
+
+    Args:
+        data: a report dict, as ``json.load`` reads ``xla_report.json`` (or
+            ``XlaReport.to_dict()`` gives it).
+
+    Returns:
+        A ``ParsedReport``: ``report`` (an ``XlaReport``), ``schema_version``,
+            ``newer`` and ``message``.
+
+    Raises:
+        ValueError: for something that is not a report at all.
+
+    Example:
+        A report of schema 1 (xla_keras 0.1, no ``schema_version`` key):
+
+        ```pycon
+        >>> parsed = xla_keras.parse_report({"jit_mode": "on", "jit_active": True, "compilations": []})
+        >>> parsed.schema_version, parsed.newer, parsed.message
+        (1, False, None)
+        >>> parsed.report.jit_active, parsed.report.backend  # a key it lacks takes its default
+        (True, 'tensorflow')
+        >>> xla_keras.parse_report({"schema_version": 99, "jit_mode": "on"}).newer
+        True
+
+        ```
+    """
     if not isinstance(data, dict):
         raise ValueError(f"a JSON {type(data).__name__}, not an XlaMonitor report")
     version = data.get("schema_version", 1)

@@ -8,17 +8,37 @@ from typing import Any, Dict, List, Optional, Tuple
 
 @dataclass
 class PhaseAdvice:
-    """Advice for a phase below the storm threshold whose recompiles cost more than the compile
-    budget's share of its time (``XlaMonitor(compile_budget=...)``). Advice only: it never stops or
-    switches anything.
+    """Advice for a phase whose recompiles cost more than the compile budget, below the storm threshold.
 
-    Attributes:
+    The budget is a share of the phase's time (``XlaMonitor(compile_budget=...)``); the report lists
+    such phases in ``report.advice``. Advice only: it never stops or switches anything.
+
+    Args:
         phase: "train", "test" or "predict".
-        compiles: the phase's compiles; compile_seconds: their time.
+        compiles: the phase's compiles.
+        compile_seconds: their time.
         recompile_seconds: the time of the compiles beyond one (what stable shapes would save).
         wall_seconds: compile seconds plus steps at the steady step time.
-        share: recompile_seconds / wall_seconds; budget: the share allowed.
-        varying, advice, fix: as in a Storm (``fix`` applies with ``xla_keras.data.apply_fix``).
+        share: recompile_seconds / wall_seconds.
+        budget: the share allowed.
+        varying: the input axes whose sizes varied, as in a ``Storm``.
+        advice: the human text, as in a ``Storm``.
+        fix: the machine-readable fix, as in a ``Storm`` (``xla_keras.data.apply_fix`` applies it).
+
+    Example:
+        Two compiles of a phase whose last batch was short (``report.advice[0]`` after such a fit):
+
+        ```pycon
+        >>> advice = xla_keras.PhaseAdvice(phase="train", compiles=2, compile_seconds=0.34,
+        ...     recompile_seconds=0.14, wall_seconds=0.36, share=0.39, budget=0.1,
+        ...     fix={"kind": "drop_remainder", "batch_size": 48, "remainder": "drop"})
+        >>> advice.share > advice.budget
+        True
+        >>> batches = [(np.ones((48, 4)), np.ones((48, 1))), (np.ones((16, 4)), np.ones((16, 1)))]
+        >>> [batch[0].shape for batch in xla_keras.data.apply_fix(batches, advice.fix)]
+        [(48, 4)]
+
+        ```
     """
 
     phase: str
@@ -33,6 +53,11 @@ class PhaseAdvice:
     fix: Dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> Dict[str, Any]:
+        """This advice as the report's JSON holds it.
+
+        Returns:
+            A dict of the fields.
+        """
         return {
             "phase": self.phase,
             "compiles": self.compiles,
@@ -48,6 +73,14 @@ class PhaseAdvice:
 
     @classmethod
     def from_dict(cls, d: Dict[str, Any]) -> "PhaseAdvice":
+        """Advice read back from ``to_dict()``'s form (unknown keys are ignored).
+
+        Args:
+            d: a dict as ``to_dict()`` writes it.
+
+        Returns:
+            A ``PhaseAdvice``.
+        """
         return cls(**{k: v for k, v in d.items() if k in cls.__dataclass_fields__})
 
 

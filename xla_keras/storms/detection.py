@@ -29,16 +29,44 @@ MAX_VALUES_LISTED = 64
 class Storm:
     """A burst of new input signatures in one phase, and what to do about it.
 
-    Attributes:
+    The monitor opens one when ``storm_threshold`` signatures new to a phase's step function fall
+    within ``storm_window`` steps (``report.storms``); each is one warning, or the
+    ``RecompilationStormError`` of ``on_storm="raise"``.
+
+    Args:
         phase: "train", "test" or "predict".
         step: the step at which the storm opened (the threshold-th new signature).
         count: new signatures within the window at that step.
         varying: ``[{"path", "axis", "min", "max", "n_values", "values"}]``.
         advice: the human text.
-        fix: machine-readable fix (its ``kind`` is one of ``xla_keras.storms.fixes.KINDS``).
-        compiles: compiles of the phase so far; compile_seconds: their time.
+        fix: machine-readable fix (its ``kind`` is one of ``xla_keras.storms.fixes.KINDS``);
+            ``xla_keras.data.apply_fix`` applies the kinds in ``xla_keras.data.APPLIED_KINDS``.
+        compiles: compiles of the phase so far.
+        compile_seconds: their time.
         steady_step_seconds: the phase's steady median when it opened.
+        window_start: the step of the first new signature in the window.
         action: what the monitor did: "warn", "raise" or "fallback".
+
+    Example:
+        `model`, `x`, `y`: any compiled Keras model and its data; a batch size that changes at every
+        step is a storm (here at 3 new shapes; the monitor warns).
+
+        ```pycon
+        >>> def batches():
+        ...     for n in (8, 16, 24):
+        ...         yield x[:n], y[:n]
+        >>> monitor = xla_keras.XlaMonitor(log_dir=None, jit="on", storm_threshold=3, verbose=0)
+        >>> history = model.fit(batches(), verbose=0, callbacks=[monitor])
+        >>> storm = monitor.report.storms[0]
+        >>> storm.phase, storm.step, storm.count, storm.action
+        ('train', 3, 3, 'warn')
+        >>> storm.fix["kind"], storm.fix["size"]
+        ('fixed_batch_size', 24)
+        >>> fixed = xla_keras.data.apply_fix(list(batches()), storm.fix)
+        >>> [batch[0].shape for batch in fixed]  # one shape: one compile
+        [(24, 4), (24, 4)]
+
+        ```
     """
 
     phase: str
@@ -54,6 +82,11 @@ class Storm:
     action: str = "warn"
 
     def to_dict(self) -> Dict[str, Any]:
+        """This storm as the report's JSON holds it.
+
+        Returns:
+            A dict of the fields.
+        """
         return {
             "phase": self.phase,
             "step": self.step,
@@ -70,6 +103,14 @@ class Storm:
 
     @classmethod
     def from_dict(cls, d: Dict[str, Any]) -> "Storm":
+        """A storm read back from ``to_dict()``'s form (unknown keys are ignored).
+
+        Args:
+            d: a dict as ``to_dict()`` writes it.
+
+        Returns:
+            A ``Storm``.
+        """
         return cls(**{k: v for k, v in d.items() if k in cls.__dataclass_fields__})
 
 

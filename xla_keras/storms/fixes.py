@@ -16,6 +16,19 @@ UNKNOWN = "unknown"
 
 # The kinds xla_keras.data.apply_fix applies; bucket_by_length has its own function (it needs unbatched data).
 APPLIED_KINDS = (PAD_TO_LENGTHS, FIXED_BATCH_SIZE, DROP_REMAINDER, PAD_REMAINDER)
+"""The fix kinds ``xla_keras.data.apply_fix`` applies (a storm's ``fix["kind"]``).
+
+The others: ``"bucket_by_length"`` has its own function (``xla_keras.data.bucket_by_length``, on
+unbatched examples); ``"consistent_structure"`` and ``"unknown"`` are changes to make by hand, which
+the storm's advice names.
+
+Example:
+    ```pycon
+    >>> xla_keras.data.APPLIED_KINDS
+    ('pad_to_lengths', 'fixed_batch_size', 'drop_remainder', 'pad_remainder')
+
+    ```
+"""
 # Kinds that no code can apply: the user changes the pipeline by hand.
 MANUAL_KINDS = (CONSISTENT_STRUCTURE, UNKNOWN)
 KINDS = APPLIED_KINDS + (BUCKET_BY_LENGTH,) + MANUAL_KINDS

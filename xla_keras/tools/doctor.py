@@ -51,9 +51,27 @@ def keras_backend_name() -> str:
 def doctor(check_flags: bool = True) -> List[Finding]:
     """Findings about versions, devices, jit resolution, flags, logging and the Profile tab.
 
+    What ``xla-keras doctor`` prints, for the backend Keras runs (or will run) in this process.
+
     Args:
         check_flags: start the framework in a subprocess with the current
             TF_XLA_FLAGS / XLA_FLAGS to prove they are accepted (a few seconds).
+
+    Returns:
+        A list of findings, each with ``level`` ("ok", "info", "warn" or "error": a
+            configuration that will fail or silently not do what was asked), ``topic``,
+            ``message`` and ``fix`` ("" when there is nothing to do); ``str(finding)`` is
+            its printed line.
+
+    Example:
+        ```pycon
+        >>> findings = xla_keras.doctor(check_flags=False)
+        >>> [finding.topic for finding in findings][:2]
+        ['backend', 'versions']
+        >>> {finding.level for finding in findings} <= {"ok", "info", "warn", "error"}
+        True
+
+        ```
     """
     tab_installed = profile_tab_installed()
     if keras_backend_name() == "jax":

@@ -1,0 +1,179 @@
+"""The records an XlaReport lists: one XLA compile (``Compilation``) and one slow steady step
+(``SlowStep``), with their JSON round-trip. Pure: no TensorFlow. Their ``to_dict()`` keys are part of
+the report's contract (model.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Dict, Optional
+
+from xla_keras.core.signatures import InputSignature, from_jsonable, to_jsonable
+from xla_keras.core.timing import excess_over_steady
+
+
+@dataclass
+class Compilation:
+    """One compiled XLA module.
+
+    The report's records (``report.compilations``), capped at ``max_records`` per phase (the counts
+    stay exact); built by the monitor, read by you.
+
+    Args:
+        phase: "train", "test" or "predict".
+        step: 1-based global step of the phase at which it compiled.
+        signature: the input signature that made it compile.
+        seconds: compile time; from the XLA compiler's events when
+            ``source == "profiler"``, from the span of the op that triggered
+            the compile when ``"op_span"`` (TensorFlow 2.16/2.17 on CPU, whose
+            compiler emits no events), from JAX's own compile events when
+            ``"jax"`` (tracing + lowering + XLA compile of the step), else
+            (``"timing"``) step time minus the steady median.
+        source: "profiler", "op_span", "jax" or "timing".
+        cached: served from the persistent compilation cache (None: unknown,
+            when a probe that cannot see the compiler saw a mix of loads and
+            compiles).
+        step_seconds: wall time of the whole step that compiled.
+        traced: the step also traced the tf.function (first step of a function),
+            so a timing estimate includes tracing.
+        call_batches: batches the step function's call ran (more than 1 under
+            ``steps_per_execution``).
+        call_compiles: compiles in that call (a timing estimate shares the
+            call's excess time among them).
+        last_batch: the step was the last of its epoch (train) or of its
+            evaluate / predict run: a partial last batch compiles there.
+
+    Example:
+        `monitor`: the monitor of XlaMonitor's example, after its fit of 2 batches of 32.
+
+        ```pycon
+        >>> compilation = monitor.report.compilations[0]
+        >>> compilation.phase, compilation.step, compilation.last_batch
+        ('train', 1, False)
+        >>> [(leaf.path, leaf.shape) for leaf in compilation.signature]
+        [('x', (32, 4)), ('y', (32, 1))]
+
+        ```
+    """
+
+    phase: str
+    step: int
+    signature: InputSignature
+    seconds: float
+    source: str
+    cached: Optional[bool] = False
+    step_seconds: Optional[float] = None
+    traced: bool = False
+    call_batches: int = 1
+    call_compiles: int = 1
+    last_batch: bool = False
+
+    def to_dict(self) -> Dict[str, Any]:
+        """This compile as the report's JSON holds it.
+
+        Returns:
+            A dict of the fields; the signature as ``[{"path", "dtype", "shape"}]``.
+        """
+        return {
+            "phase": self.phase,
+            "step": self.step,
+            "signature": to_jsonable(self.signature),
+            "seconds": self.seconds,
+            "source": self.source,
+            "cached": self.cached,
+            "step_seconds": self.step_seconds,
+            "traced": self.traced,
+            "call_batches": self.call_batches,
+            "call_compiles": self.call_compiles,
+            "last_batch": self.last_batch,
+        }
+
+    @classmethod
+    def from_dict(cls, d: Dict[str, Any]) -> "Compilation":
+        """A compile read back from ``to_dict()``'s form.
+
+        By key, never by position: unknown keys are ignored, optional ones take their defaults.
+
+        Args:
+            d: a dict as ``to_dict()`` writes it.
+
+        Returns:
+            A ``Compilation``.
+        """
+        known = {k: v for k, v in d.items() if k in cls.__dataclass_fields__}
+        known["signature"] = from_jsonable(d["signature"])
+        return cls(**known)
+
+    def estimate_from(self, steady_seconds: Optional[float]) -> float:
+        """The timing-fallback estimate: this compile's share of the time its
+        call (``call_batches`` batches, ``call_compiles`` new signatures) ran
+        above the steady median."""
+        if self.step_seconds is None:
+            return self.seconds
+        steady_call = None if steady_seconds is None else self.call_batches * steady_seconds
+        return excess_over_steady(self.step_seconds, steady_call) / max(1, self.call_compiles)
+
+
+@dataclass
+class SlowStep:
+    """A step far above the steady median whose input signature was already compiled.
+
+    Something cost time that the compile ledger cannot name (a host stall, garbage collection, a
+    tf.data pipeline that waited). A step is slow when it took more than 5 times its phase's steady
+    median and more than 20 ms above it. The report keeps them in ``report.slow_steps`` (capped
+    at ``max_records`` per phase; ``report.slow_step_count`` counts them all).
+
+    Args:
+        phase: "train", "test" or "predict".
+        step: 1-based global step of the phase.
+        seconds: the step's wall time.
+        steady_seconds: the phase's steady median then.
+        signature: the step's input signature (compiled before).
+
+    Example:
+        A record as a saved report holds it (``report.to_dict()["slow_steps"]``), read back:
+
+        ```pycon
+        >>> slow = xla_keras.SlowStep.from_dict({"phase": "train", "step": 40, "seconds": 0.3,
+        ...     "steady_seconds": 0.002, "signature": [{"path": "x", "dtype": "float32", "shape": [32, 4]}]})
+        >>> round(slow.seconds / slow.steady_seconds)  # times the steady step
+        150
+        >>> slow.signature[0].shape
+        (32, 4)
+
+        ```
+    """
+
+    phase: str
+    step: int
+    seconds: float
+    steady_seconds: float
+    signature: InputSignature
+
+    def to_dict(self) -> Dict[str, Any]:
+        """This slow step as the report's JSON holds it.
+
+        Returns:
+            A dict of the fields; the signature as ``[{"path", "dtype", "shape"}]``.
+        """
+        return {
+            "phase": self.phase,
+            "step": self.step,
+            "seconds": self.seconds,
+            "steady_seconds": self.steady_seconds,
+            "signature": to_jsonable(self.signature),
+        }
+
+    @classmethod
+    def from_dict(cls, d: Dict[str, Any]) -> "SlowStep":
+        """A slow step read back from ``to_dict()``'s form (unknown keys are ignored).
+
+        Args:
+            d: a dict as ``to_dict()`` writes it.
+
+        Returns:
+            A ``SlowStep``.
+        """
+        known = {k: v for k, v in d.items() if k in cls.__dataclass_fields__}
+        known["signature"] = from_jsonable(d["signature"])
+        return cls(**known)
