@@ -8,9 +8,10 @@ each test waiting for the one it checks and failing with that run's own error.
 
 tests/conftest.py starts every family the selected tests need when the session starts, longest
 first, so that the lanes stay busy across families while the quick tests run in the main process
-(those tests time nothing); then the families' tests; then the tests that fit in this process,
-after ``drain()`` (a fit beside the lanes' runs slowed about 70-fold, measured): nothing runs beside
-them. A run that times something against the machine (not one measure against another within the
+(those tests time nothing); then the families' tests; then the tests that fit in process, after
+``drain()`` (a fit beside the lanes' threads slowed about 70-fold, measured): half of them in a second
+pytest process beside this one (tests/second_process.py), the ``timed`` ones last, with nothing
+beside. A run that times something against the machine (not one measure against another within the
 same run) does not belong in a family: it calls ``drain()`` first and runs alone.
 """
 

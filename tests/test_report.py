@@ -431,3 +431,33 @@ def test_details_keeps_every_advice_and_note_whole_in_100_columns():
         assert " ".join(whole.split()) in flat
     assert "details" not in flat and "…" not in flat
     assert report.to_dict() == XlaReport.from_dict(report.to_dict()).to_dict()  # unchanged by the rendering
+
+
+def test_the_end_of_fit_summary_is_12_lines_with_one_line_per_finding():
+    report = _long_report()
+    report.fallback = {"phase": "train", "step": 30, "reason": "storm"}
+    report.slow_step_count = 2
+    lines = report.summary().splitlines()
+    assert len(lines) <= 12 and max(map(len, lines)) <= 100, lines
+    assert lines[0].startswith(f"xla_keras: XLA ran until the storm fallback (jit={report.jit_mode!r}); compiles: ")
+    assert lines[1].startswith("  compile time : ") and lines[2].startswith("  steady step  : ")
+    assert lines[3:7] == [
+        "  STORM (train, step 30): 8 new input shapes; input 'x/tokens' axis 1 varies (3..59, 41 values)",
+        "  ADVICE (test): recompiles took 900 ms = 15%; input 'x/tokens' axis 1 varies (3..59, 41 values)",
+        "  fallback     : XLA off from train step 30",
+        "  slow steps   : 2 known-signature steps far above the steady median",
+    ]
+    assert lines[7] == "  fix          : ds = xla_keras.data.apply_fix(ds, monitor.report.storms[0].fix)"
+    assert lines[-2] == "  notes        : 2 (print(monitor.report))"
+    assert lines[-1] == "  more         : print(monitor.report), xla-keras report /tmp/logs/xla, the XLA tab"
+
+
+def test_the_end_of_fit_summary_keeps_12_lines_with_many_findings():
+    report = _long_report()
+    report.storms = report.storms * 20
+    lines = report.summary(where="m.report").splitlines()
+    assert len(lines) == 12 and max(map(len, lines)) <= 100
+    total = len(report.storms) + len(report.advice) + bool(report.slow_step_count)  # no fallback, no fastest
+    shown = sum(ln.startswith(("  STORM", "  ADVICE", "  slow steps")) for ln in lines)
+    assert lines[-4] == f"  + {total - shown} more findings: print(m.report)"
+    assert lines[-3] == "  fix          : ds = xla_keras.data.apply_fix(ds, m.report.storms[0].fix)"

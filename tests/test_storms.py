@@ -403,3 +403,22 @@ def test_over_budget_counts_the_compiles_beyond_the_first(compiles, seconds, ste
         assert got is None
     else:
         assert got == pytest.approx(expect, rel=1e-3)
+
+
+@pytest.mark.parametrize(
+    "compiles, seconds, floor, advised",
+    [
+        (2, 0.8, 1.0, False),  # a demo's partial last batch: 0.4 s beyond the first, 43% of the phase
+        (2, 0.8, 0.0, True),  # no floor: the share alone decides
+        (2, 2.0, 1.0, True),  # exactly at the floor: 1.0 s beyond the first
+        (8, 3.2, 1.0, True),  # 2.8 s beyond the first
+        (8, 3.2, 5.0, False),  # a floor set above it
+    ],
+)
+def test_the_compile_budget_also_needs_its_floor_in_seconds(compiles, seconds, floor, advised):
+    from xla_keras.storms.budget import over_budget
+
+    got = over_budget(compiles, seconds, 27, 0.001, 0.1, seconds / compiles, floor=floor)
+    assert (got is not None) is advised
+    if got is not None:
+        assert got[2] > 0.1  # the share is over the budget too

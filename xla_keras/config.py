@@ -37,6 +37,7 @@ class MonitorConfig:
         verbose: as ``XlaMonitor``'s.
         max_records: as ``XlaMonitor``'s.
         compile_budget: as ``XlaMonitor``'s.
+        compile_budget_floor: as ``XlaMonitor``'s.
 
     Raises:
         ValueError: an argument outside its choices (the message names them).
@@ -65,6 +66,7 @@ class MonitorConfig:
     verbose: int = 1
     max_records: int = 1000
     compile_budget: Optional[float] = 0.10
+    compile_budget_floor: float = 1.0
 
     def __post_init__(self):
         fix = lambda name, value: object.__setattr__(self, name, value)  # noqa: E731 - frozen
@@ -88,6 +90,7 @@ class MonitorConfig:
             raise ValueError(f"max_records must be an int >= 1; got {self.max_records!r}")
         fix("max_records", integer(self.max_records))
         fix("compile_budget", _compile_budget(self.compile_budget))
+        fix("compile_budget_floor", _seconds(self.compile_budget_floor, "compile_budget_floor"))
 
     @property
     def steps_per_scalar(self) -> Optional[int]:
@@ -109,6 +112,17 @@ def _compile_budget(budget: Any) -> Optional[float]:
         f"compile_budget must be a share of a phase's time in (0, 1), e.g. 0.1, or None (no budget "
         f"advice); got {budget!r}"
     )
+
+
+def _seconds(value: Any, name: str) -> float:
+    if not isinstance(value, bool):
+        try:
+            seconds = float(value)
+        except (TypeError, ValueError):
+            seconds = -1.0
+        if 0.0 <= seconds < float("inf"):
+            return seconds
+    raise ValueError(f"{name} must be a number of seconds >= 0, e.g. 1.0 (0: the share alone decides); got {value!r}")
 
 
 def _profile(profile: Any) -> Union[str, None, Tuple[int, int]]:

@@ -102,6 +102,10 @@ class XlaMonitor(MonitorSurface):
             raises or falls back. 0.1 by default: XLA's steady-step gains are commonly 10-30%, so recompiles
             above 10% of a phase's time can cancel what XLA brings, while one extra compile in a fit of normal
             length stays under it.
+        compile_budget_floor: seconds: a phase's compiles beyond its first must also cost at least this
+            much to get that advice (a number >= 0; 0: the share alone decides). 1.0 by default: in a short
+            demo a partial last batch's extra compile (~0.1-0.5 s on a CPU) can be 40% of the phase and
+            still not worth a finding. A storm is not subject to it: it always speaks.
 
     Raises:
         ValueError: at construction, for an argument outside its choices (the message names them).
@@ -147,11 +151,13 @@ class XlaMonitor(MonitorSurface):
         verbose: int = 1,
         max_records: int = 1000,
         compile_budget: Optional[float] = 0.10,
+        compile_budget_floor: float = 1.0,
     ):
         backend = backend_for(keras.backend.backend())  # a class; raises, naming the backend that runs
         super().__init__()
         storms = (storm_threshold, storm_window, on_storm)
-        self.config = MonitorConfig(log_dir, jit, *storms, profile, update_freq, verbose, max_records, compile_budget)
+        budget = (compile_budget, compile_budget_floor)
+        self.config = MonitorConfig(log_dir, jit, *storms, profile, update_freq, verbose, max_records, *budget)
         self.backend: Backend = backend(self.config.jit)
         self.call_token: Optional[object] = None  # the fit / evaluate / predict being watched (guards.py)
         self.quiet_phase: Optional[str] = None  # the step wrapper runs that phase's next call quietly

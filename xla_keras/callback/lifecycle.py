@@ -222,7 +222,7 @@ class Lifecycle:
         state.flush(text=True)
         state.sink.close()
         if state.config.verbose:
-            print(state.report())
+            print(state.report().summary())  # 12 lines at most; print(monitor.report) says more
 
     def call_failed(self, phase: str, handle: Optional[Any], began: bool = True) -> None:
         """The model or the data raised (or Ctrl-C): the fit or evaluate is over. Give the profiler back,

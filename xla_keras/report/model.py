@@ -17,6 +17,7 @@ from xla_keras.report.render import (
     render,
     render_markdown,
 )
+from xla_keras.report.summary import summary
 from xla_keras.storms.budget import PhaseAdvice
 from xla_keras.storms.detection import Storm
 
@@ -266,6 +267,28 @@ class XlaReport:
 
     def __str__(self) -> str:
         return render(self)
+
+    def summary(self, where: str = "monitor.report") -> str:
+        """The end-of-fit summary ``XlaMonitor(verbose=1)`` prints: at most 12 lines of 100 characters.
+
+        Args:
+            where: the expression that holds this report, for the lines that point into it.
+
+        Returns:
+            The summary, a str of at most 12 lines.
+
+        Example:
+            ```pycon
+            >>> report = xla_keras.XlaReport(jit_mode="on", jit_active=True, steps={"train": 12})
+            >>> print(report.summary())  # doctest: +NORMALIZE_WHITESPACE
+            xla_keras: XLA ran (jit='on'); compiles: train 0
+              compile time : 0 ms
+              steady step  : not measured
+              more         : print(monitor.report)
+
+            ```
+        """
+        return summary(self, where)
 
     def details(self) -> str:
         """The summary with every storm's and advice's full text and every note whole, in 100 columns.

@@ -80,6 +80,7 @@ class StormAnalysis:
                 stats.timing.median_seconds,
                 budget,
                 first,
+                self.config.compile_budget_floor,
             )
             if over is None:
                 continue

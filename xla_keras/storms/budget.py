@@ -91,9 +91,11 @@ def over_budget(
     steady_seconds: Optional[float],
     budget: Optional[float],
     first_compile_seconds: Optional[float] = None,
+    floor: float = 0.0,
 ) -> Optional[Tuple[float, float, float]]:
     """(recompile seconds, wall seconds, share) when a phase's compiles beyond its first cost more
-    than ``budget`` of its time, else None (``first_compile_seconds``: measured, when recorded).
+    than ``budget`` of its time and at least ``floor`` seconds, else None (``first_compile_seconds``:
+    measured, when recorded).
     The first compile is the price of XLA itself; the others are what stable shapes would save.
     Wall time = compiles + steps at the steady step time
     (the same on both backends, where a JAX step's own end is not observable)."""
@@ -106,7 +108,7 @@ def over_budget(
     )  # the mean, when the first is not recorded
     wall = compile_seconds + steps * (steady_seconds or 0.0)
     share = recompile / wall
-    return (recompile, wall, share) if share > budget else None
+    return (recompile, wall, share) if share > budget and recompile >= floor else None
 
 
 def budget_text(phase: str, item: PhaseAdvice) -> str:

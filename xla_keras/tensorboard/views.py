@@ -14,6 +14,7 @@ from typing import Any, Dict, List, Optional, Sequence
 from xla_keras.core.signatures import AxisChange, describe, diff, from_jsonable
 from xla_keras.core.types import PHASES
 from xla_keras.report.schema import ParsedReport, parse_report
+from xla_keras.storms.detection import cause_clause
 from xla_keras.tensorboard.metadata import RUNS
 
 # TensorBoard run names the monitor writes under its log_dir, and the tab's run.
@@ -157,10 +158,12 @@ def storms(report: Dict[str, Any]) -> List[Dict[str, Any]]:
 
 
 def _advised(item: Dict[str, Any]) -> Dict[str, Any]:
-    """What storm and budget cards share: the phase, the advice, what varies and the fix."""
+    """What storm and budget cards share: the phase, the cause in one clause, the advice, what varies
+    and the fix."""
     fix = item.get("fix") or {}
     return {
         "phase": item.get("phase"),
+        "cause": cause_clause(item.get("varying") or [], fix),
         "advice": item.get("advice", ""),
         "varying": item.get("varying") or [],
         "fix_kind": fix.get("kind"),

@@ -291,14 +291,10 @@ function stormCards(storms) {
       `${s.compiles} compiles, ${seconds(s.compile_seconds)} compiling vs ` +
       (s.steady_step_seconds === null ? 'no steady step yet' : `${ms(s.steady_step_seconds)} per steady step`) +
       `; action: ${s.action}`;
-    const card = el('div', {class: 'storm card'}, [
-      el('div', {class: 'card-title'}, `Storm (${s.phase}) at step ${s.step}`),
-      el('div', {class: 'storm-numbers'}, numbers),
-      el('p', {class: 'advice'}, s.advice),
-      el('ul', {}, s.varying.map((v) => el('li', {}, `${v.path} axis ${v.axis}: ${v.min}..${v.max} ` +
-                                                     `(${v.n_values} values)`)))]);
-    appendFix(card, s);
-    section.appendChild(card);
+    const varying = el('ul', {}, s.varying.map((v) => el('li', {}, `${v.path} axis ${v.axis}: ` +
+                                                                 `${v.min}..${v.max} (${v.n_values} values)`)));
+    section.appendChild(advisedCard('storm', `Storm (${s.phase}) at step ${s.step}: ${s.count} new input shapes`,
+                                    numbers, s, [varying]));
   }
   return section;
 }
@@ -334,12 +330,7 @@ function budgetCards(items) {
   for (const a of items) {
     const numbers = `${a.compiles} compiles; ${seconds(a.recompile_seconds)} beyond the first = ` +
       `${pct(a.share)} of ${seconds(a.wall_seconds)} (budget ${pct(a.budget)})`;
-    const card = el('div', {class: 'budget card'}, [
-      el('div', {class: 'card-title'}, `Over budget (${a.phase})`),
-      el('div', {class: 'storm-numbers'}, numbers),
-      el('p', {class: 'advice'}, a.advice)]);
-    appendFix(card, a);
-    section.appendChild(card);
+    section.appendChild(advisedCard('budget', `Over budget (${a.phase}): ${a.compiles} compiles`, numbers, a, []));
   }
   return section;
 }
@@ -355,12 +346,25 @@ function codeBlock(title, text) {
   return el('div', {class: 'fix'}, [el('div', {class: 'card-title'}, title), button, code]);
 }
 
-function appendFix(card, s) {
+// A storm's or a budget advice's card: the headline, the cause and the fix code first; then the
+// figures (real padding, bucketing); the long advice text behind a "details" disclosure.
+function advisedCard(kind, title, numbers, s, extra) {
+  const card = el('div', {class: `${kind} card`}, [
+    el('div', {class: 'headline'}, title),
+    el('p', {class: 'cause'}, `Cause: ${s.cause}`)]);
   if (s.fix_code) {
     card.appendChild(codeBlock(`Fix: ${s.fix_kind}`, s.fix_code));
   } else if (s.fix_kind) {
     card.appendChild(el('div', {class: 'fix'}, `Fix: ${s.fix_kind} ${JSON.stringify(s.fix)}`));
   }
+  card.appendChild(el('div', {class: 'storm-numbers'}, numbers));
+  appendRealPadding(card, s);
+  card.appendChild(el('details', {class: 'advice-details'},
+                      [el('summary', {}, 'details'), el('p', {class: 'advice'}, s.advice), ...extra]));
+  return card;
+}
+
+function appendRealPadding(card, s) {
   const real = s.real;
   if (!real) return;
   if (!real.measured) {
