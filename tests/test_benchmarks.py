@@ -25,7 +25,7 @@ EXPECT = {
     "accuracy.py": ["timing fallback (profiler busy)", "dumped"],
     "import_time.py": ["import xla_keras", "loads TensorFlow/Keras: no"],
     "memory.py": ["100 distinct signatures (reported: 100)", "bound:"],
-    "cold_start.py": ["quickstart  yes", "storm       yes", "loaded"],
+    "cold_start.py": ["storm       yes", "loaded"],
     "strategy_overhead.py": ["Mirrored (2 logical CPUs)", "MultiWorker (2 workers)", "eager pull", "vs bare"],
     "step_path.py": ["XlaMonitor(update_freq='epoch')", "XlaMonitor(update_freq='batch')", "us per step"],
     "tab_backend.py": ["the ledger has 100 rows", "opening the tab", "ms of backend time"],
