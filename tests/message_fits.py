@@ -2,9 +2,10 @@
 
     python tests/message_fits.py KIND LOG_DIR     (KIND: one of KINDS, or "all")
 
-Each fit runs with ``verbose=1`` (the default) and Keras's ``verbose=0``; Python's warnings other
-than ours are ignored and TensorFlow's log lines are off, so stdout and stderr hold the monitor's
-own words only: printed decisions and summaries (stdout), warnings and logged notes (stderr).
+Each fit runs with ``verbose=1`` (the default) and Keras's ``verbose=2`` (a line per epoch: the
+monitor speaks only when the fit's verbose allows it too); Python's warnings other than ours are
+ignored and TensorFlow's log lines are off, so stdout and stderr hold Keras's epoch lines and the
+monitor's own words: printed decisions and summaries (stdout), warnings and logged notes (stderr).
 A line ``=== KIND`` on both streams starts each kind.
 """
 
@@ -72,7 +73,7 @@ def fit(kind, log_dir):
     if kind == "refusal":
         model.compile("adam", "mse", run_eagerly=True)
     monitor = xla_keras.XlaMonitor(**monitor_kwargs)
-    model.fit(data, verbose=0, callbacks=[monitor], **fit_kwargs)
+    model.fit(data, verbose=2, callbacks=[monitor], **fit_kwargs)
 
 
 def main(kinds, log_dir):

@@ -4,6 +4,7 @@ user's terminal shows it: each message at most 4 lines of at most 100 characters
 summary at most 12, each said once."""
 
 import os
+import re
 import subprocess
 import sys
 
@@ -50,10 +51,15 @@ def _by_kind(text):
     return out
 
 
+_KERAS = re.compile(r"^(Epoch \d+/\d+|\d+/\d+ - )")  # Keras's own lines under fit(verbose=2)
+
+
 def _messages(lines):
     """The printed or logged messages: each starts at a line ``xla_keras: ...``."""
     messages = []
     for line in lines:
+        if _KERAS.match(line):
+            continue
         if line.startswith("xla_keras:"):
             messages.append([line])
         elif messages:

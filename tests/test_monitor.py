@@ -237,6 +237,8 @@ def test_verbose_prints_status_and_report(capsys):
     model = _model(jit_compile=False)
     monitor = xla_keras.XlaMonitor(log_dir=None, jit="off", verbose=1)
     model.fit(*_data(64), batch_size=32, epochs=1, callbacks=[monitor], verbose=0)
+    assert "xla_keras" not in capsys.readouterr().out  # the fit asked for silence: the monitor keeps it
+    model.fit(*_data(64), batch_size=32, epochs=1, callbacks=[monitor], verbose=2)
     out = capsys.readouterr().out
     assert "xla_keras: jit='off' -> XLA OFF" in out
     summary = out[out.index("xla_keras: XLA did not run (jit='off')") :].splitlines()
@@ -327,7 +329,7 @@ def test_each_model_has_its_own_report_and_its_own_files(tmp_path, capsys):
     first.fit(x[:128], y[:128], batch_size=64, epochs=1, callbacks=[monitor], verbose=0)
     assert len(monitor.reports) == 1
     after_first = monitor.report
-    second.fit(x[:128], y[:128], batch_size=32, epochs=1, callbacks=[monitor], verbose=0)
+    second.fit(x[:128], y[:128], batch_size=32, epochs=1, callbacks=[monitor], verbose=2)
     out = capsys.readouterr().out
     assert out.count("xla_keras: this monitor now watches another model") == 1  # said once
     reports = monitor.reports

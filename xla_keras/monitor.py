@@ -92,8 +92,9 @@ class XlaMonitor(MonitorSurface):
             steps, 1-based, counted like ``optimizer.iterations``) or None.
         update_freq: ``"epoch"``, ``"batch"`` or an int N: how often the ``xla/step_time_ms`` scalar is
             written (compile events are written at the step they happened, whatever this says).
-        verbose: 0 silent (warnings only); 1 prints the XLA status at the start and the report at the end of
-            each fit; 2 the same (Keras's levels are accepted; the monitor says nothing per batch).
+        verbose: 0 silent (warnings only); 1 prints the XLA status at the start and the summary
+            (``report.summary()``, 12 lines) at the end of each fit, when the fit's own ``verbose`` is not 0;
+            2 the same (Keras's levels are accepted; the monitor says nothing per batch).
         max_records: cap on detailed compile and slow-step records kept per phase; counts and totals stay
             exact beyond it.
         compile_budget: a phase whose compiles beyond its first take more than this share of its time

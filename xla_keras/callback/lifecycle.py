@@ -50,7 +50,7 @@ class Lifecycle:
                 self._foreign.add(model)
                 warn(f"xla_keras: {foreign}")
             return False
-        if state.book.watch(model) and state.config.verbose:
+        if state.book.watch(model) and state.speaks():
             where = f"; its files go to {state.sink.log_dir}" if state.sink.log_dir else ""
             name = getattr(model, "name", type(model).__name__)
             say(
@@ -170,7 +170,7 @@ class Lifecycle:
 
     def _say_status(self) -> None:
         state = self.state
-        if state.config.verbose:
+        if state.speaks():
             jit_state = state.current.jit_state
             say(f"xla_keras: jit={state.config.jit!r} -> XLA {jit_state.words()}: {jit_state.reason}")
         elif state.backend.jit_refusal and state.config.jit == "on":  # silent mode still hears its request refused
@@ -221,7 +221,7 @@ class Lifecycle:
         state = self.state
         state.flush(text=True)
         state.sink.close()
-        if state.config.verbose:
+        if state.speaks():
             print(state.report().summary())  # 12 lines at most; print(monitor.report) says more
 
     def call_failed(self, phase: str, handle: Optional[Any], began: bool = True) -> None:

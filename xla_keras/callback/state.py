@@ -44,6 +44,13 @@ class CallState:
         self.fastest: Optional[FastestRun] = None  # jit='fastest': the running fit's trial
         self.active_probe: Optional[Any] = None  # the probe handle of the call running now
 
+    def speaks(self) -> bool:
+        """Whether the monitor prints what it decided (the jit line, the end-of-fit summary): only when
+        both ``XlaMonitor(verbose=...)`` and the running call's ``verbose`` (Keras's public
+        ``Callback.params``) allow it. Warnings are problems: they are not subject to this."""
+        call_verbose = (self.observer.params or {}).get("verbose", 1)
+        return bool(self.config.verbose) and call_verbose != 0
+
     # The current model's report, and its parts (book.ModelReport).
     @property
     def current(self) -> ModelReport:
