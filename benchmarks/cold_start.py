@@ -100,8 +100,8 @@ def main(argv=None):
     if args.child:
         return child(args.child, args.cache_dir, args.quick)
     # --quick (the test suite's check that this script still runs): the storm workload's cached row
-    # only (the quickstart workload differs in its data alone). The full run keeps every row
-    # sequential: its times are the figures.
+    # only (the quickstart workload, numpy data and validation_split, runs in the full run alone; its
+    # cache path is the same). The full run keeps every row sequential: its times are the figures.
     workloads = ("storm",) if args.quick else ("quickstart", "storm")
     plan = [(w, c) for w in workloads for c in ((True,) if args.quick else (False, True))]
 

@@ -65,8 +65,9 @@ JAX_TIER_TESTS = [
 
 
 # The tier's runs start at their first test, not beside the quick tests (tests/side_by_side.py): the
-# oldest tier's compile-time bound (TensorFlow 2.16's op spans) is the one that contention stretched.
-TIER_TEST_ENV = {"XLA_KERAS_TEST_LANES": "off"}
+# oldest tier's compile-time bound (TensorFlow 2.16's op spans) is the one that contention stretched;
+# and its in-process fits run in one process, one after another (tests/second_process.py).
+TIER_TEST_ENV = {"XLA_KERAS_TEST_LANES": "off", "XLA_KERAS_TEST_SPLIT": "off"}
 
 
 class Turns:

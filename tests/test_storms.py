@@ -408,7 +408,7 @@ def test_over_budget_counts_the_compiles_beyond_the_first(compiles, seconds, ste
 @pytest.mark.parametrize(
     "compiles, seconds, floor, advised",
     [
-        (2, 0.8, 1.0, False),  # a demo's partial last batch: 0.4 s beyond the first, 43% of the phase
+        (2, 0.8, 1.0, False),  # a demo's partial last batch: 0.4 s beyond the first, 48% of the phase
         (2, 0.8, 0.0, True),  # no floor: the share alone decides
         (2, 2.0, 1.0, True),  # exactly at the floor: 1.0 s beyond the first
         (8, 3.2, 1.0, True),  # 2.8 s beyond the first

@@ -93,20 +93,21 @@ class XlaMonitor(MonitorSurface):
         update_freq: ``"epoch"``, ``"batch"`` or an int N: how often the ``xla/step_time_ms`` scalar is
             written (compile events are written at the step they happened, whatever this says).
         verbose: 0 silent (warnings only); 1 prints the XLA status at the start and the summary
-            (``report.summary()``, 12 lines) at the end of each fit, when the fit's own ``verbose`` is not 0;
+            (``report.summary()``, at most 12 lines) at the end of each fit, when the fit's own ``verbose`` is not 0;
             2 the same (Keras's levels are accepted; the monitor says nothing per batch).
         max_records: cap on detailed compile and slow-step records kept per phase; counts and totals stay
             exact beyond it.
         compile_budget: a phase whose compiles beyond its first take more than this share of its time
             (compiles + steps at the steady step time) gets the storm's advice and fix in ``report.advice``
-            even below ``storm_threshold`` (a float in (0, 1); None: no such advice). Advice only: it never
+            even below ``storm_threshold``, when they also cost ``compile_budget_floor`` seconds (a float in
+            (0, 1); None: no such advice). Advice only: it never
             raises or falls back. 0.1 by default: XLA's steady-step gains are commonly 10-30%, so recompiles
             above 10% of a phase's time can cancel what XLA brings, while one extra compile in a fit of normal
             length stays under it.
         compile_budget_floor: seconds: a phase's compiles beyond its first must also cost at least this
             much to get that advice (a number >= 0; 0: the share alone decides). 1.0 by default: in a short
-            demo a partial last batch's extra compile (~0.1-0.5 s on a CPU) can be 40% of the phase and
-            still not worth a finding. A storm is not subject to it: it always speaks.
+            demo a partial last batch's extra compile (~0.1-0.5 s on a CPU) can be about half of the phase
+            and still not be worth a finding. A storm is not subject to it: it always speaks.
 
     Raises:
         ValueError: at construction, for an argument outside its choices (the message names them).
@@ -135,7 +136,7 @@ class XlaMonitor(MonitorSurface):
         ```
 
         With a ``log_dir`` (``"logs/xla"`` by default) the report is also ``LOG_DIR/xla_report.json``
-        and TensorBoard's XLA tab; ``verbose=1`` (the default) prints it when the fit ends.
+        and TensorBoard's XLA tab; ``verbose=1`` (the default) prints its summary when the fit ends.
     """
 
     _xla_keras_monitor = True  # how guards.py recognises a monitor in a CallbackList

@@ -54,6 +54,7 @@ class MonitorSurface(keras.callbacks.Callback):
     update_freq = property(lambda self: self.config.update_freq)
     verbose = property(lambda self: self.config.verbose)
     compile_budget = property(lambda self: self.config.compile_budget)
+    compile_budget_floor = property(lambda self: self.config.compile_budget_floor)
     max_records = property(lambda self: self.config.max_records)
 
     @property

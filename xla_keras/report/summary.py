@@ -33,7 +33,7 @@ def summary(report: XlaReport, where: str = "monitor.report") -> str:
     phases = [p for p in PHASES if report.steps.get(p)]
     sources = sorted({c.source for c in report.compilations})
     counts = ", ".join(f"{p} {report.compilation_count.get(p, 0)}" for p in phases) or "none"
-    ran = "XLA ran until the storm fallback" if report.fallback else _RAN[report.jit_active]
+    ran = "XLA ran until the storm fallback" if report.fallback else _RAN.get(report.jit_active, _RAN[None])
     head = f"xla_keras: {ran} (jit={report.jit_mode!r}); compiles: {counts}"
     lines = [within(head, f" [measured by {'/'.join(sources)}]" if sources else "")]
     share = report.compile_share
@@ -65,7 +65,8 @@ def _findings(report: XlaReport, where: str) -> Tuple[List[str], List[str]]:
         lines.append(_finding(head, storm_cause(storm)))
         fixes.append((storm.fix, f"{where}.storms[{i}].fix"))
     for i, item in enumerate(report.advice):
-        head = f"  ADVICE ({item.phase}): recompiles took {ms_text(item.recompile_seconds)} = {item.share:.0%}; "
+        took = f"recompiles took {ms_text(item.recompile_seconds)} = {item.share:.0%} of the phase"
+        head = f"  ADVICE ({item.phase}): {took}; "
         lines.append(_finding(head, cause_clause(item.varying, item.fix)))
         fixes.append((item.fix, f"{where}.advice[{i}].fix"))
     if report.fallback:
