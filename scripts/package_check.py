@@ -110,10 +110,14 @@ def check_tensorflow_venv(work: str, wheel: str):
     from_module = run([python, "-m", "xla_keras", "--version"], cwd=outside).strip()
     shutil.copy(os.path.join(ROOT, "examples", "quickstart.py"), outside)
     quick = run([python, "quickstart.py", "--log-dir", os.path.join(outside, "logs"), "--epochs", "2"], cwd=outside)
-    if "XLA report" not in quick or not os.path.isfile(os.path.join(outside, "logs", "xla_report.json")):
-        sys.exit(f"package check: the quick start ran but printed no report or wrote no xla_report.json:\n{quick}")
+    # verbose=1's end-of-fit summary starts with this line (xla_keras/report/summary.py)
+    if SUMMARY not in quick or not os.path.isfile(os.path.join(outside, "logs", "xla_report.json")):
+        sys.exit(f"package check: the quick start ran but printed no summary or wrote no xla_report.json:\n{quick}")
     tab = run([python, "-c", TAB_CHECK, os.path.join(outside, "logs")], cwd=outside).strip()
     return from_wheel, from_module, f"{tab}; venv {said}"
+
+
+SUMMARY = "xla_keras: XLA ran (jit='on')"  # the first line of the quick start's end-of-fit summary
 
 
 # Under Keras's JAX backend, from `pip install "xla_keras[jax]"`: no TensorFlow installed, none imported.
@@ -152,7 +156,7 @@ def check_jax_venv(work: str, wheel: str) -> str:
         cwd=outside,
         timeout=900,
     )
-    if proc.returncode != 0 or "XLA report" not in proc.stdout:
+    if proc.returncode != 0 or SUMMARY not in proc.stdout:
         sys.exit(
             f"package check: the quick start under KERAS_BACKEND=jax failed:\n{proc.stdout[-3000:]}\n"
             f"{proc.stderr[-3000:]}"
