@@ -186,7 +186,7 @@ def main() -> int:
     print(
         f"built {os.path.basename(wheels[0])} and {os.path.basename(sdists[0])}; in a clean venv: "
         f"`xla-keras --version` -> {from_wheel!r}, `python -m xla_keras --version` -> {from_module!r}, the quick "
-        f"start printed its report and wrote xla_report.json; {tab}; {jax_line} "
+        f"start printed its summary and wrote xla_report.json; {tab}; {jax_line} "
         f"({time.monotonic() - start:.0f} s)"
     )
     if not args.work_dir:
