@@ -67,3 +67,20 @@ def running_tensorboard(log_dir, work_dir, ready=None, timeout=120, args=()):
         except subprocess.TimeoutExpired:
             proc.kill()
         log_file.close()
+
+
+def headless_chromium(p):
+    """Debian's Chromium, headless, from playwright's sync API ``p`` (no browser is downloaded)."""
+    chromium = shutil.which("chromium") or "/usr/bin/chromium"
+    assert os.path.exists(chromium), "chromium is installed by the README's test command"
+    return p.chromium.launch(
+        executable_path=chromium,
+        args=[
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--no-first-run",
+        ],
+    )

@@ -1,7 +1,7 @@
 """The documentation: the README stays short and every relative link of the README and the pages
 resolves in the repository; mkdocs.yml's nav holds every page and the API pages every public name
 (quick: no fit, no browser). Slow: the site built with `mkdocs build --strict`, read in headless
-Chromium (Debian's, as tests/test_tab_browser.py launches it): the API pages render XlaMonitor,
+Chromium (Debian's: tensorboard_server.headless_chromium): the API pages render XlaMonitor,
 apply_fix and parse_report with their docstrings, and no page of the nav is a stub."""
 
 import ast
@@ -10,13 +10,13 @@ import http.server
 import importlib.util
 import os
 import re
-import shutil
 import subprocess
 import sys
 import threading
 import unicodedata
 
 import pytest
+from tensorboard_server import headless_chromium
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DOCS = os.path.join(ROOT, "docs")
@@ -250,22 +250,6 @@ def site_server(built_site):
         thread.join(timeout=5)
 
 
-def _browser(p):
-    chromium = shutil.which("chromium") or "/usr/bin/chromium"
-    assert os.path.exists(chromium), "chromium is installed by the README's test command"
-    return p.chromium.launch(
-        executable_path=chromium,
-        args=[
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-background-networking",
-            "--disable-component-update",
-            "--disable-sync",
-            "--no-first-run",
-        ],
-    )
-
-
 def _html_page(page):
     return page[: -len(".md")] + ".html"  # mkdocs.yml: use_directory_urls: false
 
@@ -311,7 +295,7 @@ def test_the_built_site_renders_the_api_and_no_page_is_a_stub(site_server):
 
     stubs = []
     with sync_playwright() as p:
-        browser = _browser(p)
+        browser = headless_chromium(p)
         try:
             page = browser.new_page(viewport={"width": 1280, "height": 900})
             for doc_page in _nav_pages():

@@ -6,7 +6,6 @@ checked here is checked against the run's own xla_report.json."""
 import contextlib
 import json
 import os
-import shutil
 import warnings
 
 import numpy as np
@@ -15,7 +14,7 @@ import pytest
 tf = pytest.importorskip("tensorflow")
 keras = pytest.importorskip("keras")
 
-from tensorboard_server import get_json, running_tensorboard
+from tensorboard_server import get_json, headless_chromium, running_tensorboard
 from test_tensorboard import _sequences  # noqa: E402  (storm data: padded batches of varying length)
 
 import xla_keras
@@ -210,22 +209,6 @@ def test_the_runs_route_of_a_real_tensorboard_lists_every_fit(tab_server):
     assert plugins[PLUGIN_NAME]["enabled"] and plugins[PLUGIN_NAME]["tab_name"] == "XLA"
 
 
-def _browser(p):
-    chromium = shutil.which("chromium") or "/usr/bin/chromium"
-    assert os.path.exists(chromium), "chromium is installed by the README's test command"
-    return p.chromium.launch(
-        executable_path=chromium,
-        args=[
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-background-networking",
-            "--disable-component-update",
-            "--disable-sync",
-            "--no-first-run",
-        ],
-    )
-
-
 def _tab(page, base):
     page.add_init_script("window.localStorage.setItem('xla_keras.refresh_ms', '1000')")
     page.goto(base + f"/?darkMode=false#{PLUGIN_NAME}", wait_until="networkidle")
@@ -246,7 +229,7 @@ def test_the_xla_tab_in_headless_chromium(tab_server):
 
     os.makedirs(ARTIFACTS, exist_ok=True)
     with sync_playwright() as p:
-        browser = _browser(p)
+        browser = headless_chromium(p)
         try:
             page = browser.new_page(viewport={"width": 1400, "height": 1300})
             frame = _tab(page, base)
@@ -390,7 +373,7 @@ def _entry_page(base, selector):
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:
-        browser = _browser(p)
+        browser = headless_chromium(p)
         try:
             page = browser.new_page()
             page.goto(base + f"/data/plugin_entry.html?name={PLUGIN_NAME}", wait_until="networkidle")

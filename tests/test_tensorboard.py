@@ -3,7 +3,6 @@ server with the Profile plugin, and the XLA charts rendered in headless Chromium
 
 import json
 import os
-import shutil
 import time
 import warnings
 
@@ -13,7 +12,7 @@ import pytest
 tf = pytest.importorskip("tensorflow")
 keras = pytest.importorskip("keras")
 
-from tensorboard_server import get, running_tensorboard
+from tensorboard_server import get, headless_chromium, running_tensorboard
 
 import xla_keras
 from xla_keras.tensorboard.metadata import LAYOUT_CATEGORY, TAG_REPORT
@@ -243,22 +242,10 @@ def test_headless_chromium_renders_the_xla_charts(tensorboard_server):
     base, _ = tensorboard_server
     from playwright.sync_api import sync_playwright
 
-    chromium = shutil.which("chromium") or "/usr/bin/chromium"
-    assert os.path.exists(chromium), "chromium is installed by the README's test command"
     artifacts = os.path.join(ROOT, "artifacts")
     os.makedirs(artifacts, exist_ok=True)
     with sync_playwright() as p:
-        browser = p.chromium.launch(
-            executable_path=chromium,
-            args=[
-                "--no-sandbox",
-                "--disable-gpu",
-                "--disable-background-networking",
-                "--disable-component-update",
-                "--disable-sync",
-                "--no-first-run",
-            ],
-        )
+        browser = headless_chromium(p)
         try:
             page = browser.new_page(viewport={"width": 1400, "height": 1000})
             page.goto(base + "/?darkMode=false#scalars&tagFilter=xla", wait_until="networkidle")
