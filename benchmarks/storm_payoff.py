@@ -44,7 +44,7 @@ def main(argv=None):
     )
     args = parser.parse_args(argv)
     if args.quick:
-        args.sequences, args.epochs = 480, 2
+        args.sequences, args.epochs = 320, 2
 
     import keras
     import tensorflow as tf

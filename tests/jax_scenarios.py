@@ -31,6 +31,7 @@ import os
 import re
 import sys
 import time
+import warnings
 
 import numpy as np
 
@@ -291,12 +292,14 @@ def run(name, dump_dir, log_lines, log_dir=None):
     before, lines_before = dumped(dump_dir), len(log_lines.lines)
     del OBSERVER_SECONDS[:]
     raised = None
-    try:
-        model.fit(*args, callbacks=[monitor, hooks], **fit)
-        if after is not None:
-            after(model, [monitor, hooks])
-    except Exception as error:  # noqa: BLE001 - reported to the test
-        raised = repr(error)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", xla_keras.XlaKerasWarning)
+        try:
+            model.fit(*args, callbacks=[monitor, hooks], **fit)
+            if after is not None:
+                after(model, [monitor, hooks])
+        except Exception as error:  # noqa: BLE001 - reported to the test
+            raised = repr(error)
     new = sorted(dumped(dump_dir) - before)
     return {
         "report": monitor.report.to_dict(),
@@ -306,6 +309,8 @@ def run(name, dump_dir, log_lines, log_dir=None):
         "fit_window": hooks.window,
         "async_train": hooks.async_train,
         "raised": raised,
+        "warnings": [str(w.message) for w in caught if issubclass(w.category, xla_keras.XlaKerasWarning)],
+        "text": str(monitor.report),
         "jit_compile_after": bool(model.jit_compile),
         "observer_seconds": list(OBSERVER_SECONDS),
     }

@@ -19,7 +19,7 @@ def _build():
     return model
 
 
-def _data(n=64 * 12):
+def _data(n=64 * 24):
     rng = np.random.default_rng(0)
     return rng.random((n, 8), dtype=np.float32), rng.random((n, 1), dtype=np.float32)
 
@@ -28,7 +28,7 @@ def _data(n=64 * 12):
 def table(tmp_path_factory):
     log_dir = str(tmp_path_factory.mktemp("compare"))
     runtime.set_autoclustering(False)
-    return xla_keras.compare(_build, _data(), steps=12, batch_size=64, log_dir=log_dir), log_dir
+    return xla_keras.compare(_build, _data(), steps=24, batch_size=64, log_dir=log_dir), log_dir
 
 
 def test_every_mode_has_a_row_and_off_is_the_baseline(table):
@@ -58,7 +58,7 @@ def test_table_numbers_are_consistent(table):
     else:
         assert on.break_even_step is None and "never" in str(t)
     d = t.to_dict()
-    assert d["steps"] == 12 and {r["mode"] for r in d["results"]} == {"off", "autoclustering", "on"}
+    assert d["steps"] == 24 and {r["mode"] for r in d["results"]} == {"off", "autoclustering", "on"}
 
 
 def test_each_mode_is_a_tensorboard_run_and_global_flags_are_restored(table):
@@ -122,5 +122,9 @@ def test_unbuilt_models_and_short_data():
     x, y = _data(64 * 2)  # 2 batches, cycled to 6 steps
     table = xla_keras.compare(unbuilt, (x, y), steps=6, modes=("off", "on"), batch_size=64)
     assert table.steps == 6 and [r.compiles for r in table.results] == [0, 1]
+    # 6 steps leave at most 5 steady ones a mode: no ratio and no break-even from so few, and the table says so.
+    assert all(0 < r.steady_samples <= 5 for r in table.results)
+    assert [(r.speedup_vs_off, r.break_even_step) for r in table.results] == [(None, None)] * 2
+    assert "withheld where a side has fewer than 20 steady steps" in str(table)
     table = xla_keras.compare(unbuilt(), (x, y), steps=6, modes=("on",), batch_size=64)
     assert [r.mode for r in table.results] == ["off", "on"]

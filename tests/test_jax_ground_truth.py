@@ -19,7 +19,10 @@ import subprocess
 import sys
 
 import pytest
+from note_checks import problems
 from side_by_side import drain, family, start
+
+from xla_keras.report.units import ms_text
 
 pytest.importorskip("jax")
 
@@ -249,6 +252,27 @@ def test_storm_fallback_runs_op_by_op_and_states_the_measured_cost(runs):
     assert after is not None and after > 0
     assert report["other_compilations"]["in_steps"]["count"] > 0
     assert run["jit_compile_after"] is True  # the model's own setting is back after the fit
+
+
+def test_after_a_fallback_the_headline_counts_the_op_by_op_compiles_and_the_warning_says_so(runs):
+    """Issue 30: XLA off on JAX compiles each operation per shape; the compile-time headline holds
+    those seconds too (their count: the non-step modules XLA dumped in the fit, checked above)."""
+    run = runs["storm_fallback"]
+    report, text = run["report"], run["text"]
+    other = report["other_compilations"]
+    total = report["compile_seconds"] + sum(float(v["seconds"]) for v in other.values())
+    headline = text[text.index("  compile time") :].split("\n  steady step")[0]
+    assert headline.startswith(f"  compile time    : {ms_text(total)} = ")
+    assert f"{int(other['in_steps']['count'])} executables" in headline and "op by op" in headline
+    assert "op by op        : after the switch JAX ran the steps op by op" in text
+    (warning,) = run["warnings"]
+    assert "XLA off (on_storm='fallback'); " in warning and "compile per shape" in warning
+    assert all("batch_size=" not in storm["advice"] for storm in report["storms"])  # its data is a PyDataset
+
+
+@pytest.mark.parametrize("name", MAIN + ("data_parallel",))
+def test_every_note_is_borne_out_by_its_records(runs, name):
+    assert problems(runs[name]["report"]) == []
 
 
 def test_storm_raise_stops_the_fit_with_the_storm_error_before_another_compile(runs):

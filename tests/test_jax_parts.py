@@ -4,6 +4,7 @@ backends/jax/_internals.py checked under KERAS_BACKEND=jax (they must fail loudl
 
 import json
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -20,8 +21,8 @@ from xla_keras.core.signatures import Leaf
 from xla_keras.core.types import CallPlan, Notes
 from xla_keras.data import apply_fix
 from xla_keras.jit.modes import JitState
+from xla_keras.report.figures import fallback_cost
 from xla_keras.report.model import SCHEMA_VERSION
-from xla_keras.report.render import fallback_cost
 from xla_keras.report.schema import parse_report
 from xla_keras.storms.advice import analyse
 from xla_keras.storms.detection import ShapeHistory
@@ -138,16 +139,33 @@ def test_schema_4_adds_backend_and_other_compilations_and_reads_older_reports():
 
 
 @pytest.mark.parametrize(
-    "before, after, words",
+    "before, after, steps, words",
     [
-        ({"train": 0.001}, {"train": 0.02}, "train steady step 20 ms vs 1 ms with XLA before the switch (20.0x)"),
-        ({"train": None}, {"train": 0.02}, "no steady XLA step was measured before the switch"),
-        ({"train": 0.001}, {"train": None}, None),
+        (
+            0.001,
+            0.02,
+            (40, 30),
+            "train steady step 20 ms without XLA (30 steps) vs 1 ms with XLA before the switch (40 steps): 20.0x",
+        ),
+        # One steady XLA step in the middle of a storm is no baseline (it once read 0.5x for a faster XLA).
+        (0.001, 0.02, (1, 30), "too few steady steps to compare (1 with XLA before the switch, 30 without; 20 needed"),
+        (0.001, 0.02, (40, 19), "too few steady steps to compare (40 with XLA before the switch, 19 without"),
+        (None, 0.02, (0, 30), "no steady XLA step before the switch"),
+        (0.001, None, (40, 0), None),
     ],
 )
-def test_the_fallback_states_what_running_without_xla_cost(before, after, words):
-    text = fallback_cost({"xla_steady_step_seconds": before, "steady_step_seconds_after": after})
-    assert (text is None) if words is None else (words in text)
+def test_the_fallback_states_what_running_without_xla_cost_on_enough_steps(before, after, steps, words):
+    text = fallback_cost(
+        {
+            "xla_steady_step_seconds": {"train": before},
+            "steady_step_seconds_after": {"train": after},
+            "xla_steady_steps": {"train": steps[0]},
+            "steady_steps_after": {"train": steps[1]},
+        }
+    )
+    assert (text is None) if words is None else (words in text), text
+    if text and "too few" in text:
+        assert not re.search(r"\d\.\dx", text), text  # no ratio from too few steps
 
 
 # ------------------------------------------------------------------ fixes that need no TensorFlow

@@ -24,6 +24,7 @@ COMPILATION_KEYS = [
     "call_batches",
     "call_compiles",
     "last_batch",
+    "estimated_because",
 ]
 SLOW_STEP_KEYS = ["phase", "step", "seconds", "steady_seconds", "signature"]
 REPORT_KEYS = [
@@ -39,6 +40,7 @@ REPORT_KEYS = [
     "steps",
     "steady_step_seconds",
     "steady_step_seconds_by_phase",
+    "steady_step_counts",
     "compile_seconds",
     "wall_seconds",
     "compile_share",
@@ -338,9 +340,9 @@ def test_reports_carry_their_schema_version_and_parse_back():
 
     report = full_report()
     data = report.to_dict()
-    assert data["schema_version"] == SCHEMA_VERSION == 6
+    assert data["schema_version"] == SCHEMA_VERSION == 7
     parsed = parse_report(json.loads(json.dumps(data)))
-    assert parsed.schema_version == 6 and not parsed.newer and parsed.message is None
+    assert parsed.schema_version == 7 and not parsed.newer and parsed.message is None
     assert parsed.report.to_dict() == data
 
 

@@ -321,11 +321,12 @@ ROWS = [{"path": "x", "axis": 0, "min": 3, "max": 64, "n_values": 5}]
     "varying, kind, data, cause, fix",
     [
         (LENGTHS, "pad_to_lengths", "tf.data", "input 'x/tokens' axis 1 varies (3..59, 41 values)", "ds = "),
-        (LENGTHS * 3, "pad_to_lengths", "arrays", "(3..59, 41 values) and 2 more", "data = "),
+        (LENGTHS * 3, "pad_to_lengths", "arrays", "(3..59, 41 values) and 2 more", "batches = "),
         (ROWS, "fixed_batch_size", "tf.data", "the batch size (axis 0) of input 'x' varies (3..64", "ds = "),
+        (ROWS, "fixed_batch_size", "pydataset", "the batch size (axis 0) of input 'x' varies (3..64", "data = "),
         ([], "consistent_structure", "tf.data", "change structure or dtype", "feed every batch with"),
     ],
-    ids=["lengths", "three-inputs-arrays", "batch-size", "structure"],
+    ids=["lengths", "three-inputs-arrays", "batch-size", "batch-size-pydataset", "structure"],
 )
 @pytest.mark.parametrize("log_dir", [None, "/tmp/" + "a-long-log-directory/" * 6], ids=["no-log-dir", "long-log-dir"])
 @pytest.mark.parametrize(

@@ -158,6 +158,9 @@ def test_the_run_view_carries_the_reports_own_numbers():
     assert s["compilation_count"] == report["compilation_count"] and s["total_compilations"] == 2
     assert (s["compile_seconds"], s["wall_seconds"], s["compile_share"]) == (0.6, 1.5, 0.4)
     assert s["steady_step_seconds"] == 0.002 and s["break_even_steps"] is None
+    # The figures in the words the summary uses: the tab says what each rests on, as the terminal does.
+    assert s["compile_time_words"] == "600 ms = 40% of 1.50 s monitored"
+    assert s["break_even_words"] == "unknown (no non-XLA baseline measured)" and s["fallback_words"] == ""
     assert [r["seconds"] for r in view["ledger"]] == [c["seconds"] for c in report["compilations"]]
     assert [r["cached"] for r in view["ledger"]] == [False, True]
     assert view["storms"][0]["fix_code"] == "dataset = dataset.padded_batch(8)"

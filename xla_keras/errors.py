@@ -29,7 +29,7 @@ class XlaKerasWarning(UserWarning):
         >>> print(ours[0].message)  # doctest: +ELLIPSIS
         Recompilation storm (train): 3 new input shapes in 3 steps, 3 compiles, ... compiling
         Cause: the batch size (axis 0) of input 'x' varies (8..24, 3 values)
-        Fix: ds = xla_keras.data.apply_fix(ds, monitor.report.storms[0].fix)
+        Fix: batches = xla_keras.data.apply_fix(batches, monitor.report.storms[0].fix)  # size 24 so far
         More: monitor.report.storms[0].advice
 
         ```

@@ -86,14 +86,16 @@ class XlaMonitor(MonitorSurface):
             phase that make a recompilation storm (an int >= 2).
         storm_window: the window, in steps of that phase (an int >= 1).
         on_storm: ``"warn"`` (one warning per storm), ``"raise"`` (``RecompilationStormError``: the fit stops,
-            files are flushed) or ``"fallback"`` (switch this fit to non-XLA at once and go on).
+            files are flushed) or ``"fallback"`` (switch this fit to non-XLA at once and go on; under JAX
+            each operation then compiles per new shape, which usually costs more: docs/jax.md).
         profile: profiler traces for TensorBoard's Profile tab: ``"auto"`` (5 steady train steps after
             warm-up, and the next recompiling train step after a storm opens), ``(start, stop)`` (those train
             steps, 1-based, counted like ``optimizer.iterations``) or None.
         update_freq: ``"epoch"``, ``"batch"`` or an int N: how often the ``xla/step_time_ms`` scalar is
             written (compile events are written at the step they happened, whatever this says).
-        verbose: 0 silent (warnings only); 1 prints the XLA status at the start and the summary
-            (``report.summary()``, at most 12 lines) at the end of each fit, when the fit's own ``verbose`` is not 0;
+        verbose: 0 silent (warnings only); 1 prints the XLA status at the start (once while it stays the same)
+            and the summary (``report.summary()``, at most 12 lines) at the end of each fit, evaluate or predict,
+            when the call's own ``verbose`` is not 0;
             2 the same (Keras's levels are accepted; the monitor says nothing per batch).
         max_records: cap on detailed compile and slow-step records kept per phase; counts and totals stay
             exact beyond it.

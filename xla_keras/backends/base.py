@@ -108,6 +108,9 @@ class Backend(Protocol):
     multi_worker_note: Optional[str]  # said once under multi-worker training (what the probe cannot do there)
     ends_calls_in_wrapper: bool  # calls end in the step wrapper; batch-end hooks may run on another thread
     probes_every_call: bool  # its probe sees every call's compiles at no cost: no call needs choosing
+    # Without XLA the step runs op by op and each op compiles per new shape (JAX): about this many
+    # seconds per new shape, measured; None where ops do not compile without XLA (TensorFlow).
+    op_by_op_shape_seconds: Optional[float]
     # jit='fastest': the other mode's first call against the fit's first call, by direction (to XLA on: True)
     trial_first_call: Dict[bool, float]
 
@@ -205,7 +208,7 @@ class Backend(Protocol):
         """What ends an epoch's data, in Keras's eyes (no error: it goes on after those)."""
 
     def data_kind(self, model: Any) -> str:
-        """What the running call's data is, for a storm fix's code: "tf.data" or "arrays"."""
+        """What the running call's data is, for a storm fix's code: one of ``fix_code.DATA_KINDS``."""
 
     def running_callback_list(self, model: Any) -> Any: ...
 

@@ -19,6 +19,8 @@ from xla_keras.core.types import PHASES
 from xla_keras.errors import LogDirError
 from xla_keras.jit.run import kept_decision
 
+CALL_NAME = {"test": "evaluate", "predict": "predict"}  # a phase run outside a fit
+
 logger = logging.getLogger("xla_keras")
 
 
@@ -29,6 +31,7 @@ class Lifecycle:
         self.fastest = fastest
         self.steps = steps
         self._foreign: "weakref.WeakSet" = weakref.WeakSet()  # models refused (warned once each)
+        self._said_status: Optional[str] = None  # the jit line printed last
 
     # ------------------------------------------------------------ set-up
 
@@ -59,11 +62,13 @@ class Lifecycle:
             )
         return True
 
-    def set_up_call(self) -> None:
-        """What every watched call starts with: distribution facts, a writable log_dir, the guard on
-        Keras's callback list, the wall clock."""
+    def set_up_call(self, run: str) -> None:
+        """What every watched call (``run``: "fit", "evaluate" or "predict") starts with: the compile
+        budget's new call, distribution facts, a writable log_dir, the guard on Keras's callback list,
+        the wall clock."""
         state = self.state
         backend, session = state.backend, state.session
+        session.call_segment_began(run)
         state.dist = backend.distribution(state.model)
         state.sink.chief = state.dist.chief
         session.data_kind = backend.data_kind(state.model)
@@ -116,7 +121,7 @@ class Lifecycle:
         model = state.model
         if not self.watch(model):
             return
-        self.set_up_call()
+        self.set_up_call("fit")
         state.in_fit = True
         backend, session, traces = state.backend, state.session, state.current.traces
         traces.stop()  # a window an exception left open
@@ -156,7 +161,7 @@ class Lifecycle:
         else:
             if not self.watch(model):
                 return
-            self.set_up_call()
+            self.set_up_call(CALL_NAME[phase])
             if state.config.jit == "fastest":  # no trial outside fit: the model's kept decision, else as it is
                 kept = kept_decision(model)
                 state.backend.set_fastest_start(kept.mode == "on" if kept is not None else bool(model.jit_compile))
@@ -167,12 +172,18 @@ class Lifecycle:
         if not state.in_fit:
             self.functions.read_back(phase)
             self.functions.set_up_cache()
+            self._say_status()  # as a fit says it: the same line for evaluate and predict
 
     def _say_status(self) -> None:
+        """The jit line, at the start of a fit, an evaluate or a predict; once while it stays the same
+        (an evaluate in a loop says it once)."""
         state = self.state
         if state.speaks():
             jit_state = state.current.jit_state
-            say(f"xla_keras: jit={state.config.jit!r} -> XLA {jit_state.words()}: {jit_state.reason}")
+            line = f"xla_keras: jit={state.config.jit!r} -> XLA {jit_state.words()}: {jit_state.reason}"
+            if line != self._said_status:
+                self._said_status = line
+                say(line)
         elif state.backend.jit_refusal and state.config.jit == "on":  # silent mode still hears its request refused
             warn(f"xla_keras: {state.backend.jit_refusal}")
 
@@ -222,7 +233,9 @@ class Lifecycle:
         state.flush(text=True)
         state.sink.close()
         if state.speaks():
-            print(state.report().summary())  # 12 lines at most; print(monitor.report) says more
+            # Outside a fit, Keras's progress bar (verbose=1) ends its line after our on_*_end hook.
+            bar = state.session.run != "fit" and (state.observer.params or {}).get("verbose") in (1, "auto")
+            print(("\n" if bar else "") + state.report().summary())  # 12 lines; print(monitor.report) says more
 
     def call_failed(self, phase: str, handle: Optional[Any], began: bool = True) -> None:
         """The model or the data raised (or Ctrl-C): the fit or evaluate is over. Give the profiler back,

@@ -110,12 +110,15 @@ class StepPath:
             sink.log_dir if sink.writes else None,
             state.dist.multi_worker,
         ):
-            session.call_in_trace_window(phase, plan, jit, probed=free_probe)
+            session.call_in_trace_window(phase)
             if not free_probe:
                 return None
         if not (plan.probe or free_probe) or current.probe is None:
             return None
         state.active_probe = current.probe.start(plan, jit)
+        if state.active_probe is None and plan.new:  # rare: a new signature the probe cannot time
+            facts = current.probe.facts
+            session.call_unprobed(phase, "profiler_busy" if facts.busy else "probes_off" if facts.off else "unprobed")
         return state.active_probe
 
     def _note_per_device(self, phase: str, batch: Any, signature: Any) -> None:

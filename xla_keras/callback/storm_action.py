@@ -3,13 +3,27 @@ or fall back (XLA off for the rest of this fit, its step functions rebuilt and w
 
 from __future__ import annotations
 
+from typing import Optional
+
 from xla_keras.callback.functions import StepFunctions
 from xla_keras.callback.lifecycle import Lifecycle
 from xla_keras.callback.state import RUN_WORD, CallState
 from xla_keras.core.messages import warn
 from xla_keras.core.types import PHASES
 from xla_keras.errors import RecompilationStormError
-from xla_keras.storms.detection import storm_text
+from xla_keras.storms.detection import Storm, storm_text
+
+
+def fallback_words(storm: Storm, run: str, op_by_op_shape_seconds: Optional[float]) -> str:
+    """What the fallback means, for the warning's last line. Where XLA off compiles each op per new
+    shape (JAX), whether that likely costs more than XLA did: XLA's mean compile per shape at the
+    storm against the op-by-op cost per shape measured on the backend."""
+    if op_by_op_shape_seconds is None:
+        return f"XLA is now off for this {run} (on_storm='fallback'). "
+    per_shape = storm.compile_seconds / storm.compiles if storm.compiles else None
+    if per_shape is not None and per_shape < op_by_op_shape_seconds:
+        return "XLA off (on_storm='fallback'); ops compile per shape: likely slower. "
+    return "XLA off (on_storm='fallback'); each op now compiles per shape. "
 
 
 class StormAction:
@@ -34,7 +48,7 @@ class StormAction:
         state.current.traces.storm_opened()
         index = len(session.storms) - 1  # its place in report.storms
         run = "fit" if state.in_fit else RUN_WORD[phase]
-        then = f"XLA is now off for this {run} (on_storm='fallback'). " if storm.action == "fallback" else ""
+        then = fallback_words(storm, run, state.backend.op_by_op_shape_seconds) if storm.action == "fallback" else ""
         text = storm_text(storm, index, state.sink.log_dir, session.data_kind, then)
         if storm.action == "raise":
             stopped = state.stopped_early(phase, state.in_fit, "on_storm='raise' after a recompilation storm")

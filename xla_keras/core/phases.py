@@ -55,6 +55,19 @@ class PhaseStats:
         self.after_switch: Optional[PhaseTiming] = None  # steady steps since a storm fallback (non-XLA)
         # Repeat calls counted but not yet timed: [start, step, steady] (bounded: drained at REPEAT_DRAIN).
         self.repeats: List[list] = []
+        self.call_base: Optional[CallBase] = None  # where the phase stood when the running call began
+
+    def call_began(self) -> None:
+        """A fit, evaluate or predict begins: the compile budget judges the phase from here."""
+        self.call_base = CallBase(
+            self.compile_count,
+            self.compile_seconds(),
+            self.steps_run,
+            self.step,
+            len(self.records),
+            self.records_dropped,
+            self.history.mark(),
+        )
 
     def add_record(self, record: Compilation) -> None:
         self.compile_count += 1
@@ -115,6 +128,7 @@ class PhaseStats:
             self.compile_count,
             self.compile_seconds(),
             median,
+            self.timing.median_samples,
             records,
             self.records_dropped,
             tuple(self.slow),
@@ -123,6 +137,19 @@ class PhaseStats:
             self.rebuilds,
             self.history,
         )
+
+
+@dataclass(frozen=True)
+class CallBase:
+    """A phase as it stood when a fit, evaluate or predict began: the compile budget judges one call."""
+
+    compiles: int
+    compile_seconds: float
+    steps_run: int
+    step: int
+    records: int
+    records_dropped: int
+    history: Tuple[Dict[int, int], Dict[int, int], int]  # ShapeHistory.mark()
 
 
 @dataclass
@@ -136,6 +163,7 @@ class CallScratch:
     signature: Optional[InputSignature] = None  # the last batch's
     ragged_probe: bool = False
     in_trace_window: bool = False
+    unprobed: Optional[str] = None  # why a call with new signatures had no probe (ESTIMATED_BECAUSE's keys)
     observation: Optional[CompileObservation] = None
     fingerprint: Optional[int] = None  # the last batch's, for the repeat fast path
     repeating: bool = False  # the last call took the repeat fast path
@@ -175,9 +203,11 @@ def fallback_began(phase: str, step: int, reason: str, phases: Dict[str, PhaseSt
         "step": step,
         "reason": reason,
         "xla_steady_step_seconds": {p: s.timing.median_seconds for p, s in phases.items()},
+        "xla_steady_steps": {p: s.timing.median_samples for p, s in phases.items()},
     }
     for stats in phases.values():
         stats.after_switch = PhaseTiming()
+        stats.timing = PhaseTiming()  # the report's steady step describes the steps that run now
     return fallback
 
 
@@ -189,6 +219,9 @@ def fallback_view(fallback: Optional[dict], phases: Dict[str, PhaseStats]) -> Op
     view["steady_step_seconds_after"] = {
         p: (s.after_switch.median_seconds if s.after_switch is not None else None) for p, s in phases.items()
     }
+    view["steady_steps_after"] = {
+        p: (s.after_switch.median_samples if s.after_switch is not None else 0) for p, s in phases.items()
+    }
     return view
 
 
@@ -198,6 +231,7 @@ class PhaseSnapshot:
     compile_count: int
     compile_seconds: float
     steady_seconds: Optional[float]
+    steady_count: int  # the steady steps the median rests on (the kept mode's, after jit='fastest')
     records: Tuple[Compilation, ...]
     records_dropped: int
     slow: Tuple[SlowStep, ...]

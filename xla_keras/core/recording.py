@@ -44,6 +44,13 @@ class StepRecorder:
         """No probe timed the call's compiles: one record per new signature, from step time."""
         stats, call = self.phases[phase], self.calls[phase]
         traced = observation is not None and observation.traced
+        because = (
+            "trace_window"
+            if call.in_trace_window
+            else "not_measured"
+            if observation is not None
+            else call.unprobed or "unprobed"
+        )
         for step, sig in call.new:
             record = Compilation(
                 phase,
@@ -55,6 +62,7 @@ class StepRecorder:
                 traced=traced,
                 call_batches=n,
                 call_compiles=len(call.new),
+                estimated_because=because,
             )
             record.seconds = record.estimate_from(stats.timing.median_seconds)
             self.compiled(phase, record, outcome)

@@ -55,8 +55,9 @@ class Session:
         self.analysis = StormAnalysis(config)
         self.recorder = StepRecorder(self.phases, self.calls, config)
         self.functions = FunctionWatch(self.ledger, self.phases)
-        self.data_kind = "tf.data"  # what the storm fix's code is written for (advice.DATA_KINDS)
+        self.data_kind = "tf.data"  # what the storm fix's code is written for (fix_code.DATA_KINDS)
         self._views_taken = 0
+        self.run = "fit"  # the running (or last) call: "fit", "evaluate" or "predict"
         self.jit_decision: Optional[Union[Trial, Decision]] = None  # the last fit's, for the report
 
     # ------------------------------------------------------------ functions
@@ -95,6 +96,7 @@ class Session:
         call.batches = len(signatures)
         call.new, call.probe_signature, call.observation = [], None, None
         call.ragged_probe = call.in_trace_window = False
+        call.unprobed = None
         if len(signatures) == 1 and self._repeats_last(phase, signatures[0], jit):
             # The steady case: the same signature as the call before, known to the function (no
             # compile, no storm, nothing to probe). Same bookkeeping as below, without recomputing it.
@@ -153,16 +155,13 @@ class Session:
         if opened is not None and stats.pending_storm is None:
             stats.pending_storm = (step, *opened)
 
-    def call_in_trace_window(self, phase: str, plan: CallPlan, jit: JitState, probed: bool = False) -> None:
-        """The call runs inside a profiler trace window: not a steady step; with no probe
-        (``probed``: JAX's events still time compiles there), compile times from step time."""
+    def call_in_trace_window(self, phase: str) -> None:
+        """The call runs inside a profiler trace window: not a steady step (an estimate says why)."""
         self.calls[phase].in_trace_window = True
-        if plan.probe and jit.xla_expected and not probed:
-            self.notes.add_once(
-                "trace-window",
-                "compile times of steps inside a profiler trace window are "
-                "estimated from step time (the profiler was writing the trace)",
-            )
+
+    def call_unprobed(self, phase: str, because: str) -> None:
+        """No probe could time the call's compiles (``ESTIMATED_BECAUSE``'s key, e.g. "profiler_busy")."""
+        self.calls[phase].unprobed = because
 
     def call_observed(self, phase: str, observation: Optional[CompileObservation]) -> None:
         self.calls[phase].observation = observation
@@ -315,6 +314,13 @@ class Session:
     def storm_scalar(self, storm: Storm) -> Scalar:
         return Scalar(storm.phase, TAG_STORM, 1.0, storm.step)
 
+    def call_segment_began(self, run: str) -> None:
+        """A fit, evaluate or predict begins (``run``): the compile budget judges it alone."""
+        self.analysis.call_ended(self.phases, self.storms, self.data_kind, self.run)
+        self.run = run
+        for stats in self.phases.values():
+            stats.call_began()
+
     # ---------------------------------------------------------------- report
 
     def snapshot(self) -> SessionSnapshot:
@@ -328,6 +334,6 @@ class Session:
             tuple(self.notes.texts),
             self.wall.seconds(),
             fallback_view(self.fallback, self.phases),
-            self.analysis.budget_advice(self.phases, {s.phase for s in storms}, self.data_kind),
+            self.analysis.advice(self.phases, self.storms, self.data_kind, self.run),
             view,
         )

@@ -19,6 +19,10 @@ _MEDIAN_EVERY = 128
 SLOW_FACTOR = 5.0
 SLOW_MIN_EXCESS_SECONDS = 0.02
 MIN_STEADY_SAMPLES = 8
+# A comparison of two steady medians (XLA before a fallback against after it, a break-even, compare's
+# "vs off") is stated only when each side rests on at least this many steady steps: one step in the
+# middle of a storm once made XLA look 2-3 times slower than it was.
+MIN_COMPARE_STEPS = 20
 
 
 class PhaseTiming:
@@ -54,6 +58,11 @@ class PhaseTiming:
         return self._median
 
     @property
+    def median_samples(self) -> int:
+        """The steady steps the median rests on (the last ``window`` of them)."""
+        return len(self._recent)
+
+    @property
     def recent_median_seconds(self) -> Optional[float]:
         """The median as last refreshed on the step path (at most _MEDIAN_EVERY samples old):
         no sort, for per-step decisions."""
@@ -75,6 +84,16 @@ def excess_over_steady(step_seconds: float, steady_seconds: Optional[float]) -> 
     if steady_seconds is None:
         return step_seconds
     return max(0.0, step_seconds - steady_seconds)
+
+
+def comparable(*steps: Optional[int]) -> bool:
+    """Whether each side of a comparison rests on at least ``MIN_COMPARE_STEPS`` steady steps."""
+    return all((n or 0) >= MIN_COMPARE_STEPS for n in steps)
+
+
+def too_few_words(sides: str) -> str:
+    """Why a comparison is withheld, e.g. ``too_few_words("3 with XLA, 40 without")``."""
+    return f"too few steady steps to compare ({sides}; {MIN_COMPARE_STEPS} needed on each side)"
 
 
 def share(part: float, whole: float) -> Optional[float]:

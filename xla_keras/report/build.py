@@ -6,11 +6,11 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple
 
 from xla_keras.core.phases import SessionSnapshot
-from xla_keras.core.timing import break_even_steps, share
+from xla_keras.core.timing import break_even_steps, comparable, share
 from xla_keras.core.types import MEASURED, PHASES
 from xla_keras.jit.modes import JitState, ProbeFacts, verdict
 from xla_keras.report.model import XlaReport
-from xla_keras.report.records import Compilation
+from xla_keras.report.records import ESTIMATED_BECAUSE, Compilation
 from xla_keras.storms.detection import partial_batch_note, train_vs_validation_note
 
 
@@ -41,6 +41,7 @@ def build_report(snapshot: SessionSnapshot, context: ReportContext) -> XlaReport
         report.compilation_count[name] = phase.compile_count
         report.steps[name] = phase.steps
         report.steady_step_seconds_by_phase[name] = phase.steady_seconds
+        report.steady_step_counts[name] = phase.steady_count
         report.slow_steps.extend(phase.slow)
         report.slow_step_count += phase.slow_count
         report.compilations_dropped += phase.records_dropped
@@ -70,7 +71,12 @@ def build_report(snapshot: SessionSnapshot, context: ReportContext) -> XlaReport
     report.traces = list(context.traces)
     report.cache_saved_seconds = context.cache_saved_seconds
     report.probe = context.probe.label
-    report.notes = list(snapshot.notes) + _phase_notes(snapshot) + list(context.extra_notes)
+    report.notes = (
+        list(snapshot.notes)
+        + _phase_notes(snapshot)
+        + estimate_notes(report.compilations, report.compilations_dropped)
+        + list(context.extra_notes)
+    )
     report.log_dir = context.log_dir
     report.versions = dict(context.versions)
     report.run_state = context.run_state
@@ -108,10 +114,32 @@ def _phase_notes(snapshot: SessionSnapshot) -> List[str]:
     return notes
 
 
+def estimate_notes(records: List[Compilation], dropped: int = 0) -> List[str]:
+    """One note per reason some compiles' seconds are estimated from step time, naming those
+    records (phase and step); nothing when every record was measured."""
+    by_reason: Dict[str, List[Compilation]] = {}
+    for record in records:
+        if record.source == "timing":
+            by_reason.setdefault(record.estimated_because or "unprobed", []).append(record)
+    notes = []
+    for because, estimated in by_reason.items():
+        steps = [f"{c.phase} step {c.step}" for c in estimated]
+        named = ", ".join(steps[:6]) + (f" and {len(steps) - 6} more" if len(steps) > 6 else "")
+        more = f" (of the {len(records)} records kept; {dropped} more were not kept)" if dropped else ""
+        notes.append(
+            f"{len(estimated)} compile time(s) estimated from step time (the step minus the steady median; "
+            f"source='timing'): {named}{more}: {ESTIMATED_BECAUSE.get(because, because)}"
+        )
+    return notes
+
+
 def _trial_break_even(decision: dict, report: XlaReport) -> Optional[float]:
     """jit='fastest' measured both modes' steady steps in this fit: the steps after which the train
-    phase's XLA compiles are repaid (inf: XLA's steps were not faster)."""
-    medians = decision.get("medians") or {}
+    phase's XLA compiles are repaid (inf: XLA's steps were not faster); None below MIN_COMPARE_STEPS
+    steady steps a side."""
+    medians, steps = decision.get("medians") or {}, decision.get("steps_measured") or {}
+    if not comparable(steps.get("on"), steps.get("off")):
+        return None
     return break_even_steps(
         sum(c.seconds for c in report.compilations if c.phase == "train"), medians.get("on"), medians.get("off")
     )

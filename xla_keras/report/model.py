@@ -21,7 +21,7 @@ from xla_keras.report.summary import summary
 from xla_keras.storms.budget import PhaseAdvice
 from xla_keras.storms.detection import Storm
 
-SCHEMA_VERSION = 6  # see schema.py for what each version added
+SCHEMA_VERSION = 7  # see schema.py for what each version added
 
 
 @dataclass
@@ -46,14 +46,15 @@ class XlaReport:
         storms: the recompilation storms, each a ``Storm``.
         advice: phases whose recompiles cost more than the compile budget, below the storm
             threshold, each a ``PhaseAdvice``.
-        fallback: after ``on_storm="fallback"`` switched XLA off: ``{"phase", "step", "reason",
-            "xla_steady_step_seconds", "steady_step_seconds_after"}``; else None.
+        fallback: after ``on_storm="fallback"``: ``{"phase", "step", "reason", "xla_steady_step_seconds",
+            "xla_steady_steps", "steady_step_seconds_after", "steady_steps_after"}``; else None.
         jit_decision: ``jit="fastest"`` only: the mode kept and the evidence (``"mode"`` is None while
             the trial measures); None for the other modes.
         steps: steps per phase (test and predict count batches over the monitor's lifetime).
         steady_step_seconds: the train phase's steady step time (the median of the steps that
             compiled nothing), or None.
         steady_step_seconds_by_phase: the same for each phase.
+        steady_step_counts: the steady steps each phase's median rests on (0: not measured).
         compile_seconds: the compiles' total time.
         wall_seconds: the monitored wall time (fits, standalone evaluates and predicts).
         compile_share: ``compile_seconds / wall_seconds`` (at most 1), or None before any time was
@@ -106,15 +107,13 @@ class XlaReport:
     compilations_dropped: int = 0
     distinct_signatures: Dict[str, int] = field(default_factory=lambda: dict.fromkeys(PHASES, 0))
     storms: List[Storm] = field(default_factory=list)
-    # Phases whose recompiles cost more than the compile budget, below the storm threshold.
     advice: List[PhaseAdvice] = field(default_factory=list)
     fallback: Optional[Dict[str, Any]] = None
-    # jit="fastest": the mode kept and the evidence (fastest.Decision.to_dict()); "mode" is null while the
-    # trial measures. None for the other jit modes.
     jit_decision: Optional[Dict[str, Any]] = None
     steps: Dict[str, int] = field(default_factory=lambda: dict.fromkeys(PHASES, 0))
     steady_step_seconds: Optional[float] = None
     steady_step_seconds_by_phase: Dict[str, Optional[float]] = field(default_factory=lambda: dict.fromkeys(PHASES))
+    steady_step_counts: Dict[str, int] = field(default_factory=lambda: dict.fromkeys(PHASES, 0))
     compile_seconds: float = 0.0
     wall_seconds: float = 0.0
     compile_share: Optional[float] = None
@@ -127,13 +126,7 @@ class XlaReport:
     notes: List[str] = field(default_factory=list)
     log_dir: Optional[str] = None
     versions: Dict[str, str] = field(default_factory=dict)
-    # "running": a fit / evaluate / predict was in progress when this report was built (a file read
-    # later is what had been logged by then); "interrupted": the last call ended by an exception,
-    # Ctrl-C or on_storm="raise"; "finished"; None: nothing ran yet, or written before schema 3.
     run_state: Optional[str] = None
-    # The Keras backend that ran ("tensorflow", "jax"), and compiles kept out of the step ledger (JAX):
-    # {"in_steps": {"count", "seconds"}} op-level / helper executables compiled inside step calls,
-    # {"outside_steps": {...}} those compiled outside them (initialisation, metrics), while monitored.
     backend: str = "tensorflow"
     other_compilations: Dict[str, Dict[str, float]] = field(default_factory=dict)
 
@@ -165,7 +158,7 @@ class XlaReport:
             ```pycon
             >>> data = xla_keras.XlaReport(jit_mode="on").to_dict()
             >>> data["schema_version"], data["jit_mode"], data["compilation_count"]
-            (6, 'on', {'train': 0, 'test': 0, 'predict': 0})
+            (7, 'on', {'train': 0, 'test': 0, 'predict': 0})
 
             ```
         """
@@ -185,6 +178,7 @@ class XlaReport:
             "steps": dict(self.steps),
             "steady_step_seconds": self.steady_step_seconds,
             "steady_step_seconds_by_phase": dict(self.steady_step_seconds_by_phase),
+            "steady_step_counts": dict(self.steady_step_counts),
             "compile_seconds": self.compile_seconds,
             "wall_seconds": self.wall_seconds,
             "compile_share": self.compile_share,

@@ -11,6 +11,15 @@ from typing import Any, Dict, Optional
 from xla_keras.core.signatures import InputSignature, from_jsonable, to_jsonable
 from xla_keras.core.timing import excess_over_steady
 
+# Why a compile's seconds are estimated from step time (``Compilation.estimated_because``), in words.
+ESTIMATED_BECAUSE = {
+    "trace_window": "the steps ran inside a profiler trace window (the profiler was writing the trace)",
+    "profiler_busy": "the profiler was busy with another session (e.g. keras.callbacks.TensorBoard(profile_batch=...))",
+    "probes_off": "compile probes are off by design here (e.g. under MultiWorkerMirroredStrategy)",
+    "not_measured": "the probe ran but could not time the compiles",
+    "unprobed": "no compile probe ran for those calls",
+}
+
 
 @dataclass
 class Compilation:
@@ -42,6 +51,9 @@ class Compilation:
             call's excess time among them).
         last_batch: the step was the last of its epoch (train) or of its
             evaluate / predict run: a partial last batch compiles there.
+        estimated_because: why a ``"timing"`` record is an estimate, one of
+            ``ESTIMATED_BECAUSE``'s keys ("trace_window", "profiler_busy", "probes_off",
+            "not_measured", "unprobed"); None for a measured record.
 
     Example:
         `monitor`: the monitor of XlaMonitor's example, after its fit of 2 batches of 32.
@@ -67,6 +79,7 @@ class Compilation:
     call_batches: int = 1
     call_compiles: int = 1
     last_batch: bool = False
+    estimated_because: Optional[str] = None
 
     def to_dict(self) -> Dict[str, Any]:
         """This compile as the report's JSON holds it.
@@ -86,6 +99,7 @@ class Compilation:
             "call_batches": self.call_batches,
             "call_compiles": self.call_compiles,
             "last_batch": self.last_batch,
+            "estimated_because": self.estimated_because,
         }
 
     @classmethod

@@ -4,13 +4,22 @@ from __future__ import annotations
 
 import re
 import textwrap
-from typing import TYPE_CHECKING, Any, Dict, List, Optional
+from typing import TYPE_CHECKING, Dict, List, Optional
 
 from xla_keras.core.messages import WIDTH
 from xla_keras.core.signatures import describe
 from xla_keras.core.types import PHASES
+from xla_keras.report.figures import (
+    break_even_words,
+    compile_time_words,
+    decision_lines,
+    fallback_cost,
+    op_by_op_words,
+    steady_words,
+)
 from xla_keras.report.units import ms_text
 from xla_keras.storms.detection import cause_clause, fix_line, storm_cause
+from xla_keras.storms.fixes import recomputed_words
 
 if TYPE_CHECKING:
     from xla_keras.report.model import XlaReport
@@ -46,17 +55,9 @@ def render(report: XlaReport, full: bool = False) -> str:
     lines.append(
         "  signatures      : " + (", ".join(f"{p} {report.distinct_signatures.get(p, 0)}" for p in phases) or "none")
     )
+    lines.append("  compile time    : " + "".join(compile_time_words(report)))
     lines.append(
-        f"  compile time    : {ms_text(report.compile_seconds)}"
-        + (
-            f" = {report.compile_share:.0%} of {ms_text(report.wall_seconds)} monitored"
-            if report.compile_share is not None
-            else ""
-        )
-    )
-    lines.append(
-        "  steady step     : "
-        + (", ".join(f"{p} {ms_text(report.steady_step_seconds_by_phase.get(p))}" for p in phases) or "n/a")
+        "  steady step     : " + (", ".join(f"{p} {steady_words(report, p) or 'n/a'}" for p in phases) or "n/a")
     )
     cached = sum(1 for c in report.compilations if c.cached)
     if cached:
@@ -66,10 +67,8 @@ def render(report: XlaReport, full: bool = False) -> str:
         )
     for line in _other_compile_lines(report):
         lines.append(f"  other compiles  : {line}")
-    if report.break_even_steps is not None:
-        lines.append(f"  break-even      : {report.break_even_steps:.0f} steps")
-    elif _measured_both(report):
-        lines.append(f"  break-even      : {_no_break_even(report)}")
+    if report.break_even_steps is not None or report.jit_decision:
+        lines.append(f"  break-even      : {break_even_words(report)}")
     if report.slow_step_count:
         worst = max(report.slow_steps, key=lambda s: s.seconds, default=None)
         lines.append(
@@ -84,6 +83,8 @@ def render(report: XlaReport, full: bool = False) -> str:
         else:
             lines.append(f"{head}{storm.count} new input shapes; {storm_cause(storm)}")
             lines.append(f"      fix: {fix_line(storm.fix, f'report.storms[{i}].fix')}")
+            if storm.fix_at_storm is not None:
+                lines.append(f"      {recomputed_words(storm.fix_at_storm, storm.fix)}")
             trimmed = True
     for i, item in enumerate(report.advice):
         if full:
@@ -103,6 +104,9 @@ def render(report: XlaReport, full: bool = False) -> str:
         cost = fallback_cost(report.fallback)
         if cost:
             lines.append(f"  without XLA     : {cost}")
+        op_by_op = op_by_op_words(report)
+        if op_by_op:
+            lines.append(f"  op by op        : {op_by_op}")
     if report.compilations:
         lines.append("  compiled for    :")
         shown = report.compilations[:8]
@@ -144,66 +148,6 @@ def _wrap(line: str) -> List[str]:
     return textwrap.wrap(line, WIDTH, subsequent_indent=indent, break_long_words=False, break_on_hyphens=False)
 
 
-def fallback_cost(fallback: Dict[str, Any]) -> Optional[str]:
-    """What running without XLA cost after a storm fallback, measured: the phase's steady step
-    after the switch against its steady XLA step before it."""
-    before = fallback.get("xla_steady_step_seconds") or {}
-    after = fallback.get("steady_step_seconds_after") or {}
-    parts = []
-    for phase in PHASES:
-        new, old = after.get(phase), before.get(phase)
-        if new is None:
-            continue
-        if old:
-            parts.append(
-                f"{phase} steady step {ms_text(new)} vs {ms_text(old)} with XLA before the switch ({new / old:.1f}x)"
-            )
-        else:
-            parts.append(
-                f"{phase} steady step {ms_text(new)} (no steady XLA step was measured before the switch: "
-                "every XLA step had compiled)"
-            )
-    return "; ".join(parts) or None
-
-
-def _measured_both(report: XlaReport) -> bool:
-    medians = (report.jit_decision or {}).get("medians") or {}
-    return medians.get("on") is not None and medians.get("off") is not None
-
-
-def _no_break_even(report: XlaReport) -> str:
-    if _measured_both(report):
-        return "never: XLA's steady steps were not faster than without it (jit='fastest' measured both)"
-    return "unknown (no non-XLA baseline measured)"
-
-
-def decision_lines(decision: Optional[Dict[str, Any]]) -> List[str]:
-    """jit='fastest' in a few lines: the mode kept and why, then the evidence."""
-    if not decision:
-        return []
-    medians, spreads = decision.get("medians") or {}, decision.get("spreads") or {}
-    steps = decision.get("steps_measured") or {}
-    kept = decision.get("mode")
-    lines = [f"XLA {kept.upper()} kept ({decision.get('basis')})" if kept else "measuring (no decision yet)"]
-    measured = [
-        f"XLA {m}: median {ms_text(medians.get(m))} (IQR {ms_text(spreads.get(m))}) over {steps.get(m, 0)} steps"
-        for m in ("on", "off")
-        if medians.get(m) is not None
-    ]
-    if measured:
-        lines.append("; ".join(measured))
-    cost = [f"trial compiles {ms_text(decision.get('trial_compile_seconds') or 0.0)}"]
-    saving = decision.get("predicted_saving_seconds")
-    if saving is not None:
-        cost.append(f"predicted saving {ms_text(saving)} over the {decision.get('steps_left')} steps left")
-    if decision.get("switches"):
-        cost.append(f"{decision['switches']} switches")
-    if decision.get("revised_at_step") is not None:
-        cost.append(f"XLA off again from train step {decision['revised_at_step']} (compiles beyond the price)")
-    lines.append(", ".join(cost))
-    return lines
-
-
 _OTHER_WORDS = {
     "in_steps": "inside the step calls, not the step's own program (op by op: one per primitive and shape; "
     "or a helper such as predict's concatenate)",
@@ -240,22 +184,10 @@ def render_markdown(report: XlaReport) -> str:
         out.append(
             f"| {p} | {report.steps.get(p, 0)} | {report.compilation_count.get(p, 0)} | "
             f"{ms_text(by_phase.get(p)) if p in by_phase else '0'} | {report.distinct_signatures.get(p, 0)} | "
-            f"{ms_text(report.steady_step_seconds_by_phase.get(p))} |"
+            f"{steady_words(report, p) or 'n/a'} |"
         )
-    out += [
-        "",
-        f"**compile time:** {ms_text(report.compile_seconds)}"
-        + (
-            f" ({report.compile_share:.0%} of {ms_text(report.wall_seconds)} monitored)"
-            if report.compile_share is not None
-            else ""
-        ),
-    ]
-    out.append("")
-    out.append(
-        "**break-even:** "
-        + (f"{report.break_even_steps:.0f} steps" if report.break_even_steps is not None else _no_break_even(report))
-    )
+    out += ["", "**compile time:** " + "".join(compile_time_words(report))]
+    out += ["", f"**break-even:** {break_even_words(report)}"]
     for line in _other_compile_lines(report):
         out += ["", f"**other compiles:** {line}"]
     if report.slow_step_count:
@@ -277,6 +209,9 @@ def render_markdown(report: XlaReport) -> str:
         cost = fallback_cost(report.fallback)
         if cost:
             out += ["", f"**without XLA:** {cost}"]
+        op_by_op = op_by_op_words(report)
+        if op_by_op:
+            out += ["", f"**op by op:** {op_by_op}"]
     if report.traces:
         out += ["", "### Profiler traces (Profile tab)"] + [f"- `{t}`" for t in report.traces]
     if report.notes:

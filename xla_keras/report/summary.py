@@ -13,10 +13,10 @@ from typing import TYPE_CHECKING, List, Tuple
 
 from xla_keras.core.messages import WIDTH, within
 from xla_keras.core.types import PHASES
-from xla_keras.report.render import decision_lines
+from xla_keras.report.figures import compile_time_words, decision_lines, steady_words
 from xla_keras.report.units import ms_text
 from xla_keras.storms.detection import cause_clause, fix_line, storm_cause
-from xla_keras.storms.fixes import APPLIED_KINDS
+from xla_keras.storms.fixes import APPLIED_KINDS, fix_value
 
 if TYPE_CHECKING:
     from xla_keras.report.model import XlaReport
@@ -36,17 +36,12 @@ def summary(report: XlaReport, where: str = "monitor.report") -> str:
     ran = "XLA ran until the storm fallback" if report.fallback else _RAN.get(report.jit_active, _RAN[None])
     head = f"xla_keras: {ran} (jit={report.jit_mode!r}); compiles: {counts}"
     lines = [within(head, f" [measured by {'/'.join(sources)}]" if sources else "")]
-    share = report.compile_share
-    of_wall = f" = {share:.0%} of {ms_text(report.wall_seconds)} monitored" if share is not None else ""
-    lines.append(within(f"  compile time : {ms_text(report.compile_seconds)}", of_wall))
-    steady = [
-        f"{p} {ms_text(report.steady_step_seconds_by_phase.get(p))} ({report.steps[p]} steps run)"
-        for p in phases
-        if report.steady_step_seconds_by_phase.get(p) is not None
-    ]
+    total, of_wall, parts = compile_time_words(report)
+    lines.append(within(f"  compile time : {total}", of_wall, parts))
+    steady = [f"{p} {steady_words(report, p)}" for p in phases if steady_words(report, p)]
     lines.append(within("  steady step  : " + (", ".join(steady) or "not measured")))
     findings, fix = _findings(report, where)
-    room = MAX_LINES - len(lines) - 1 - bool(report.notes) - bool(fix)  # 1: the "more" line
+    room = MAX_LINES - len(lines) - 1 - bool(report.notes) - len(fix)  # 1: the "more" line
     if len(findings) > room:
         findings = findings[: room - 1] + [f"  + {len(findings) - room + 1} more findings: print({where})"]
     lines.extend(findings + fix)
@@ -63,12 +58,12 @@ def _findings(report: XlaReport, where: str) -> Tuple[List[str], List[str]]:
     for i, storm in enumerate(report.storms):
         head = f"  STORM ({storm.phase}, step {storm.step}): {storm.count} new input shapes; "
         lines.append(_finding(head, storm_cause(storm)))
-        fixes.append((storm.fix, f"{where}.storms[{i}].fix"))
+        fixes.append((storm.fix, f"{where}.storms[{i}].fix", storm.fix_at_storm))
     for i, item in enumerate(report.advice):
         took = f"recompiles took {ms_text(item.recompile_seconds)} = {item.share:.0%} of the phase"
         head = f"  ADVICE ({item.phase}): {took}; "
         lines.append(_finding(head, cause_clause(item.varying, item.fix)))
-        fixes.append((item.fix, f"{where}.advice[{i}].fix"))
+        fixes.append((item.fix, f"{where}.advice[{i}].fix", None))
     if report.fallback:
         lines.append(
             within(f"  fallback     : XLA off from {report.fallback.get('phase')} step {report.fallback.get('step')}")
@@ -78,10 +73,18 @@ def _findings(report: XlaReport, where: str) -> Tuple[List[str], List[str]]:
         lines.append(within(f"  fastest      : {decision[0]}"))
     if report.slow_step_count:
         lines.append(f"  slow steps   : {report.slow_step_count} known-signature steps far above the steady median")
-    applied = [(fix, at) for fix, at in fixes if fix.get("kind") in APPLIED_KINDS]
-    others = [at for _, at in applied[1:]]
+    applied = [(fix, at, before) for fix, at, before in fixes if fix.get("kind") in APPLIED_KINDS]
+    if not applied:
+        return lines, []
+    fix, at, before = applied[0]
+    others = [where_ for _, where_, _ in applied[1:]]
     also = f" (also {', '.join(others)})" if others else ""
-    return lines, [within(f"  fix          : {fix_line(*applied[0])}", also)] if applied else []
+    out = [within(f"  fix          : {fix_line(fix, at)}", also)]
+    if before:  # the storm's warning named another value: say which holds now, and why
+        out.append(
+            within(f"  fix changed  : {fix_value(fix)} from every shape seen ({fix_value(before)} at the storm)")
+        )
+    return lines, out
 
 
 def _finding(head: str, cause: str) -> str:

@@ -21,15 +21,13 @@ from xla_keras.storms.detection import (
     structures_differ,
     varying_axes,
 )
-from xla_keras.storms.fix_code import apply_code, compiles_words
+from xla_keras.storms.fix_code import apply_code, batch_size_call, compiles_words
 from xla_keras.storms.real_length_advice import (
     Costs,
     SampleView,
     real_length_figures,
 )
 from xla_keras.storms.remainder import REMAINDER, remainder_of
-
-DATA_KINDS = ("tf.data", "arrays")  # arrays: numpy / generators / PyDataset (no TensorFlow in the fix)
 
 
 def choose_buckets(
@@ -89,8 +87,8 @@ def analyse(
     costs: Optional[Costs] = None,
 ) -> Tuple[List[Dict[str, Any]], str, Dict[str, Any]]:
     """Cause, advice and fix from everything the phase has seen. ``data``: "tf.data", or
-    "arrays" (numpy, generators, PyDataset under Keras's JAX backend): the fix's code then
-    needs no TensorFlow. ``view``: sampled batches to measure real lengths on.
+    "arrays" (numpy arrays Keras batches itself, on either backend): the fix's code then
+    needs no TensorFlow ("pydataset", "generator": likewise). ``view``: sampled batches to measure real lengths on.
 
     Returns (varying, advice text without the header line, fix)."""
     partial = partial_batch_signatures(history)
@@ -121,16 +119,17 @@ def analyse(
             "remainder": REMAINDER[phase],
             "drop_remainder": REMAINDER[phase] == "drop",
         }
-        fix["code"] = apply_code(fix, data)
+        fix["code"], fix["data"] = apply_code(fix, data), data
         rest = (
             "drops the last partial batch"
             if REMAINDER[phase] == "drop"
             else "pads the last batch's rows, which weigh nothing"
         )
-        arrays = f" (arrays: `model.fit(x, y, batch_size={size})`)" if data == "arrays" else ""
+        arrays = f" (arrays: `{batch_size_call(phase, size)}`)" if data == "arrays" else ""
         advice = (
             f"The batch size varies (input '{a.path}' axis 0: {d['min']}..{d['max']}, "
-            f"{d['n_values']} values). Fix: batch to a fixed size of {size}: "
+            f"{d['n_values']} values). Fix: batch to a fixed size of {size} (the most frequent batch size "
+            "seen, the largest on a tie): "
             f"`xla_keras.data.apply_fix(data, fix)` re-batches and {rest} (1 compile){arrays}, or "
             "switch XLA off for this model."
         )
@@ -146,9 +145,21 @@ def analyse(
     if remainder:
         kind = "drop_remainder" if REMAINDER[phase] == "drop" else "pad_remainder"
         fix = {"kind": kind, "rows": remainder.rows, "batch_size": remainder.batch_size, "remainder": REMAINDER[phase]}
-        fix["code"] = apply_code(fix, data)
-        return varying, partial_text.strip(), fix
+        fix["code"], fix["data"] = apply_code(fix, data), data
+        return varying, partial_text.strip() + arrays_words(phase, remainder.batch_size, data), fix
     return varying, "New signatures kept arriving but no single input explains them.", {"kind": "unknown"}
+
+
+def arrays_words(phase: str, batch_size: int, data: str) -> str:
+    """For arrays, which Keras batches itself: how to get the batches a fix applies to."""
+    if data != "arrays":
+        return ""
+    rows = "x[i:i + {b}]" if phase == "predict" else "(x[i:i + {b}], y[i:i + {b}])"
+    return (
+        " Keras batches arrays itself: slice them into batches first (`batches = ["
+        + rows.format(b=batch_size)
+        + f" for i in range(0, len(x), {batch_size})]`), then apply the fix to `batches`."
+    )
 
 
 def _pad_advice(
@@ -185,7 +196,7 @@ def _pad_advice(
     }
     if len(length_axes) > 1:
         fix["per_input"] = [{"path": a.path, "axis": a.axis, "lengths": b} for a, b in zip(length_axes, buckets)]
-    fix["code"] = apply_code(fix, data)
+    fix["code"], fix["data"] = apply_code(fix, data), data
 
     def together(a: VaryingAxis) -> str:  # co-varying leaves, kept as "path:axis" in the fix's varying list
         named = (f"'{o.rsplit(':', 1)[0]}' axis {o.rsplit(':', 1)[1]}" for o in a.also)

@@ -3,17 +3,22 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Dict, List, Tuple
+from typing import TYPE_CHECKING, Dict, List, Sequence, Tuple
 
+from xla_keras.core.phases import CallBase
 from xla_keras.core.types import MEASURED
 from xla_keras.storms.advice import analyse
 from xla_keras.storms.budget import PhaseAdvice, budget_text, over_budget
 from xla_keras.storms.detection import Storm, batch_rows
+from xla_keras.storms.fixes import fix_value, recomputed_words
 from xla_keras.storms.real_length_advice import Costs
 
 if TYPE_CHECKING:
     from xla_keras.config import MonitorConfig
     from xla_keras.core.phases import PhaseStats
+
+MAX_PAST_ADVICE = 16  # budget advice kept from earlier calls (one per phase, kind of call and fix)
+NO_CALL_BASE = CallBase(0, 0.0, 0, 0, 0, 0, ({}, {}, 0))  # no call began: judged from the start
 
 
 class StormAnalysis:
@@ -23,6 +28,7 @@ class StormAnalysis:
     def __init__(self, config: MonitorConfig):
         self.config = config
         self._cache: Dict[str, tuple] = {}  # phase -> (key, analysis)
+        self.past_advice: List[PhaseAdvice] = []  # the compile budget's advice on the calls before (bounded)
 
     def analyse(self, phase: str, stats: PhaseStats, data_kind: str) -> tuple:
         """(varying, advice, fix) from every shape the phase has seen so far."""
@@ -57,26 +63,51 @@ class StormAnalysis:
 
     def refreshed(self, storm: Storm, stats: PhaseStats, data_kind: str) -> Storm:
         """The storm with its cause and fix recomputed from every shape the phase has seen so far
-        (more data than at the moment it opened)."""
+        (more data than at the moment it opened); when its fix changed, ``fix_at_storm`` keeps the
+        one the warning was computed with and the advice says what changed."""
         varying, advice, fix = self.analyse(storm.phase, stats, data_kind)
-        return dataclasses.replace(storm, varying=varying, advice=advice, fix=fix)
+        if (fix.get("kind"), fix_value(fix)) == (storm.fix.get("kind"), fix_value(storm.fix)):
+            return dataclasses.replace(storm, varying=varying, advice=advice, fix=fix)
+        advice = f"{advice} {recomputed_words(storm.fix, fix)}"
+        return dataclasses.replace(storm, varying=varying, advice=advice, fix=fix, fix_at_storm=storm.fix)
+
+    def call_ended(self, phases: Dict[str, PhaseStats], storms: Sequence[Storm], data_kind: str, run: str) -> None:
+        """The running call is over (the next begins): its budget advice is kept as it stands; the
+        same advice for the same kind of call (an evaluate in a loop) once, the latest."""
+        for item in self.budget_advice(phases, storms, data_kind, run):
+            kept = [a for a in self.past_advice if (a.phase, a.run, a.fix) != (item.phase, item.run, item.fix)]
+            self.past_advice = (kept + [item])[-MAX_PAST_ADVICE:]
+
+    def advice(
+        self, phases: Dict[str, PhaseStats], storms: Sequence[Storm], data_kind: str, run: str
+    ) -> Tuple[PhaseAdvice, ...]:
+        """The compile budget's advice: on the calls before, then on the running (or last) call."""
+        return tuple(self.past_advice) + self.budget_advice(phases, storms, data_kind, run)
 
     def budget_advice(
-        self, phases: Dict[str, PhaseStats], storm_phases: set, data_kind: str
+        self, phases: Dict[str, PhaseStats], storms: Sequence[Storm], data_kind: str, run: str
     ) -> Tuple[PhaseAdvice, ...]:
-        """Phases below the storm threshold whose recompiles cost more than the compile budget."""
+        """Phases of the running call (``run``: "fit", "evaluate" or "predict") whose recompiles in
+        that call cost more than the compile budget, below the storm threshold: judged on the call
+        alone, so two fits that batch differently on purpose are never merged."""
         out: List[PhaseAdvice] = []
         budget = self.config.compile_budget
         if budget is None:  # no budget: no such advice
             return ()
         for phase, stats in phases.items():
-            if phase in storm_phases:
-                continue
-            first = stats.records[0].seconds if stats.records and stats.records[0].source in MEASURED else None
+            base = stats.call_base or NO_CALL_BASE
+            if any(s.phase == phase and s.step > base.step for s in storms):
+                continue  # a storm of this call says it all
+            compiles = stats.compile_count - base.compiles
+            seconds = stats.compile_seconds() - base.compile_seconds
+            first = None
+            if stats.records_dropped == base.records_dropped and len(stats.records) > base.records:
+                record = stats.records[base.records]  # the call's first compile, when kept
+                first = record.seconds if record.source in MEASURED else None
             over = over_budget(
-                stats.compile_count,
-                stats.compile_seconds(),
-                stats.steps_run,
+                compiles,
+                seconds,
+                stats.steps_run - base.steps_run,
                 stats.timing.median_seconds,
                 budget,
                 first,
@@ -84,19 +115,13 @@ class StormAnalysis:
             )
             if over is None:
                 continue
-            varying, advice, fix = self.analyse(phase, stats, data_kind)
+            history = stats.history.since(base.history)
+            varying, advice, fix = analyse(
+                phase, history, self.config.storm_threshold, data_kind, stats.view, phase_costs(stats)
+            )
             if fix.get("kind") == "unknown":
                 continue  # nothing in the shapes explains the compiles: no fix to offer
-            item = PhaseAdvice(
-                phase,
-                stats.compile_count,
-                stats.compile_seconds(),
-                *over,
-                budget,
-                varying,
-                advice,
-                fix,
-            )
+            item = PhaseAdvice(phase, compiles, seconds, *over, budget, varying, advice, fix, run=run)
             item.advice = budget_text(phase, item)
             out.append(item)
         return tuple(out)

@@ -24,6 +24,7 @@ class PhaseAdvice:
         varying: the input axes whose sizes varied, as in a ``Storm``.
         advice: the human text, as in a ``Storm``.
         fix: the machine-readable fix, as in a ``Storm`` (``xla_keras.data.apply_fix`` applies it).
+        run: the call it judges: "fit", "evaluate" or "predict" (each call is judged alone).
 
     Example:
         Two compiles of a phase whose last batch was short (``report.advice[0]`` after such a fit):
@@ -51,6 +52,7 @@ class PhaseAdvice:
     varying: List[Dict[str, Any]] = field(default_factory=list)
     advice: str = ""
     fix: Dict[str, Any] = field(default_factory=dict)
+    run: str = "fit"
 
     def to_dict(self) -> Dict[str, Any]:
         """This advice as the report's JSON holds it.
@@ -69,6 +71,7 @@ class PhaseAdvice:
             "varying": self.varying,
             "advice": self.advice,
             "fix": self.fix,
+            "run": self.run,
         }
 
     @classmethod
@@ -112,10 +115,19 @@ def over_budget(
 
 
 def budget_text(phase: str, item: PhaseAdvice) -> str:
-    words = {"train": "training", "test": "validation / evaluate", "predict": "predict"}[phase]
+    """The advice's text: what the call's compiles cost against the budget, then the fix. Padding is
+    weighed against compiles only for a padding fix (compiles are paid once, padding at every batch)."""
+    subject = (
+        f"this {item.run}"
+        if item.run != "fit"
+        else {"train": "training", "test": "validation"}.get(phase, phase) + " in this fit"
+    )
+    weighed = ""
+    if item.fix.get("kind") == "pad_to_lengths":
+        weighed = "; compiles are paid once, padding at every " + ("epoch" if item.run == "fit" else item.run)
     return (
-        f"Compile budget ({phase}): {words} compiled {item.compiles} times, {item.recompile_seconds:.2f} s "
-        f"beyond the first compile = {item.share:.0%} of its {item.wall_seconds:.2f} s (budget "
-        f"{item.budget:.0%}; below the storm threshold, so no storm; judged on this fit's time: compiles are "
-        f"paid once, padding every epoch). {item.advice}"
+        f"Compile budget ({phase}): {subject} compiled {item.compiles} times, "
+        f"{item.recompile_seconds:.2f} s beyond the first compile = {item.share:.0%} of its "
+        f"{item.wall_seconds:.2f} s (budget {item.budget:.0%}; below the storm threshold, so no storm; judged "
+        f"on this {item.run}'s time{weighed}). {item.advice}"
     )

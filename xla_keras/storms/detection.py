@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from xla_keras.core.arguments import integer
-from xla_keras.core.messages import shaped, within
+from xla_keras.core.messages import WIDTH, shaped, within
 from xla_keras.core.signatures import InputSignature, diff, fingerprint
-from xla_keras.storms.fixes import APPLIED_KINDS, CONSISTENT_STRUCTURE, DROP_REMAINDER, PAD_REMAINDER
+from xla_keras.storms.fixes import APPLIED_KINDS, CONSISTENT_STRUCTURE, DROP_REMAINDER, PAD_REMAINDER, fix_value
 
 ON_STORM = ("warn", "raise", "fallback")
 # Beyond this many distinct signatures per phase the history keeps counting
@@ -46,6 +46,9 @@ class Storm:
         steady_step_seconds: the phase's steady median when it opened.
         window_start: the step of the first new signature in the window.
         action: what the monitor did: "warn", "raise" or "fallback".
+        fix_at_storm: the fix as computed when the storm opened, when it differs from ``fix``
+            (recomputed from every shape seen by the end of the call; ``advice`` says what
+            changed); None when the two agree.
 
     Example:
         `model`, `x`, `y`: any compiled Keras model and its data; a batch size that changes at every
@@ -80,6 +83,7 @@ class Storm:
     steady_step_seconds: Optional[float] = None
     window_start: int = 0
     action: str = "warn"
+    fix_at_storm: Optional[Dict[str, Any]] = None
 
     def to_dict(self) -> Dict[str, Any]:
         """This storm as the report's JSON holds it.
@@ -99,6 +103,7 @@ class Storm:
             "steady_step_seconds": self.steady_step_seconds,
             "window_start": self.window_start,
             "action": self.action,
+            "fix_at_storm": self.fix_at_storm,
         }
 
     @classmethod
@@ -189,6 +194,21 @@ class ShapeHistory:
         self.runs += 1
         if self.last is not None:
             self.ends[self.last] = self.ends.get(self.last, 0) + 1
+
+    def mark(self) -> Tuple[Dict[int, int], Dict[int, int], int]:
+        """Where the history stands now (batch counts, epoch ends, runs), for ``since``."""
+        return dict(self.batches), dict(self.ends), self.runs
+
+    def since(self, mark: Tuple[Dict[int, int], Dict[int, int], int]) -> "ShapeHistory":
+        """The signatures seen since ``mark`` (one call's), as a history of their own."""
+        batches, ends, runs = mark
+        view = ShapeHistory(self.max_signatures)
+        for fp, n in self.batches.items():
+            if n > batches.get(fp, 0):
+                view.signatures[fp], view.batches[fp] = self.signatures[fp], n - batches.get(fp, 0)
+        view.ends = {fp: n - ends.get(fp, 0) for fp, n in self.ends.items() if n > ends.get(fp, 0)}
+        view.runs = self.runs - runs
+        return view
 
 
 def _structure(sig: InputSignature) -> tuple:
@@ -321,18 +341,26 @@ def storm_text(storm: Storm, index: int, log_dir: Optional[str] = None, data: st
         f", {_fmt_ms(storm.compile_seconds)} compiling",
         f" vs {_fmt_ms(steady)} a step" if steady is not None else "",
     )
-    fix = fix_line(storm.fix, f"monitor.report.storms[{index}].fix", data)
+    fix = within(f"Fix: {fix_line(storm.fix, f'monitor.report.storms[{index}].fix', data)}", _so_far(storm.fix))
+    more = f"{then}More: monitor.report.storms[{index}].advice"
     more = within(
-        f"{then}More: monitor.report.storms[{index}].advice",
+        more if len(more) <= WIDTH else f"{then}More: print(monitor.report)",
         *((", the XLA tab", f", `xla-keras report {log_dir}`") if log_dir else ()),
     )
-    return shaped([headline, f"Cause: {storm_cause(storm)}", f"Fix: {fix}", more])
+    return shaped([headline, f"Cause: {storm_cause(storm)}", fix, more])
+
+
+def _so_far(fix: Dict[str, Any]) -> str:
+    """The applied fix's value as the shapes seen so far give it (the report recomputes it at the end)."""
+    value = fix_value(fix) if fix.get("kind") in APPLIED_KINDS else ""
+    return f"  # {value} so far" if value else ""
 
 
 def fix_line(fix: Dict[str, Any], where: str, data: str = "tf.data") -> str:
     """A fix as one line of code on the user's data (``where``: the expression that holds the fix,
-    e.g. ``monitor.report.storms[0].fix``), or in words when no code applies it."""
-    name = "ds" if data == "tf.data" else "data"
+    e.g. ``monitor.report.storms[0].fix``; the data's kind: the fix's ``"data"``, else ``data``), or
+    in words when no code applies it."""
+    name = {"tf.data": "ds", "pydataset": "data"}.get(fix.get("data", data), "batches")
     if fix.get("kind") in APPLIED_KINDS:
         return f"{name} = xla_keras.data.apply_fix({name}, {where})"
     if fix.get("kind") == CONSISTENT_STRUCTURE:

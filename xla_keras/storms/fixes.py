@@ -37,3 +37,32 @@ KINDS = APPLIED_KINDS + (BUCKET_BY_LENGTH,) + MANUAL_KINDS
 DROP = "drop"
 PAD = "pad"
 REMAINDERS = (DROP, PAD, None)
+
+
+def fix_value(fix: dict) -> str:
+    """What a fix sets, in a few words (``"size 25"``, ``"lengths [32, 64]"``; empty when the fix
+    does not say): two fixes with the same words apply the same change."""
+    kind = fix.get("kind")
+    if kind == FIXED_BATCH_SIZE and fix.get("size"):
+        return f"size {fix['size']}"
+    if kind == PAD_TO_LENGTHS:
+        lengths = list(dict.fromkeys(str(t["lengths"]) for t in fix.get("targets") or [] if t.get("lengths")))
+        if not lengths:
+            return ""
+        rows = f", batch size {fix['batch_size']}" if fix.get("batch_size") else ""
+        return "lengths " + "; ".join(lengths) + rows
+    if kind in (DROP_REMAINDER, PAD_REMAINDER) and fix.get("batch_size"):
+        return f"batch size {fix['batch_size']}"
+    return ""
+
+
+def recomputed_words(at_storm: dict, now: dict) -> str:
+    """Why a storm's fix in the report differs from the one its warning was computed with."""
+
+    def words(fix: dict) -> str:
+        return fix_value(fix) or f"a {fix.get('kind')} fix"
+
+    return (
+        f"Recomputed from every shape seen by the end: {words(now)} ({words(at_storm)} when the storm "
+        "opened, from the shapes seen by then); the warning's line reads this fix from the report."
+    )

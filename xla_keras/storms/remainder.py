@@ -33,7 +33,7 @@ class Remainder:
             return (
                 f" The last batch of each epoch also has {self.rows} rows instead of {self.batch_size} (one "
                 f"extra compile): the fix drops it, so {examples_words(self.rows)} per epoch are not trained on "
-                "(a different one each epoch when the data is shuffled)."
+                "(different ones each epoch when the data is shuffled)."
             )
         share = f" ({pad / (self.rows_per_run + pad):.1%} of a run's rows)" if self.rows_per_run else ""
         if phase != "test":

@@ -13,6 +13,8 @@ from typing import Any, Dict, List, Optional, Sequence
 
 from xla_keras.core.signatures import AxisChange, describe, diff, from_jsonable
 from xla_keras.core.types import PHASES
+from xla_keras.report.figures import break_even_words, compile_time_words, fallback_cost, op_by_op_words, steady_words
+from xla_keras.report.model import XlaReport
 from xla_keras.report.schema import ParsedReport, parse_report
 from xla_keras.storms.detection import cause_clause
 from xla_keras.tensorboard.metadata import RUNS
@@ -110,9 +112,18 @@ def ledger(compilations: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
 
 
 def status(report: Dict[str, Any]) -> Dict[str, Any]:
-    """The status strip: jit requested / active / why, compiles, seconds, steady step, break-even."""
+    """The status strip: jit requested / active / why, compiles, seconds, steady step, break-even;
+    the figures in words as the summary says them (each with the steps it rests on)."""
     counts = report.get("compilation_count") or {}
+    said = XlaReport.from_dict(report)
+    fallback = report.get("fallback")
     return {
+        "compile_time_words": "".join(compile_time_words(said)),
+        "steady_words": {p: steady_words(said, p) for p in PHASES if steady_words(said, p)},
+        "break_even_words": break_even_words(said),
+        "fallback_words": "; ".join(w for w in (fallback_cost(fallback), op_by_op_words(said)) if w)
+        if fallback
+        else "",
         "jit_mode": report.get("jit_mode"),
         "jit_active": report.get("jit_active"),
         "jit_reason": report.get("jit_reason", ""),

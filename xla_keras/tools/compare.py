@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Callable, List, Optional, Sequence, Union
 
 from xla_keras.core.arguments import integer
-from xla_keras.core.timing import break_even_steps
+from xla_keras.core.timing import MIN_COMPARE_STEPS, break_even_steps, comparable
 
 
 @dataclass
@@ -30,7 +30,7 @@ class ModeResult:
     steady_step_ms: Optional[float]
     steady_spread_ms: Optional[float]  # interquartile range of the steady steps
     steady_samples: int = 0
-    speedup_vs_off: Optional[float] = None  # None when either side has fewer than 3 steady steps
+    speedup_vs_off: Optional[float] = None  # None when either side has fewer than MIN_COMPARE_STEPS steady steps
     break_even_step: Optional[float] = None  # None: unknown or never; 0: ahead from the first step
     # JAX: executables compiled inside the steps that are not a whole-step program (op by op under
     # "off"): real compile cost of that mode, included in compile_seconds.
@@ -50,7 +50,8 @@ class CompareTable:
         results: one row per mode, "off" first: each has ``mode``, ``xla_ran`` (True, False, or
             None: unknown), ``reason``, ``compiles``, ``first_step_seconds``, ``compile_seconds``,
             ``steady_step_ms``, ``steady_spread_ms`` (interquartile range), ``steady_samples``,
-            ``speedup_vs_off`` (None with fewer than 3 steady steps on either side),
+            ``speedup_vs_off`` (None with fewer than 20 steady steps, ``MIN_COMPARE_STEPS``, on
+            either side: withheld, and the table says so),
             ``break_even_step`` (None: unknown or never; 0: ahead from the first step) and
             ``op_level_compiles`` (JAX: executables compiled op by op inside the steps).
 
@@ -62,7 +63,7 @@ class CompareTable:
         (4, ['off', 'on'])
         >>> print(table)  # doctest: +ELLIPSIS
         xla_keras.compare: 4 steps per mode, same initial weights and batches
-        mode             XLA ran compiles  first step   compile  steady step   spread  vs off  break-even
+        mode             XLA ran compiles  first step   compile   steady step (n)   spread  vs off  break-even
         off                   NO        0 ...
         on                   yes        1 ...
 
@@ -92,12 +93,12 @@ class CompareTable:
     def __str__(self) -> str:
         head = (
             f"{'mode':15s} {'XLA ran':>8s} {'compiles':>8s} {'first step':>11s} {'compile':>9s} "
-            f"{'steady step':>12s} {'spread':>8s} {'vs off':>7s} {'break-even':>11s}"
+            f"{'steady step (n)':>17s} {'spread':>8s} {'vs off':>7s} {'break-even':>11s}"
         )
         lines = [f"xla_keras.compare: {self.steps} steps per mode, same initial weights and batches", head]
         for r in self.results:
             ran = {True: "yes", False: "NO", None: "?"}[r.xla_ran]
-            steady = f"{r.steady_step_ms:.3f} ms" if r.steady_step_ms is not None else "n/a"
+            steady = f"{r.steady_step_ms:.3f} ms ({r.steady_samples})" if r.steady_step_ms is not None else "n/a"
             spread = f"{r.steady_spread_ms:.3f}" if r.steady_spread_ms is not None else "n/a"
             speed = f"{r.speedup_vs_off:.2f}x" if r.speedup_vs_off is not None else "n/a"
             if r.mode == "off" or not r.xla_ran:
@@ -108,7 +109,12 @@ class CompareTable:
                 even = "never" if r.speedup_vs_off is not None and r.speedup_vs_off <= 1 else "n/a"
             lines.append(
                 f"{r.mode:15s} {ran:>8s} {r.compiles:8d} {r.first_step_seconds * 1e3:9.0f} ms "
-                f"{r.compile_seconds * 1e3:6.0f} ms {steady:>12s} {spread:>8s} {speed:>7s} {even:>11s}"
+                f"{r.compile_seconds * 1e3:6.0f} ms {steady:>17s} {spread:>8s} {speed:>7s} {even:>11s}"
+            )
+        if any(not comparable(r.steady_samples, self.results[0].steady_samples) for r in self.results):
+            lines.append(
+                f"vs off, break-even: withheld where a side has fewer than {MIN_COMPARE_STEPS} steady steps (n); "
+                "measure more steps"
             )
         slower = [
             r.mode for r in self.results if r.speedup_vs_off is not None and r.speedup_vs_off < 1 and r.mode != "off"
@@ -296,15 +302,15 @@ def compare(
     if unsupported:  # every mode's monitor would step aside: a table would compare nothing
         reason = unsupported.replace(" The fit goes on unmonitored.", "")
         raise RuntimeError(f"xla_keras.compare cannot run here: {reason}")
-    comparable = tuple(m for m in backend.jit_modes if m not in ("keep", "fastest"))  # fastest picks among them
-    choices = ", ".join(map(repr, comparable))
+    measurable = tuple(m for m in backend.jit_modes if m not in ("keep", "fastest"))  # fastest picks among them
+    choices = ", ".join(map(repr, measurable))
     if modes is None:
         modes = ("off", "autoclustering", "on") if backend_name == "tensorflow" else ("off", "on")
     if isinstance(modes, str):
         raise ValueError(
             f"modes must be a sequence of modes drawn from {choices}, e.g. ({modes!r},); got the string {modes!r}"
         )
-    bad = [m for m in modes if m not in comparable]
+    bad = [m for m in modes if m not in measurable]
     if bad or not modes:
         extra = (
             " (auto-clustering is a TensorFlow feature; Keras runs the JAX backend here)"
@@ -368,7 +374,7 @@ def compare(
         )
     baseline = results[0].steady_step_ms
     for r in results:
-        if baseline and r.steady_step_ms and r.steady_samples >= 3 and results[0].steady_samples >= 3:
+        if baseline and r.steady_step_ms and comparable(r.steady_samples, results[0].steady_samples):
             r.speedup_vs_off = baseline / r.steady_step_ms
             # What XLA's compiles cost beyond what "off" compiled (JAX compiles op by op there too).
             extra_seconds = r.compile_seconds - results[0].compile_seconds
@@ -400,7 +406,8 @@ def _write_break_even(log_dir: str, results: List["ModeResult"], monitors: dict)
         report.break_even_steps = r.break_even_step
         report.notes.append(
             f"break-even measured by compare() against its 'off' mode ({results[0].steady_step_ms:.3f} "
-            f"ms per steady step, vs {r.steady_step_ms:.3f} ms here)"
+            f"ms per steady step over {results[0].steady_samples} steps, vs {r.steady_step_ms:.3f} ms over "
+            f"{r.steady_samples} here)"
         )
         sink = OutputSink(os.path.join(log_dir, r.mode))
         sink.flush(report=functools.partial(_same, report), text=True, step=report.steps["train"])

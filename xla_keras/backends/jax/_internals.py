@@ -28,6 +28,7 @@ from xla_keras.backends.keras._internals import (  # noqa: F401 - re-exported: K
     running_callback_list,
     running_fit,
     set_raw_model_jit,
+    user_data,
 )
 from xla_keras.backends.profiler import ProfilerBusy
 from xla_keras.core.versions import installed_version as _version
@@ -110,14 +111,6 @@ def executable_count(step_fn: Any) -> Optional[int]:
         return int(size()) if callable(size) else None
     except Exception:  # noqa: BLE001 - a count is a hint
         return None
-
-
-def user_data(model: Any) -> Any:
-    """The ``x`` the user passed to the running fit / evaluate / predict (its frame's local), or None."""
-    from xla_keras.backends.keras._internals import _model_call_frames
-
-    frame = next(_model_call_frames(model, ("fit", "evaluate", "predict")), None)
-    return frame.get("x") if frame is not None else None
 
 
 def keras_distribution() -> Any:

@@ -94,6 +94,12 @@ def callback_model(callback: Any) -> Any:
         raise InternalsMoved("keras Callback._model", e) from e
 
 
+def user_data(model: Any) -> Any:
+    """The ``x`` the user passed to the running fit / evaluate / predict (its frame's local), or None."""
+    frame = next(_model_call_frames(model, ("fit", "evaluate", "predict")), None)
+    return frame.get("x") if frame is not None else None
+
+
 def fit_validates(model: Any) -> bool:
     """The running ``model.fit`` validates (its ``validation_data`` local, which validation_split
     fills too); False outside a fit."""

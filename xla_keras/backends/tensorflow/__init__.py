@@ -25,6 +25,7 @@ from xla_keras.core.signatures import InputSignature, signature_of
 from xla_keras.core.types import Notes
 from xla_keras.core.versions import keras_unsupported
 from xla_keras.jit.modes import MODES
+from xla_keras.storms.fix_code import data_kind_of
 
 __all__ = ["TensorFlowBackend"]
 
@@ -46,6 +47,7 @@ class TensorFlowBackend(KerasBackend):
     name = "tensorflow"
     jit_modes: ClassVar[Tuple[str, ...]] = MODES
     multi_worker_note: Optional[str] = MULTI_WORKER_PROFILER
+    op_by_op_shape_seconds: Optional[float] = None  # TensorFlow's kernels run without compiling
     ends_calls_in_wrapper = False  # Keras runs batch-end hooks in line (TensorFlow is not thread-safe for it)
     _internals = _internals
     _wrapper_chain = StepWrappers
@@ -114,8 +116,9 @@ class TensorFlowBackend(KerasBackend):
         return Distribution(**_internals.strategy_facts(model))
 
     def data_kind(self, model: Any) -> str:
-        """What a storm fix is written for: Keras's TensorFlow backend feeds every input through tf.data."""
-        return "tf.data"
+        """What a storm fix is written for: the kind of the running call's data (``DATA_KINDS``;
+        Keras's TensorFlow backend feeds every kind through tf.data, but the fix goes on the user's)."""
+        return data_kind_of(_internals.user_data(model), default="tf.data")
 
     def end_of_data(self) -> tuple:
         return end_of_data()

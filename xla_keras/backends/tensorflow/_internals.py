@@ -26,6 +26,7 @@ from xla_keras.backends.keras._internals import (  # noqa: F401 - Keras-level, r
     running_callback_list,
     running_fit,
     set_raw_model_jit,
+    user_data,
 )
 from xla_keras.backends.profiler import ProfilerBusy
 from xla_keras.backends.tensorflow.flags import (

@@ -117,8 +117,8 @@ class TensorFlowProbe:
             self.notes.add_once(
                 "profiler-busy",
                 "the profiler was busy (another profiling session, e.g. "
-                "keras.callbacks.TensorBoard(profile_batch=...)): some compile times are estimated "
-                "from step time minus the steady median",
+                "keras.callbacks.TensorBoard(profile_batch=...)): calls that began while it was could "
+                "not be probed",
             )
             return None
         return _Handle(session, entries, tracing)

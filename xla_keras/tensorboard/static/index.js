@@ -150,12 +150,14 @@ function statusStrip(s) {
     card('JIT', `${backend} · requested ${s.jit_mode} · XLA ${active(s.jit_active)}`, s.jit_reason, 'jit'),
     card('Compiles', `${s.total_compilations}: ${counts}`, `distinct signatures: ${signatures}` +
          (other ? ` · not step programs: ${other}` : ''), 'compiles'),
-    card('Compile time', `${seconds(s.compile_seconds)} of ${seconds(s.wall_seconds)} wall${share}`,
+    card('Compile time', s.compile_time_words || `${seconds(s.compile_seconds)} of ${seconds(s.wall_seconds)} wall${share}`,
          s.cache_saved_seconds ? `the persistent cache saved ${seconds(s.cache_saved_seconds)}` :
            `seconds measured by: ${s.probe}`, 'compile-time'),
-    card('Steady step', ms(s.steady_step_seconds), PHASES.filter((p) => s.steady_step_seconds_by_phase[p])
-      .map((p) => `${p} ${ms(s.steady_step_seconds_by_phase[p])}`).join(' · '), 'steady'),
-    card('Break-even', breakEven, s.fallback ? `fallback: ${s.fallback.reason}` : '', 'break-even'),
+    card('Steady step', ms(s.steady_step_seconds), PHASES.filter((p) => (s.steady_words || {})[p])
+      .map((p) => `${p} ${s.steady_words[p]}`).join(' · '), 'steady'),
+    card('Break-even', s.break_even_words || breakEven,
+         s.fallback ? `fallback: ${s.fallback.reason}${s.fallback_words ? '; ' + s.fallback_words : ''}` : '',
+         'break-even'),
   ]);
 }
 

@@ -1,0 +1,149 @@
+"""The report's figures in words, each with what it rests on: the compile time with every compile
+the monitored calls made, the steady step with its step count, and the comparisons of steady steps
+(a fallback's before and after, a break-even), withheld below ``MIN_COMPARE_STEPS`` a side. One
+place for the summary, ``str(report)``, the Text tab and the XLA tab's cards. Pure.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
+
+from xla_keras.core.timing import comparable, share, too_few_words
+from xla_keras.core.types import PHASES
+from xla_keras.report.units import ms_text
+
+if TYPE_CHECKING:
+    from xla_keras.report.model import XlaReport
+
+_OTHER_PARTS = (("in_steps", "op by op inside the steps"), ("outside_steps", "outside the steps"))
+
+
+def all_compile_seconds(report: XlaReport) -> float:
+    """Every XLA compile of the monitored calls: the step programs' and, on JAX, the executables
+    compiled op by op inside the steps and outside them (``report.other_compilations``)."""
+    return report.compile_seconds + sum(
+        float(report.other_compilations.get(kind, {}).get("seconds", 0.0)) for kind, _ in _OTHER_PARTS
+    )
+
+
+def compile_time_words(report: XlaReport) -> Tuple[str, str, str]:
+    """The compile-time headline as (total, its share of the monitored time, its parts): e.g.
+    ``("10.3 s", " = 80% of 12.9 s monitored", " (1.98 s the step programs, 8.34 s op by op inside
+    the steps: 289 executables)")``; the share and the parts are empty when there are none."""
+    total = all_compile_seconds(report)
+    parts = []
+    for kind, words in _OTHER_PARTS:
+        other = report.other_compilations.get(kind) or {}
+        if other.get("count"):
+            parts.append(f"{ms_text(float(other.get('seconds', 0.0)))} {words}: {int(other['count'])} executables")
+    of_wall = share(total, report.wall_seconds) if parts else report.compile_share
+    share_words = f" = {of_wall:.0%} of {ms_text(report.wall_seconds)} monitored" if of_wall is not None else ""
+    detail = f" ({ms_text(report.compile_seconds)} the step programs, {', '.join(parts)})" if parts else ""
+    return ms_text(total), share_words, detail
+
+
+def steady_words(report: XlaReport, phase: str) -> Optional[str]:
+    """A phase's steady step with the steps it rests on, e.g. ``"1.06 ms (median of 81 steps)"``;
+    None when not measured."""
+    seconds = report.steady_step_seconds_by_phase.get(phase)
+    if seconds is None:
+        return None
+    count = report.steady_step_counts.get(phase) or 0
+    if not count:
+        return ms_text(seconds)
+    return f"{ms_text(seconds)} (" + ("1 step" if count == 1 else f"median of {count} steps") + ")"
+
+
+def fallback_cost(fallback: Dict[str, Any]) -> Optional[str]:
+    """What running without XLA cost after a storm fallback: each phase's steady step after the
+    switch against its steady XLA step before it, with the steps each side rests on; the ratio only
+    when both sides have ``MIN_COMPARE_STEPS`` steady steps."""
+    before = fallback.get("xla_steady_step_seconds") or {}
+    after = fallback.get("steady_step_seconds_after") or {}
+    n_before = fallback.get("xla_steady_steps") or {}
+    n_after = fallback.get("steady_steps_after") or {}
+    parts = []
+    for phase in PHASES:
+        new, old = after.get(phase), before.get(phase)
+        if new is None:
+            continue
+        without = f"{phase} steady step {ms_text(new)} without XLA ({n_after.get(phase, 0)} steps)"
+        if old is None:
+            parts.append(f"{without}; no steady XLA step before the switch (every XLA step had compiled)")
+        elif comparable(n_before.get(phase), n_after.get(phase)):
+            parts.append(
+                f"{without} vs {ms_text(old)} with XLA before the switch ({n_before.get(phase)} steps): "
+                f"{new / old:.1f}x"
+            )
+        else:
+            sides = f"{n_before.get(phase, 0)} with XLA before the switch, {n_after.get(phase, 0)} without"
+            parts.append(f"{without}; {too_few_words(sides)}")
+    return "; ".join(parts) or None
+
+
+def break_even_words(report: XlaReport) -> str:
+    """The break-even in words, with the steps behind each side when jit='fastest' measured them."""
+    decision = report.jit_decision or {}
+    steps = decision.get("steps_measured") or {}
+    medians = decision.get("medians") or {}
+    measured = medians.get("on") is not None and medians.get("off") is not None
+    behind = f" (steady steps: XLA on {steps.get('on', 0)}, off {steps.get('off', 0)})" if measured else ""
+    if report.break_even_steps is not None:
+        return f"{report.break_even_steps:.0f} steps{behind}"
+    if not measured:
+        return "unknown (no non-XLA baseline measured)"
+    if not comparable(steps.get("on"), steps.get("off")):
+        return too_few_words(f"XLA on {steps.get('on', 0)}, off {steps.get('off', 0)}")
+    return f"never: XLA's steady steps were not faster than without it (jit='fastest' measured both){behind}"
+
+
+def decision_lines(decision: Optional[Dict[str, Any]]) -> List[str]:
+    """jit='fastest' in a few lines: the mode kept and why, then the evidence with its step counts."""
+    if not decision:
+        return []
+    medians, spreads = decision.get("medians") or {}, decision.get("spreads") or {}
+    steps = decision.get("steps_measured") or {}
+    kept = decision.get("mode")
+    lines = [f"XLA {kept.upper()} kept ({decision.get('basis')})" if kept else "measuring (no decision yet)"]
+    measured = [
+        f"XLA {m}: median {ms_text(medians.get(m))} (IQR {ms_text(spreads.get(m))}) over {steps.get(m, 0)} steps"
+        for m in ("on", "off")
+        if medians.get(m) is not None
+    ]
+    if measured:
+        lines.append("; ".join(measured))
+    cost = [f"trial compiles {ms_text(decision.get('trial_compile_seconds') or 0.0)}"]
+    saving = decision.get("predicted_saving_seconds")
+    if saving is not None:
+        cost.append(f"predicted saving {ms_text(saving)} over the {decision.get('steps_left')} steps left")
+    if decision.get("switches"):
+        cost.append(f"{decision['switches']} switches")
+    if decision.get("revised_at_step") is not None:
+        cost.append(f"XLA off again from train step {decision['revised_at_step']} (compiles beyond the price)")
+    lines.append(", ".join(cost))
+    return lines
+
+
+def op_by_op_words(report: XlaReport) -> Optional[str]:
+    """JAX after a storm fallback: what the op-by-op compiles since the switch cost, against XLA's
+    compile per shape measured before it (an estimate of what XLA would have cost for the shapes
+    first seen after the switch); None elsewhere."""
+    fallback = report.fallback
+    ops = report.other_compilations.get("in_steps") or {}
+    if not fallback or report.backend != "jax" or not ops.get("count"):
+        return None
+    phase = fallback.get("phase", "train")
+    compiled = [c.seconds for c in report.compilations if c.phase == phase]
+    if not compiled:
+        return None
+    per_shape = sum(compiled) / len(compiled)
+    new_after = max(0, report.distinct_signatures.get(phase, 0) - report.compilation_count.get(phase, 0))
+    xla_would = new_after * per_shape
+    op_seconds = float(ops.get("seconds", 0.0))
+    verdict = "more than XLA's compiles would have" if op_seconds > xla_would else "less than XLA's would have"
+    return (
+        f"after the switch JAX ran the steps op by op and compiled {int(ops['count'])} executables in "
+        f"{ms_text(op_seconds)} (every shape again, one per operation); XLA had compiled each of its "
+        f"{len(compiled)} {phase} shapes in {ms_text(per_shape)} and would have needed about "
+        f"{ms_text(xla_would)} for the {new_after} new since (estimated): the fallback cost {verdict}"
+    )
