@@ -91,7 +91,9 @@ def test_validation_over_the_compile_budget_gets_the_advice_and_its_fix_works(ru
     fix = advice["fix"]
     assert fix["kind"] == "pad_to_lengths" and fix["remainder"] == "pad" and fix["drop_remainder"] is False
     assert fix["real_lengths"]["real_tokens"] == 2 * budget["real_tokens"]  # two validation runs, all sampled
-    assert "Compile budget (test)" in advice["advice"] and "weigh nothing" in advice["advice"]
+    assert (
+        "Compile budget (test, fit 1): validation compiled" in advice["advice"] and "weigh nothing" in advice["advice"]
+    )
     fixed = runs[backend]["budget_fixed"]
     counts = fixed["report"]["compilation_count"]
     assert counts["test"] == fix["compiles"] and counts["train"] == 1 and fixed["report"]["advice"] == []

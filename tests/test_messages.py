@@ -90,7 +90,7 @@ def test_every_message_is_4_lines_of_100_characters_and_the_summary_12(said, kin
     expected = {
         "storm": "Recompilation storm (train)",
         "fallback": "XLA off from train step",
-        "budget": "ADVICE (train): recompiles took",
+        "budget": "ADVICE (train, fit 1): recompiles took",
         "fastest": "fastest      :",
         "refusal": "the model runs eagerly",
         "missing_plugin": "the Profile tab's plugin is not installed",

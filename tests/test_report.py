@@ -416,7 +416,7 @@ def test_the_summary_fits_100_columns_and_trims_advice_to_headline_and_fix():
         "fix: ds = xla_keras.data.apply_fix(ds, report.storms[0].fix)"
     ) in flat
     assert (
-        "ADVICE (test): 3 compiles; those beyond the first took 900 ms = 15% of the phase (budget 10%); "
+        "ADVICE (test, fit 1): 3 compiles; those beyond the first took 900 ms = 15% of the phase (budget 10%); "
         "input 'x/tokens' axis 1 varies (3..59, 41 values) fix: ds = xla_keras.data.apply_fix(ds, report.advice[0].fix)"
     ) in flat
     notes = [i for i, ln in enumerate(lines) if ln.strip().startswith("note: a long note")]
@@ -445,7 +445,7 @@ def test_the_end_of_fit_summary_is_12_lines_with_one_line_per_finding():
     assert lines[1].startswith("  compile time : ") and lines[2].startswith("  steady step  : ")
     assert lines[3:7] == [
         "  STORM (train, step 30): 8 new input shapes; input 'x/tokens' axis 1 varies (3..59, 41 values)",
-        "  ADVICE (test): recompiles took 900 ms = 15% of the phase; input 'x/tokens' axis 1 varies",
+        "  ADVICE (test, fit 1): recompiles took 900 ms = 15% of the phase; input 'x/tokens' axis 1 varies",
         "  fallback     : XLA off from train step 30",
         "  slow steps   : 2 known-signature steps far above the steady median",
     ]

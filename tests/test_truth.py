@@ -96,7 +96,16 @@ def test_every_note_of_the_ground_truth_scenarios_is_borne_out_by_its_records(sc
 
 
 @pytest.mark.parametrize(
-    "kind", ["fallback_early", "fallback_late", "trace_window", "two_fits", "evaluate_budget", "predict_status"]
+    "kind",
+    [
+        "fallback_early",
+        "fallback_late",
+        "trace_window",
+        "two_fits",
+        "advice_of_fit_1",
+        "evaluate_budget",
+        "predict_status",
+    ],
 )
 def test_every_note_of_these_fits_is_borne_out_by_its_records(fits, kind):
     assert problems(fits[kind]["report"]) == []
@@ -149,11 +158,24 @@ def test_two_fits_batched_differently_on_purpose_get_no_advice(fits):
     assert report["advice"] == []
 
 
+def test_an_earlier_fits_advice_names_that_fit(fits):
+    """Fit 1 ends with a partial batch (two compiles: advice); fit 2, at another batch size, compiles
+    once: the advice is fit 1's, and says so."""
+    run = fits["advice_of_fit_1"]
+    report = run["report"]
+    assert run["dumped"] == report["compilation_count"]["train"] == 3
+    (advice,) = report["advice"]
+    assert (advice["run"], advice["run_index"], advice["compiles"]) == ("fit", 1, 2)
+    assert advice["advice"].startswith("Compile budget (train, fit 1): training compiled 2 times")
+    assert "ADVICE (train, fit 1)" in run["summary"]
+
+
 def test_an_evaluates_budget_advice_speaks_of_the_evaluate_and_of_arrays(fits):
     (advice,) = fits["evaluate_budget"]["report"]["advice"]
-    assert advice["run"] == "evaluate" and advice["fix"]["kind"] == "pad_remainder"
+    assert (advice["run"], advice["run_index"], advice["fix"]["kind"]) == ("evaluate", 1, "pad_remainder")
     text = advice["advice"]
-    assert "this evaluate compiled 2 times" in text and "judged on this evaluate's time" in text
+    assert "Compile budget (test, evaluate 1): evaluate compiled 2 times" in text
+    assert "judged on evaluate 1's time alone" in text
     assert "epoch" not in text.split("). ")[0] and "padding" not in text.split("). ")[0]
     assert "batches = [(x[i:i + 32], y[i:i + 32]) for i in range(0, len(x), 32)]" in text
     assert "model.fit(" not in text and "ds = " not in fits["evaluate_budget"]["summary"]

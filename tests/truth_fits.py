@@ -11,7 +11,8 @@ Each kind writes, under its name in OUT_JSON: the report (``to_dict()``), what t
 * ``fallback_late``: a fallback after 29 steady XLA steps (3 new shapes); ``separate``: the same model and batch
   size fitted apart with XLA on and off, each step timed by a callback (no figure of the monitor's).
 * ``trace_window``: new shapes inside a profiler trace window (their compile times estimated).
-* ``two_fits``: one monitor, a fit at batch size 32 then one at 64 (a deliberate change).
+* ``two_fits``: one monitor, a fit at batch size 32 then one at 64 (a deliberate change);
+  ``advice_of_fit_1``: the same, the first fit ending with a partial batch (advice on fit 1).
 * ``evaluate_budget``: a standalone evaluate whose partial last batch compiles again, at verbose=1.
 * ``predict_status``: a standalone predict at verbose=1 (the jit status line, as fit prints it).
 """
@@ -135,6 +136,14 @@ def kinds(tmp):
         model.fit(x, y, batch_size=64, epochs=1, verbose=0, callbacks=[monitor])
         return monitor, {}
 
+    def advice_of_fit_1():
+        rng = np.random.default_rng(4)
+        x, y = rng.normal(size=(200, FEATURES)).astype("float32"), rng.normal(size=(200, 1)).astype("float32")
+        monitor, model = _monitor(compile_budget_floor=0.0), _model()
+        model.fit(x, y, batch_size=32, epochs=1, verbose=0, callbacks=[monitor])  # 6 x 32 and 8 rows
+        model.fit(x[:192], y[:192], batch_size=64, epochs=1, verbose=0, callbacks=[monitor])  # 3 x 64
+        return monitor, {}
+
     def evaluate_budget():
         rng = np.random.default_rng(2)
         x, y = rng.normal(size=(100, FEATURES)).astype("float32"), rng.normal(size=(100, 1)).astype("float32")
@@ -150,7 +159,16 @@ def kinds(tmp):
 
     return {
         f.__name__: f
-        for f in (fallback_early, fallback_late, separate, trace_window, two_fits, evaluate_budget, predict_status)
+        for f in (
+            fallback_early,
+            fallback_late,
+            separate,
+            trace_window,
+            two_fits,
+            advice_of_fit_1,
+            evaluate_budget,
+            predict_status,
+        )
     }
 
 

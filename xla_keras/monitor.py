@@ -285,6 +285,11 @@ class XlaMonitor(MonitorSurface):
         """A callback of the watched call raised, or the call is gone without its end hook: clean up."""
         self._containment.callback_failed()
 
+    @_hook
+    def call_ended_everywhere(self) -> None:
+        """Every callback's end hook of the watched call ran: say what is due (the summary)."""
+        self._lifecycle.say_summary()
+
     def release_at_exit(self) -> None:
         """At interpreter exit: free the profiler, restore the flags, flush what is held."""
         self._containment.release_at_exit()

@@ -41,6 +41,9 @@ GUARDED_HOOKS = (
 )
 
 
+END_HOOKS = ("on_train_end", "on_test_end", "on_predict_end")  # after these, the monitor may speak
+
+
 class Guarded(Protocol):
     """What the guards use of a monitor (its error-containment names)."""
 
@@ -54,6 +57,9 @@ class Guarded(Protocol):
 
     def callback_failed(self) -> None:
         """A callback of the call raised, or the call is gone without its end hook: clean up."""
+
+    def call_ended_everywhere(self) -> None:
+        """Every callback's end hook of the call ran (Keras's progress bar is done): say what is due."""
 
     def release_at_exit(self) -> None:
         """At interpreter exit: free the profiler, restore the flags, flush."""
@@ -98,7 +104,12 @@ def guard_callback_list(monitor: Guarded, callback_list: Any, end_of_data: Tuple
         @functools.wraps(hook)
         def run(*args, **kwargs):
             try:
-                return hook(list_ref(), *args, **kwargs)
+                result = hook(list_ref(), *args, **kwargs)
+                if hook.__name__ in END_HOOKS:
+                    for cb in getattr(list_ref(), "callbacks", []):
+                        if getattr(cb, "_xla_keras_monitor", False):
+                            cb.call_ended_everywhere()
+                return result
             except end_of_data:
                 raise  # Keras ends the epoch on these and goes on (catch_stop_iteration)
             except BaseException:

@@ -86,7 +86,9 @@ class Lifecycle:
                     warn=True,
                 )
         self._check_log_dir()
-        guard_callback_list(state.observer, backend.running_callback_list(state.model), backend.end_of_data())
+        callback_list = backend.running_callback_list(state.model)
+        state.list_guarded, state.summary_due = callback_list is not None, None
+        guard_callback_list(state.observer, callback_list, backend.end_of_data())
         session.wall.begin()
 
     def _check_log_dir(self) -> None:
@@ -232,10 +234,18 @@ class Lifecycle:
         state = self.state
         state.flush(text=True)
         state.sink.close()
-        if state.speaks():
-            # Outside a fit, Keras's progress bar (verbose=1) ends its line after our on_*_end hook.
-            bar = state.session.run != "fit" and (state.observer.params or {}).get("verbose") in (1, "auto")
-            print(("\n" if bar else "") + state.report().summary())  # 12 lines; print(monitor.report) says more
+        if state.speaks():  # 12 lines at most; print(monitor.report) says more
+            summary = state.report().summary()
+            if state.list_guarded:  # said after every callback's end hook: after Keras's progress bar
+                state.summary_due = summary
+            else:
+                print(summary)
+
+    def say_summary(self) -> None:
+        """The running call's whole end hook ran (every callback's): the summary, if one is due."""
+        summary, self.state.summary_due = self.state.summary_due, None
+        if summary:
+            print(summary)
 
     def call_failed(self, phase: str, handle: Optional[Any], began: bool = True) -> None:
         """The model or the data raised (or Ctrl-C): the fit or evaluate is over. Give the profiler back,

@@ -43,6 +43,8 @@ class CallState:
         self.in_cleanup = False  # ending calls after an ended or failed one: storms are reported, not acted on
         self.fastest: Optional[FastestRun] = None  # jit='fastest': the running fit's trial
         self.active_probe: Optional[Any] = None  # the probe handle of the call running now
+        self.list_guarded = False  # the running call's CallbackList is guarded (guards.guard_callback_list)
+        self.summary_due: Optional[str] = None  # said once the call's whole end hook ran (after Keras's bar)
 
     def speaks(self) -> bool:
         """Whether the monitor prints what it decided (the jit line, the end-of-fit summary): only when

@@ -58,6 +58,7 @@ class StormAction:
                 self.lifecycle.finish()  # flushes and closes every file before the fit stops
             else:
                 self.lifecycle.end_phase(phase, stopped)
+            self.lifecycle.say_summary()  # no end hook will run: the summary now, before the error
             raise RecompilationStormError(text)
         if storm.action == "fallback":
             self._fall_back(phase, step)

@@ -58,6 +58,7 @@ class Session:
         self.data_kind = "tf.data"  # what the storm fix's code is written for (fix_code.DATA_KINDS)
         self._views_taken = 0
         self.run = "fit"  # the running (or last) call: "fit", "evaluate" or "predict"
+        self.runs: Dict[str, int] = {}  # calls of each kind so far (the running one's index: runs[run])
         self.jit_decision: Optional[Union[Trial, Decision]] = None  # the last fit's, for the report
 
     # ------------------------------------------------------------ functions
@@ -316,8 +317,8 @@ class Session:
 
     def call_segment_began(self, run: str) -> None:
         """A fit, evaluate or predict begins (``run``): the compile budget judges it alone."""
-        self.analysis.call_ended(self.phases, self.storms, self.data_kind, self.run)
-        self.run = run
+        self.analysis.call_ended(self.phases, self.storms, self.data_kind, self.run, self.runs.get(self.run, 1))
+        self.run, self.runs[run] = run, self.runs.get(run, 0) + 1
         for stats in self.phases.values():
             stats.call_began()
 
@@ -334,6 +335,6 @@ class Session:
             tuple(self.notes.texts),
             self.wall.seconds(),
             fallback_view(self.fallback, self.phases),
-            self.analysis.advice(self.phases, self.storms, self.data_kind, self.run),
+            self.analysis.advice(self.phases, self.storms, self.data_kind, self.run, self.runs.get(self.run, 1)),
             view,
         )

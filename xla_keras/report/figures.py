@@ -90,6 +90,9 @@ def break_even_words(report: XlaReport) -> str:
     behind = f" (steady steps: XLA on {steps.get('on', 0)}, off {steps.get('off', 0)})" if measured else ""
     if report.break_even_steps is not None:
         return f"{report.break_even_steps:.0f} steps{behind}"
+    if decision and not measured:
+        seen = [f"XLA {m} ({steps.get(m, 0)} steady steps)" for m in ("on", "off") if medians.get(m) is not None]
+        return f"unknown: jit='fastest' measured only {seen[0]}" if seen else "unknown: no mode measured yet"
     if not measured:
         return "unknown (no non-XLA baseline measured)"
     if not comparable(steps.get("on"), steps.get("off")):

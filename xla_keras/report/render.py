@@ -88,10 +88,10 @@ def render(report: XlaReport, full: bool = False) -> str:
             trimmed = True
     for i, item in enumerate(report.advice):
         if full:
-            lines.append(f"  ADVICE ({item.phase}): {item.advice}")
+            lines.append(f"  ADVICE ({item.phase}, {item.call}): {item.advice}")
         else:
             lines.append(
-                f"  ADVICE ({item.phase}): {item.compiles} compiles; those beyond the first took "
+                f"  ADVICE ({item.phase}, {item.call}): {item.compiles} compiles; those beyond the first took "
                 f"{ms_text(item.recompile_seconds)} = {item.share:.0%} of the phase (budget {item.budget:.0%}); "
                 f"{cause_clause(item.varying, item.fix)}"
             )

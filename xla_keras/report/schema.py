@@ -23,7 +23,7 @@ Report schema versions (``xla_report.json``, ``XlaReport.to_dict()``; the curren
   medians and spreads, steps measured per mode, the trial's compile seconds,
   the predicted saving; ``fastest.Decision``); ``jit_mode`` may be "fastest".
 * 7 - ``steady_step_counts``; a fallback's ``xla_steady_steps`` / ``steady_steps_after``; a
-  compile's ``estimated_because``; a storm's ``fix_at_storm``; an advice's ``run``; a fix's
+  compile's ``estimated_because``; a storm's ``fix_at_storm``; an advice's ``run`` and ``run_index``; a fix's
   ``data`` (what each figure rests on, and what each advice speaks of).
 """
 

@@ -61,7 +61,7 @@ def _findings(report: XlaReport, where: str) -> Tuple[List[str], List[str]]:
         fixes.append((storm.fix, f"{where}.storms[{i}].fix", storm.fix_at_storm))
     for i, item in enumerate(report.advice):
         took = f"recompiles took {ms_text(item.recompile_seconds)} = {item.share:.0%} of the phase"
-        head = f"  ADVICE ({item.phase}): {took}; "
+        head = f"  ADVICE ({item.phase}, {item.call}): {took}; "
         lines.append(_finding(head, cause_clause(item.varying, item.fix)))
         fixes.append((item.fix, f"{where}.advice[{i}].fix", None))
     if report.fallback:

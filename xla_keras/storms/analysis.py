@@ -71,21 +71,25 @@ class StormAnalysis:
         advice = f"{advice} {recomputed_words(storm.fix, fix)}"
         return dataclasses.replace(storm, varying=varying, advice=advice, fix=fix, fix_at_storm=storm.fix)
 
-    def call_ended(self, phases: Dict[str, PhaseStats], storms: Sequence[Storm], data_kind: str, run: str) -> None:
+    def call_ended(
+        self, phases: Dict[str, PhaseStats], storms: Sequence[Storm], data_kind: str, run: str, run_index: int
+    ) -> None:
         """The running call is over (the next begins): its budget advice is kept as it stands; the
         same advice for the same kind of call (an evaluate in a loop) once, the latest."""
-        for item in self.budget_advice(phases, storms, data_kind, run):
-            kept = [a for a in self.past_advice if (a.phase, a.run, a.fix) != (item.phase, item.run, item.fix)]
+        for item in self.budget_advice(phases, storms, data_kind, run, run_index):
+            kept = [
+                a for a in self.past_advice if (a.phase, a.run, a.fix) != (item.phase, item.run, item.fix)
+            ]  # the latest
             self.past_advice = (kept + [item])[-MAX_PAST_ADVICE:]
 
     def advice(
-        self, phases: Dict[str, PhaseStats], storms: Sequence[Storm], data_kind: str, run: str
+        self, phases: Dict[str, PhaseStats], storms: Sequence[Storm], data_kind: str, run: str, run_index: int
     ) -> Tuple[PhaseAdvice, ...]:
         """The compile budget's advice: on the calls before, then on the running (or last) call."""
-        return tuple(self.past_advice) + self.budget_advice(phases, storms, data_kind, run)
+        return tuple(self.past_advice) + self.budget_advice(phases, storms, data_kind, run, run_index)
 
     def budget_advice(
-        self, phases: Dict[str, PhaseStats], storms: Sequence[Storm], data_kind: str, run: str
+        self, phases: Dict[str, PhaseStats], storms: Sequence[Storm], data_kind: str, run: str, run_index: int = 1
     ) -> Tuple[PhaseAdvice, ...]:
         """Phases of the running call (``run``: "fit", "evaluate" or "predict") whose recompiles in
         that call cost more than the compile budget, below the storm threshold: judged on the call
@@ -121,7 +125,7 @@ class StormAnalysis:
             )
             if fix.get("kind") == "unknown":
                 continue  # nothing in the shapes explains the compiles: no fix to offer
-            item = PhaseAdvice(phase, compiles, seconds, *over, budget, varying, advice, fix, run=run)
+            item = PhaseAdvice(phase, compiles, seconds, *over, budget, varying, advice, fix, run, run_index)
             item.advice = budget_text(phase, item)
             out.append(item)
         return tuple(out)

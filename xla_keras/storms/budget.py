@@ -25,6 +25,7 @@ class PhaseAdvice:
         advice: the human text, as in a ``Storm``.
         fix: the machine-readable fix, as in a ``Storm`` (``xla_keras.data.apply_fix`` applies it).
         run: the call it judges: "fit", "evaluate" or "predict" (each call is judged alone).
+        run_index: which of the monitor's calls of that kind, from 1 (``"fit 2"``: the second fit).
 
     Example:
         Two compiles of a phase whose last batch was short (``report.advice[0]`` after such a fit):
@@ -53,6 +54,12 @@ class PhaseAdvice:
     advice: str = ""
     fix: Dict[str, Any] = field(default_factory=dict)
     run: str = "fit"
+    run_index: int = 1
+
+    @property
+    def call(self) -> str:
+        """The call it judges, e.g. ``"fit 2"``."""
+        return f"{self.run} {self.run_index}"
 
     def to_dict(self) -> Dict[str, Any]:
         """This advice as the report's JSON holds it.
@@ -72,6 +79,7 @@ class PhaseAdvice:
             "advice": self.advice,
             "fix": self.fix,
             "run": self.run,
+            "run_index": self.run_index,
         }
 
     @classmethod
@@ -117,17 +125,13 @@ def over_budget(
 def budget_text(phase: str, item: PhaseAdvice) -> str:
     """The advice's text: what the call's compiles cost against the budget, then the fix. Padding is
     weighed against compiles only for a padding fix (compiles are paid once, padding at every batch)."""
-    subject = (
-        f"this {item.run}"
-        if item.run != "fit"
-        else {"train": "training", "test": "validation"}.get(phase, phase) + " in this fit"
-    )
+    subject = {"train": "training", "test": "validation"}.get(phase, phase) if item.run == "fit" else item.run
     weighed = ""
     if item.fix.get("kind") == "pad_to_lengths":
         weighed = "; compiles are paid once, padding at every " + ("epoch" if item.run == "fit" else item.run)
     return (
-        f"Compile budget ({phase}): {subject} compiled {item.compiles} times, "
+        f"Compile budget ({phase}, {item.call}): {subject} compiled {item.compiles} times, "
         f"{item.recompile_seconds:.2f} s beyond the first compile = {item.share:.0%} of its "
         f"{item.wall_seconds:.2f} s (budget {item.budget:.0%}; below the storm threshold, so no storm; judged "
-        f"on this {item.run}'s time{weighed}). {item.advice}"
+        f"on {item.call}'s time alone{weighed}). {item.advice}"
     )
