@@ -77,9 +77,8 @@ class StormAnalysis:
         """The running call is over (the next begins): its budget advice is kept as it stands; the
         same advice for the same kind of call (an evaluate in a loop) once, the latest."""
         for item in self.budget_advice(phases, storms, data_kind, run, run_index):
-            kept = [
-                a for a in self.past_advice if (a.phase, a.run, a.fix) != (item.phase, item.run, item.fix)
-            ]  # the latest
+            same = (item.phase, item.run, item.fix)
+            kept = [a for a in self.past_advice if (a.phase, a.run, a.fix) != same]
             self.past_advice = (kept + [item])[-MAX_PAST_ADVICE:]
 
     def advice(
