@@ -145,7 +145,8 @@ def test_schema_4_adds_backend_and_other_compilations_and_reads_older_reports():
             0.001,
             0.02,
             (40, 30),
-            "train steady step 20 ms without XLA (30 steps) vs 1 ms with XLA before the switch (40 steps): 20.0x",
+            "train steady step 20 ms without XLA (30 steps) vs 1 ms with XLA before the switch (40 steps): "
+            "20.0x as long without XLA",
         ),
         # One steady XLA step in the middle of a storm is no baseline (it once read 0.5x for a faster XLA).
         (0.001, 0.02, (1, 30), "too few steady steps to compare (1 with XLA before the switch, 30 without; 20 needed"),

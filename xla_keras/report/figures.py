@@ -73,7 +73,7 @@ def fallback_cost(fallback: Dict[str, Any]) -> Optional[str]:
         elif comparable(n_before.get(phase), n_after.get(phase)):
             parts.append(
                 f"{without} vs {ms_text(old)} with XLA before the switch ({n_before.get(phase)} steps): "
-                f"{new / old:.1f}x"
+                f"{new / old:.1f}x as long without XLA"
             )
         else:
             sides = f"{n_before.get(phase, 0)} with XLA before the switch, {n_after.get(phase, 0)} without"
