@@ -16,6 +16,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 from xla_keras.core.arguments import integer
 from xla_keras.core.messages import WIDTH, shaped, within
 from xla_keras.core.signatures import InputSignature, diff, fingerprint
+from xla_keras.storms.fix_code import data_name
 from xla_keras.storms.fixes import APPLIED_KINDS, CONSISTENT_STRUCTURE, DROP_REMAINDER, PAD_REMAINDER, fix_value
 
 ON_STORM = ("warn", "raise", "fallback")
@@ -360,7 +361,7 @@ def fix_line(fix: Dict[str, Any], where: str, data: str = "tf.data") -> str:
     """A fix as one line of code on the user's data (``where``: the expression that holds the fix,
     e.g. ``monitor.report.storms[0].fix``; the data's kind: the fix's ``"data"``, else ``data``), or
     in words when no code applies it."""
-    name = {"tf.data": "ds", "pydataset": "data"}.get(fix.get("data", data), "batches")
+    name = data_name(fix.get("data", data))
     if fix.get("kind") in APPLIED_KINDS:
         return f"{name} = xla_keras.data.apply_fix({name}, {where})"
     if fix.get("kind") == CONSISTENT_STRUCTURE:

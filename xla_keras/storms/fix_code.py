@@ -11,6 +11,12 @@ DATA_KINDS = ("tf.data", "arrays", "pydataset", "generator")
 _ARRAY_TYPES = ("ndarray", "Array", "ArrayImpl", "Tensor", "EagerTensor", "DataFrame", "Series")
 
 
+def data_name(data: str) -> str:
+    """The variable a fix's code names the user's data by: ``ds`` (tf.data), ``data`` (a PyDataset),
+    ``batches`` (arrays sliced into batches, generators, lists)."""
+    return {"tf.data": "ds", "pydataset": "data"}.get(data, "batches")
+
+
 def data_kind_of(data: Any, default: str) -> str:
     """The kind of ``data`` (one of ``DATA_KINDS``), read from its type; ``default`` when unknown.
 
@@ -45,7 +51,7 @@ def _call(function: str, fix: Dict[str, Any], data: str, extra: str = "") -> str
     }
     if fix.get("kind") != "bucket_by_length":
         minimal.pop("lengths", None)  # the targets carry them
-    name = "ds" if data == "tf.data" else "data" if data == "pydataset" else "batches"
+    name = data_name(data)
     source = "examples" if function == "bucket_by_length" else name
     return f"import xla_keras\n{name} = xla_keras.data.{function}({source}, {minimal!r}{extra})"
 
