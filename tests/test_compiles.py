@@ -289,3 +289,32 @@ def test_forget_makes_an_unfinished_step_new_again_and_keeps_the_distinct_count(
     assert ledger.observe("train", sig(64)) == (False, True)
     ledger.forget("test", sig(8))  # never seen: nothing to undo
     assert ledger.distinct_signatures() == {"train": 1, "test": 0, "predict": 0}
+
+
+# ------------------------------------------------------------------ op spans (a probe blind to the compiler)
+
+
+@pytest.mark.parametrize(
+    "kernel_ms, steady_ms, compiled",
+    [
+        (0.7, None, False),  # a fresh call's first kernel that did not compile (0.4-1.0 ms idle)
+        (4.0, None, False),  # the same on a busy CPU (1 ms was the floor: CI counted one, 2026-12-03)
+        (64.0, None, True),  # the fastest step compile seen (a Dense(1) model's predict step)
+        (25.0, 10.0, False),  # under 3 steady steps: a slow step, not a compile
+        (35.0, 10.0, True),
+    ],
+)
+def test_a_blind_probe_counts_a_step_kernel_as_a_compile_only_when_compile_long(
+    monkeypatch, kernel_ms, steady_ms, compiled
+):
+    from xla_keras.backends.tensorflow import _internals
+    from xla_keras.backends.tensorflow.probe import TensorFlowProbe, _Handle
+    from xla_keras.core.types import CallPlan, Notes
+    from xla_keras.jit.modes import JitState
+
+    monkeypatch.setattr(_internals, "profiler_sees_xla_compiler", lambda: False)
+    monkeypatch.setattr(_internals, "stop_probe", lambda session: [ev("__inference_one_step_on_data_7", 5, kernel_ms)])
+    probe = TensorFlowProbe(Notes())
+    plan = CallPlan("test", 0, 1, ((0, 0, ()),), True, steady_seconds=None if steady_ms is None else steady_ms / 1e3)
+    seen = probe.stop(_Handle(object(), None, None), plan, JitState("on", active=True))
+    assert seen.source == "op_span" and seen.modules == (approx_list([kernel_ms / 1e3]) if compiled else ())

@@ -28,7 +28,7 @@ from xla_keras.backends.profiler import ProfilerBusy
 from xla_keras.backends.tensorflow import _internals
 from xla_keras.backends.tensorflow.runtime import tracing_count
 from xla_keras.backends.tensorflow.trace_events import (
-    XLA_COMPILE_OP_MIN_SECONDS,
+    STEP_KERNEL_COMPILE_MIN_SECONDS,
     cache_loads_from_trace,
     compile_seconds_from_trace,
     has_compiler_events,
@@ -179,7 +179,7 @@ class TensorFlowProbe:
             kernels = step_kernel_seconds(events)
             if len(kernels) != plan.batches:
                 return None  # cannot map kernels to batches: step timing estimates these compiles
-            floor = max(XLA_COMPILE_OP_MIN_SECONDS, 3 * (plan.steady_seconds or 0.0))
+            floor = max(STEP_KERNEL_COMPILE_MIN_SECONDS, 3 * (plan.steady_seconds or 0.0))
             candidates = plan.new_indices or (range(plan.batches) if plan.ragged_probe else ())
             return [kernels[i] for i in candidates if kernels[i] >= floor]
         compiled, ops = xla_compile_op_seconds(events)

@@ -145,6 +145,11 @@ _XLA_COMPILE_OP = "_XlaCompile"
 # Between the slowest cache lookup (0.14 ms) and the fastest CPU compile seen
 # (~15 ms for a one-op function) by two orders of magnitude each way.
 XLA_COMPILE_OP_MIN_SECONDS = 1e-3
+# A step kernel (jit_compile=True) holds its compile: the fastest seen was 64 ms (a Dense(1) model's
+# predict step), a fresh call's first kernel that did not compile 0.4-1.0 ms on an idle CPU and more
+# on a busy one (a 1 ms floor counted one as a compile in CI). With no steady step to compare
+# against, a kernel must be this long to be a compile.
+STEP_KERNEL_COMPILE_MIN_SECONDS = 10e-3
 
 
 def step_kernel_seconds(events: Iterable[TraceEvent]) -> List[float]:
