@@ -321,7 +321,7 @@ OBSERVER_SECONDS = []  # seconds spent in the monitor's per-step work, call by c
 
 def time_step_path(canary=False):
     """Time the monitor's whole per-step work: the observer calls the step wrapper makes (ending
-    the previous call, reading the batches' signatures, the compile accounting). With a step
+    the previous call, reading the batches' signatures or the steady lane, the compile accounting). With a step
     that keeps the device busy (scenario "slow_device"), a sync anywhere in there waits for the
     device and shows. (jax.transfer_guard cannot show it on CPU: a CPU array's host view is no
     transfer.) ``canary``: add a sync (wait for every live array), to prove the test can fail."""
@@ -333,7 +333,7 @@ def time_step_path(canary=False):
         def run(self, *args, **kwargs):
             start = time.perf_counter()
             try:
-                if canary and method.__name__ == "call_due":
+                if canary and method.__name__ == "call_began":
                     for array in jax.live_arrays():
                         array.block_until_ready()
                 return method(self, *args, **kwargs)
@@ -342,7 +342,7 @@ def time_step_path(canary=False):
 
         return run
 
-    for name in ("call_due", "call_began", "call_ran"):
+    for name in ("call_began", "call_ran"):
         setattr(XlaMonitor, name, timed(getattr(XlaMonitor, name)))
 
 

@@ -31,7 +31,8 @@ EXPECT = {
     "tab_backend.py": ["the ledger has 100 rows", "opening the tab", "ms of backend time"],
     "fastest.py": ["backend=tensorflow", "fastest / better", "mlp", "cnn", "storm", "rounds: off"],
     # Keras's JAX backend: the overhead beside a bare JAX fit, and the accelerator check run on CPU.
-    "overhead.py --backend jax --model mlp": ["backend=jax", "XlaMonitor()", "vs bare"],
+    "overhead.py --backend jax --model tiny": ["backend=jax", "XlaMonitor()", "no-op callback", "paired"],
+    "step_path.py --backend jax": ["backend=jax", "XlaMonitor(update_freq='epoch')", "us per step"],
     "gpu_check.py": [
         "devices: 1 x cpu",
         "train: monitor 8, dump 8  ok",
@@ -67,8 +68,9 @@ def _quick_jobs(root):
         "import_time.py",
         "memory.py",
         "gpu_check.py",
-        "overhead.py --backend jax --model mlp",
+        "overhead.py --backend jax --model tiny",
         "step_path.py",
+        "step_path.py --backend jax",
         "tab_backend.py",
     ]
     return {script: (lambda script=script: run(script)) for script in order}

@@ -252,7 +252,7 @@ def _jax_calls(s, clock, signatures, seconds, jit=ON):
     for signature in signatures:
         if s.call_pending("train"):
             s.call_ended("train", jit, clock.now)
-        scalars = s.call_repeats("train", signature, jit, clock.now)
+        scalars = s.repeats.count("train", signature, jit, clock.now)
         if scalars is None:
             s.drain("train", end=clock.now)
             s.call_began("train", [signature], jit, clock.now)
@@ -306,10 +306,10 @@ def test_no_repeat_while_a_call_is_pending_or_under_auto_clustering():
     clock = Clock()
     s = session(clock)
     s.call_began("train", [sig(8)], ON, clock.now)
-    assert s.call_repeats("train", sig(8), ON, clock.now) is None  # the first call has not ended
+    assert s.repeats.count("train", sig(8), ON, clock.now) is None  # the first call has not ended
     s.call_ended("train", ON, clock.now + 0.1)
-    assert s.call_repeats("train", sig(8), AUTO, clock.now) is None
-    assert s.call_repeats("train", sig(8), ON, clock.now) == []
+    assert s.repeats.count("train", sig(8), AUTO, clock.now) is None
+    assert s.repeats.count("train", sig(8), ON, clock.now) == []
 
 
 def test_a_failed_full_call_is_not_a_step_and_is_not_pending():

@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Protocol, Sequence, Tuple, Type
 
+from xla_keras.core.repeats import SteadyLane
 from xla_keras.core.signatures import InputSignature
 from xla_keras.core.types import CallPlan, CompileObservation, Notes
 from xla_keras.jit.modes import JitState, ProbeFacts
@@ -84,17 +85,21 @@ class StepObserver(Protocol):
     def step_wrapper(self, phase: str) -> Any:
         """The wrapper this observer installed on ``phase``'s step function, if any."""
 
-    def call_due(self, phase: str, now: float) -> None:
-        """The next call of ``phase`` begins at ``now``: the previous one ends there (JAX)."""
-
     def call_unobserved(self, phase: str) -> None:
         """The call's data cannot be read (e.g. train_on_batch): it runs unobserved."""
 
+    def steady_lane(self, phase: str) -> SteadyLane:
+        """The lane a wrapper that ends calls itself (JAX) asks first at every call: ``take`` is all
+        a steady call costs. Disarmed by the observer whenever the full path must decide."""
+
     def call_began(self, phase: str, batches: list, start: float) -> Optional[Any]:
-        """Batches pulled for one call; returns a probe handle to stop after the call, or None."""
+        """Batches pulled for one call (not taken by the steady lane), pulled from ``start`` on (JAX:
+        the previous call of the phase ends there, which may switch the phase's function: then
+        ``step_wrapper`` tells). Returns a probe handle for ``call_ran``, or None."""
 
     def call_ran(self, phase: str, probe: Optional[Any]) -> None:
-        """The call returned: stop the probe, record what it saw."""
+        """The call returned: stop the probe (or take the compile events a wrapper caught during a call
+        the steady lane took), record what it saw."""
 
     def call_failed(self, phase: str, probe: Optional[Any], began: bool = True) -> None:
         """The call raised (the model, the data, Ctrl-C): clean up without masking the error.

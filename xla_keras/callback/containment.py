@@ -32,6 +32,7 @@ class Containment:
         if not state.enabled or not state.in_call:
             return
         try:
+            self.steps.disarm()  # count the calls the steady lane took
             backend = state.backend
             for phase in backend.wrapped_phases():
                 if state.session.call_pending(phase):  # our batch end was not reached (JAX: its end is unknown)
@@ -67,6 +68,7 @@ class Containment:
             current.error,
             "".join(traceback.format_exception(type(error), error, error.__traceback__)),
         )
+        self.steps.disarm()  # the wrappers stop asking the lane; the calls it took are counted
         self.steps.abandon_probe(state.active_probe)
         current.traces.stop_quietly()  # a window left open would hold the profiler for the whole process
         if state.fastest is not None and not state.dist.multi_worker:
@@ -90,6 +92,7 @@ class Containment:
     def release_at_exit(self) -> None:
         """At interpreter exit: free the profiler, restore the flags, flush what we hold."""
         state = self.state
+        self.steps.disarm()
         self.steps.abandon_probe(state.active_probe)
         state.current.traces.stop()
         if state.in_fit:

@@ -8,10 +8,12 @@ sync, start to start); calls still pending at a phase boundary are settled untim
 
 from __future__ import annotations
 
+import time
 from typing import Any, Callable, Dict, Iterable, Optional
 
 from xla_keras.callback.fastest import FastestDriver
 from xla_keras.callback.state import CallState
+from xla_keras.core.repeats import SteadyLane
 from xla_keras.core.signatures import describe
 from xla_keras.core.types import PHASES, CallOutcome, CallPlan
 
@@ -30,20 +32,34 @@ class StepPath:
         # The storm action (callback/storm_action.py) sits above the step path: the monitor wires it here.
         self.on_storm: StormHandler = _unwired
         self._plans: Dict[str, CallPlan] = {}
-        # The plan of a repeat call (session.call_repeats): one per phase, made once.
+        # The plan of a repeat call (core/repeats.py): one per phase, made once.
         self._repeat_plans = {p: CallPlan(p, 0, 1, (), False) for p in PHASES}
+        # The steady lanes (core/repeats.py): the JAX wrapper asks its phase's first, at every call.
+        self.lanes: Dict[str, SteadyLane] = {p: SteadyLane() for p in PHASES}
 
-    def due(self, phase: str, now: float) -> None:
-        """The next call of ``phase`` begins at ``now``: the previous one ends there (start to start)."""
+    def due(self, phase: str, now: float) -> bool:
+        """The next call of ``phase`` begins at ``now``: the previous one ends there (start to start).
+        True when that did work (ended a call, or jit='fastest' checked its trial)."""
         state = self.state
+        worked = False
         if state.session.call_pending(phase):
             self.end_call(phase, now)
+            worked = True
         if state.fastest is not None and phase == "train":
             self.fastest.due(now)
+            worked = True
+        return worked
+
+    def disarm(self) -> None:
+        """Every phase's steady lane stops and counts the calls it took: the full path decides the next
+        calls, and whatever reads the session next finds every call counted (``core/repeats.py``)."""
+        for lane in self.lanes.values():
+            lane.disarm()
 
     def settle(self, phases: Iterable[str]) -> None:
         """End calls still pending at a phase boundary, untimed (their end is not observable without
         a device sync: the wait includes what the device still had queued)."""
+        self.disarm()
         state = self.state
         if not state.ends_in_wrapper:
             return
@@ -57,11 +73,17 @@ class StepPath:
                 self.end_call(phase, now, timed=False)
 
     def unobserved(self, phase: str) -> None:
+        self.disarm()
         self.state.session.call_skipped(phase)  # e.g. train_on_batch's generator: nothing of ours to count
 
-    def began(self, phase: str, batches: list, start: float) -> Optional[Any]:
-        """Batches pulled for one call: a probe handle when this call must be probed, else None."""
+    def began(self, phase: str, batches: list, now: float) -> Optional[Any]:
+        """Batches pulled for one call (``now``: before the pull) that the steady lane did not take.
+        JAX: the previous call of the phase ends at ``now``. Returns a probe handle when this call must
+        be probed, else None."""
+        self.disarm()
         state = self.state
+        if state.ends_in_wrapper and self.due(phase, now):
+            now = time.perf_counter()  # the monitor's work at the end of the last call is no step's time
         if not state.observing:
             state.session.calls[phase].repeating = False
             return None
@@ -71,31 +93,33 @@ class StepPath:
         signatures = [signature(b) for b in batches]
         session.sample_batches(phase, batches)  # a compare per batch; the values are read only for advice
         if state.ends_in_wrapper:  # JAX: the steady case first (a call ends when the next one begins)
-            stats = session.phases[phase]
-            if (
-                len(signatures) == 1
-                and current.probe is not None
-                and current.traces.quiet(
+            stats, probe = session.phases[phase], current.probe
+            quiet = (
+                current.traces.quiet_steps(
                     phase,
                     stats.step,
                     stats.last_new_step,
                     sink.log_dir if sink.writes else None,
                     state.dist.multi_worker,
                 )
-            ):
-                scalars = session.call_repeats(phase, signatures[0], jit, start)
-                if scalars is not None:
-                    if scalars:
-                        sink.scalars(scalars)
-                    if sink.due():
-                        state.flush()
-                    self._plans[phase] = self._repeat_plans[phase]
-                    state.active_probe = current.probe.start(self._plans[phase], jit)  # a compile there is seen
-                    return state.active_probe
-            scalars = session.drain(phase, end=start)  # the repeats before this call end where it starts
+                if len(signatures) == 1 and probe is not None
+                else 0
+            )
+            scalars = session.repeats.count(phase, signatures[0], jit, now) if quiet and probe is not None else None
+            if scalars is not None and probe is not None:
+                if scalars:
+                    sink.scalars(scalars)
+                if sink.due():
+                    state.flush()
+                self._plans[phase] = self._repeat_plans[phase]
+                if state.fastest is None:  # jit='fastest' checks its trial at steps of its own: no lane
+                    session.repeats.arm_lane(self.lanes[phase], phase, batches[0], quiet - 1, sink.due_at())
+                state.active_probe = probe.start(self._plans[phase], jit)  # a compile there is seen
+                return state.active_probe
+            scalars = session.drain(phase, end=now)  # the repeats before this call end where it starts
             if scalars:
                 sink.scalars(scalars)
-        plan = session.call_began(phase, signatures, jit, start)
+        plan = session.call_began(phase, signatures, jit, now)
         self._plans[phase] = plan
         stats = session.phases[phase]
         free_probe = state.backend.probes_every_call  # JAX: its events cost nothing, every call is seen
@@ -134,7 +158,8 @@ class StepPath:
             )
 
     def ran(self, phase: str, handle: Optional[Any]) -> None:
-        """The call returned: stop its probe and record what it saw."""
+        """The call returned: stop its probe and record what it saw (a call the lane took: the compile
+        events the wrapper caught, recorded at its step)."""
         if handle is None:
             return
         state = self.state
@@ -146,7 +171,8 @@ class StepPath:
         finally:
             state.active_probe = None
         if self._plans[phase] is self._repeat_plans[phase]:
-            if observation is not None:  # a repeat compiled after all: record it now
+            if observation is not None:  # a repeat compiled after all: record it now, at its step
+                self.disarm()  # (counting the calls the lane took first: it may be one of them)
                 self.apply(phase, state.session.repeat_observed(phase, observation))
             return
         state.session.call_observed(phase, observation)

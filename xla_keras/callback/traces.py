@@ -22,6 +22,7 @@ from xla_keras.core.types import Notes
 
 STEADY_WINDOW_STEPS = 5
 WARM_UP_STEPS = 10
+QUIET_FOR_GOOD = 1 << 30
 
 
 class TraceWindows:
@@ -106,14 +107,24 @@ class TraceWindows:
         self.open = {"kind": kind, "stop_step": stop, "dir": run_dir, "started": time.time()}
         return True
 
-    def quiet(self, phase: str, last_step: int, last_new_step: int, log_dir: Optional[str], multi_worker: bool) -> bool:
-        """No window is open and none would open for a one-batch call with no new signature (the
-        step path's fast path may skip ``maybe_start``)."""
+    def quiet_steps(
+        self, phase: str, last_step: int, last_new_step: int, log_dir: Optional[str], multi_worker: bool
+    ) -> int:
+        """How many coming one-batch calls with no new signature, from ``last_step + 1`` on, open no
+        window (0: the next one may; ``QUIET_FOR_GOOD``: none will). The step path's fast paths skip
+        ``maybe_start`` for those calls; the steady lane asks once for all of them."""
         if self.open is not None:
-            return False
+            return 0
         if phase != "train" or self.profile is None or log_dir is None:
-            return True
-        return self._decide(last_step, 1, False, last_new_step, multi_worker)[0] is None
+            return QUIET_FOR_GOOD
+        plan, first = self._plan, last_step + 1
+        if isinstance(self.profile, tuple):  # _decide's "range"
+            start, end = self.profile
+            return QUIET_FOR_GOOD if plan.get("range") or first > end else max(0, start - first)
+        if plan.get("keras_profiles") or multi_worker or plan.get("steady"):
+            return QUIET_FOR_GOOD  # a storm window needs a new signature: never in these calls
+        opens = max(self._fit_first_step + WARM_UP_STEPS, last_new_step + STEADY_WINDOW_STEPS + 1)
+        return max(0, opens - first)
 
     def _decide(self, last_step: int, batches: int, has_new: bool, last_new_step: int, multi_worker: bool):
         """(kind, stop step) of the window this train call should open, or (None, None)."""

@@ -92,6 +92,10 @@ class CompileLedger:
         self.last_fingerprint, self.last_known = fp, True
         return True
 
+    def occurrences(self, phase: str) -> Dict[int, int]:
+        """The running function's batch counts by fingerprint (the steady lane counts into it)."""
+        return self._occurrences.setdefault(phase, {})
+
     def forget(self, phase: str, signature: InputSignature) -> None:
         """Undo one ``observe`` of a step that did not finish: its signature
         is new to the function again (the distinct count is kept)."""

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Dict, List, Optional
+from typing import TYPE_CHECKING, Dict, List, Optional, Tuple
 
 from xla_keras.core.phases import CallScratch, PhaseStats
 from xla_keras.core.signatures import InputSignature
@@ -156,10 +156,13 @@ class StepRecorder:
             done, stats.repeats = items, []
             ends.append(end)
         scalars: List[Scalar] = []
-        signature = self.calls[phase].signature
-        for i, ((start, step, steady), stop) in enumerate(zip(done, ends)):
-            if steady and (timed or end is None or i < len(done) - 1):
-                self.steady_step(phase, stats, stop - start, step, 1, signature, scalars)
+        last = len(done) - 1
+        times = [
+            (stop - start, step)
+            for i, ((start, step, steady), stop) in enumerate(zip(done, ends))
+            if steady and (timed or end is None or i < last)
+        ]
+        self.steady_steps(phase, stats, times, 1, self.calls[phase].signature, scalars)
         return scalars
 
     def steady_step(
@@ -173,24 +176,63 @@ class StepRecorder:
         scalars: List[Scalar],
     ) -> None:
         """One call's time per batch, for the steady median (or a slow step); ``step``: its last."""
+        self.steady_steps(phase, stats, [(per_step, step)], n, signature, scalars)
+
+    def steady_steps(
+        self,
+        phase: str,
+        stats: PhaseStats,
+        times: List[Tuple[float, int]],
+        n: int,
+        signature: Optional[InputSignature],
+        scalars: List[Scalar],
+    ) -> None:
+        """Calls' times per batch with the step each ended at (``n`` batches a call), in order: the
+        steady median's samples, or slow steps. Added in runs that share one median (the repeats drain
+        64 at a time), with the same outcome as one by one."""
+        every = self.config.steps_per_scalar
         if self.trial is not None and phase == "train":
             # jit='fastest' is measuring both modes: the phase's median (and its slow steps) would mix
             # them; it starts again from the kept mode's steps when the trial ends (trial_ended).
-            self.trial.add(step, per_step)
-        elif stats.timing.is_slow(per_step):
-            stats.slow_count += 1
-            median = stats.timing.median_seconds
-            if (
-                len(stats.slow) < stats.max_records and median is not None and signature is not None
-            ):  # is_slow: both known
-                stats.slow.append(SlowStep(phase, step - n + 1, per_step, median, signature))
+            for per_step, step in times:
+                self.trial.add(step, per_step)
+                stats.epoch_steady_sum += per_step
+                stats.epoch_steady_n += 1
+                if every is not None and step % every < n:
+                    scalars.append(Scalar(phase, TAG_STEP_TIME, 1e3 * per_step, step))
             return
-        else:
-            stats.timing.add_steady(per_step)
-            if stats.after_switch is not None:
-                stats.after_switch.add_steady(per_step)
-        stats.epoch_steady_sum += per_step
-        stats.epoch_steady_n += 1
-        every = self.config.steps_per_scalar
-        if every is not None and step % every < n:
-            scalars.append(Scalar(phase, TAG_STEP_TIME, 1e3 * per_step, step))
+        timing, i = stats.timing, 0
+        while i < len(times):
+            run = times[i : i + timing.samples_before_refresh()]
+            i += len(run)
+            threshold, steady = timing.slow_above(), []  # type: float, List[float]
+            for per_step, step in run:
+                if per_step > threshold:
+                    self._add_steady(stats, steady)
+                    steady = []
+                    self._slow(phase, stats, per_step, step, n, signature)
+                    threshold = timing.slow_above()  # reading the median refreshed it
+                    continue
+                steady.append(per_step)
+                if every is not None and step % every < n:
+                    scalars.append(Scalar(phase, TAG_STEP_TIME, 1e3 * per_step, step))
+            self._add_steady(stats, steady)
+
+    @staticmethod
+    def _add_steady(stats: PhaseStats, values: List[float]) -> None:
+        if not values:
+            return
+        stats.timing.add_steady_run(values)
+        if stats.after_switch is not None:
+            stats.after_switch.add_steady_run(values)
+        stats.epoch_steady_sum += sum(values)
+        stats.epoch_steady_n += len(values)
+
+    @staticmethod
+    def _slow(
+        phase: str, stats: PhaseStats, per_step: float, step: int, n: int, signature: Optional[InputSignature]
+    ) -> None:
+        stats.slow_count += 1
+        median = stats.timing.median_seconds
+        if len(stats.slow) < stats.max_records and median is not None and signature is not None:
+            stats.slow.append(SlowStep(phase, step - n + 1, per_step, median, signature))

@@ -18,6 +18,7 @@ from xla_keras.core.functions import FunctionWatch
 from xla_keras.core.ledger import CompileLedger
 from xla_keras.core.phases import CallScratch, PhaseStats, SessionSnapshot, WallClock, fallback_began, fallback_view
 from xla_keras.core.recording import StepRecorder
+from xla_keras.core.repeats import Repeats
 from xla_keras.core.signatures import InputSignature, is_ragged
 from xla_keras.core.types import PHASES, CallOutcome, CallPlan, CompileObservation, Notes, Scalar
 from xla_keras.jit.decision import Decision
@@ -34,8 +35,6 @@ AUTOCLUSTER_PROBES = 3
 # model that needs ragged row splits as constants compiles per split values.
 # Known ragged batches are probed until this many in a row compiled nothing.
 RAGGED_PROBE_MISSES = 8
-# Repeats (see Session.call_repeats) are timed in bulk once this many are waiting.
-REPEAT_DRAIN = 64
 
 
 class Session:
@@ -54,6 +53,7 @@ class Session:
         self.fallback: Optional[dict] = None
         self.analysis = StormAnalysis(config)
         self.recorder = StepRecorder(self.phases, self.calls, config)
+        self.repeats = Repeats(self.phases, self.calls, self.ledger, self.wall, self.drain)
         self.functions = FunctionWatch(self.ledger, self.phases)
         self.data_kind = "tf.data"  # what the storm fix's code is written for (fix_code.DATA_KINDS)
         self._views_taken = 0
@@ -98,7 +98,7 @@ class Session:
         call.new, call.probe_signature, call.observation = [], None, None
         call.ragged_probe = call.in_trace_window = False
         call.unprobed = None
-        if len(signatures) == 1 and self._repeats_last(phase, signatures[0], jit):
+        if len(signatures) == 1 and self.repeats.known(phase, signatures[0], jit):
             # The steady case: the same signature as the call before, known to the function (no
             # compile, no storm, nothing to probe). Same bookkeeping as below, without recomputing it.
             stats.history.observe_repeat(signatures[0])
@@ -167,41 +167,7 @@ class Session:
     def call_observed(self, phase: str, observation: Optional[CompileObservation]) -> None:
         self.calls[phase].observation = observation
 
-    # ------------------------------------------------------------ repeats (the step path's fast path)
-
-    def call_repeats(
-        self, phase: str, signature: InputSignature, jit: JitState, start: float
-    ) -> Optional[List[Scalar]]:
-        """The fast path of a one-batch call (JAX's step wrapper): when its signature is the last
-        call's, known to the function, not ragged, and no call is pending, the call is counted at
-        once (step, batch count, ledger) and only its start is kept: its time is the next call's
-        start minus its own, taken in bulk later (``drain``). None: take the full path
-        (``call_began``). Else the scalars of repeats timed now (usually none)."""
-        stats, call = self.phases[phase], self.calls[phase]
-        if call.batches or call.in_trace_window or not self._repeats_last(phase, signature, jit):
-            return None
-        call.repeating = True
-        stats.history.observe_repeat(signature)
-        stats.step += 1
-        stats.steps_run += 1
-        self.wall.last_activity = start
-        stats.repeats.append([start, stats.step, True])
-        if len(stats.repeats) > REPEAT_DRAIN:
-            return self.drain(phase)
-        return []
-
-    def _repeats_last(self, phase: str, signature: InputSignature, jit: JitState) -> bool:
-        """The batch has the last batch's signature, known to the current function, not ragged, with
-        no partial batch pending and no auto-clustering probes: counted as such in the ledger (True),
-        or nothing is counted (False: the caller observes it in full)."""
-        stats, call = self.phases[phase], self.calls[phase]
-        return (
-            call.signature is not None
-            and stats.deferred_new is None
-            and not jit.autoclustering
-            and signature == call.signature
-            and self.ledger.repeat(phase, call.fingerprint, stats.ragged_fps)
-        )
+    # ------------------------------------------------------------ repeats (the step path's fast paths)
 
     def repeat_observed(self, phase: str, observation: CompileObservation) -> CallOutcome:
         """A repeat call compiled after all (JAX saw it): its compiles are recorded at its step."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections import deque
 from statistics import median
-from typing import Deque, Optional
+from typing import Deque, List, Optional
 
 _MEDIAN_EVERY = 128
 # A known-signature step is "slow" only when it is both many times the median
@@ -45,6 +45,30 @@ class PhaseTiming:
         # most then); every _MEDIAN_EVERY samples after that.
         if self.steady_count <= 2 * _MEDIAN_EVERY or self.steady_count - self._median_at >= _MEDIAN_EVERY:
             self._refresh()
+
+    def add_steady_run(self, values: List[float]) -> None:
+        """``add_steady`` for each of ``values``, at once: callers keep runs within
+        ``samples_before_refresh`` (the repeats' drain: 64 samples at a time)."""
+        if not values:
+            return
+        self._recent.extend(values)
+        self.steady_count += len(values)
+        self.steady_total += sum(values)
+        if self.steady_count <= 2 * _MEDIAN_EVERY or self.steady_count - self._median_at >= _MEDIAN_EVERY:
+            self._refresh()
+
+    def samples_before_refresh(self) -> int:
+        """How many ``add_steady`` calls from now until one refreshes the median (at least 1): the
+        median, hence ``slow_above``, is the same for every sample before that one."""
+        if self.steady_count + 1 <= 2 * _MEDIAN_EVERY:
+            return 1
+        return max(1, _MEDIAN_EVERY - (self.steady_count - self._median_at))
+
+    def slow_above(self) -> float:
+        """``is_slow`` as a threshold: a step time above it is slow (inf while none can be)."""
+        if self.steady_count < MIN_STEADY_SAMPLES or self._median is None:
+            return float("inf")
+        return max(SLOW_FACTOR * self._median, self._median + SLOW_MIN_EXCESS_SECONDS)
 
     def _refresh(self) -> None:
         self._median = median(self._recent) if self._recent else None

@@ -68,6 +68,9 @@ def countable_leaves(batch: Any) -> Dict[str, Any]:
     return out
 
 
+NEVER = 1 << 30  # no further batch will be examined
+
+
 class BatchSample:
     """A uniform reservoir of one phase's batches (their countable host leaves only)."""
 
@@ -93,6 +96,11 @@ class BatchSample:
             self.seen = index + 1
             if index == self._next:
                 self._take(batch)
+
+    def batches_before_pick(self) -> int:
+        """How many batches may pass uncompared before the next one to examine (the steady lane's
+        budget: it counts ``seen`` itself and stops short of the pick)."""
+        return NEVER if self._next is None else max(0, self._next - self.seen)
 
     def _take(self, batch: Any) -> None:
         try:

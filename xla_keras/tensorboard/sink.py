@@ -266,6 +266,10 @@ class OutputSink:
         """A periodic flush is due (FLUSH_EVERY_SECONDS since the last one)."""
         return self._last_flush is None or self._clock() - self._last_flush > FLUSH_EVERY_SECONDS
 
+    def due_at(self) -> float:
+        """When ``due`` turns True, on the sink's clock (-inf: it is due now)."""
+        return float("-inf") if self._last_flush is None else self._last_flush + FLUSH_EVERY_SECONDS
+
     def report_due(self) -> bool:
         """The report file may be replaced again (REPORT_EVERY_SECONDS since the last flush)."""
         return self._last_flush is None or self._clock() - self._last_flush >= REPORT_EVERY_SECONDS

@@ -87,11 +87,15 @@ class EventRecorder:
         return events
 
     def end(self, events: List[Event]) -> None:
-        for i in range(len(self._calls) - 1, -1, -1):
-            if self._calls[i] is events:
-                del self._calls[i]
-                break
-        if not self._calls:
+        calls = self._calls
+        if calls and calls[-1] is events:  # the usual case: the innermost call ends first
+            calls.pop()
+        else:
+            for i in range(len(calls) - 1, -1, -1):
+                if calls[i] is events:
+                    del calls[i]
+                    break
+        if not calls:
             self._thread = None
 
     def watch_outside(self, probe: "JaxProbe") -> None:

@@ -26,6 +26,7 @@ from typing import Any
 from xla_keras.backends.base import StepObserver
 from xla_keras.backends.chain import FUNCTION_ATTR, WrapperChain, unwrap
 from xla_keras.backends.jax import _internals
+from xla_keras.backends.jax.probe import RECORDER
 
 
 def end_of_data() -> tuple:
@@ -57,33 +58,63 @@ class StepWrappers(WrapperChain):
 
 def _make_wrapper(model: Any, phase: str, observer: StepObserver):
     model_ref = weakref.ref(model)
+    lane = observer.steady_lane(phase)  # armed by the observer only while nothing but repeats can come
+    clock, begin, end = time.perf_counter, RECORDER.begin, RECORDER.end
 
     def wrapped(state, iterator):
         original = wrapped._xla_keras_original  # type: ignore[attr-defined]  # relinked when monitors come and go
+        if lane.budget:  # the steady case: a few operations, no observer call (core/repeats.py)
+            start = clock()
+            batch = next(iterator)  # StopIteration: the end of an epoch, as in Keras's own pull
+            try:
+                taken = lane.take(batch, start)
+            except Exception:  # noqa: BLE001 - never from here: the full path decides (and contains)
+                lane.budget, taken = 0, False
+            if taken:
+                events = begin()  # a compile during the call (JAX reports it on this thread) is caught
+                try:
+                    outputs = original(state, iter((batch,)))
+                except BaseException:
+                    end(events)
+                    observer.call_failed(phase, None)
+                    raise
+                end(events)
+                if events:
+                    observer.call_ran(phase, events)  # it compiled after all: recorded at its step
+                return outputs
+            return _full_call(wrapped, original, state, [batch], start, phase, observer, model_ref())
         if not observer.active():
             return original(state, iterator)
-        observer.call_due(phase, time.perf_counter())  # the previous call of this phase ends now
-        start = time.perf_counter()  # this one starts after the monitor's bookkeeping: not the user's step time
         model = model_ref()
-        if observer.step_wrapper(phase) is not wrapped and model is not None:
-            # call_due switched the function (a storm fallback rebuilt it op by op; jit='fastest' swapped
-            # in the other mode's) and wrapped the new one: this call runs the new Keras function, with the
-            # state Keras passed (the monitor never syncs it into the variables mid-step: see
-            # XlaMonitor.model). Called directly, not through the new chain, so that monitors around this
-            # call do not see the batch twice.
-            original = unwrap(getattr(model, FUNCTION_ATTR[phase]))
-        probe, began = None, False
+        start = clock()  # the previous call of this phase ends here, and this one begins
         try:
             batches = pull(iterator, model.steps_per_execution if model is not None else 1)
-            began = True
-            probe = observer.call_began(phase, batches, start)
-            outputs = original(state, iter(batches))
         except StopIteration:
             raise  # the end of an epoch, not an error
         except BaseException:
-            observer.call_failed(phase, probe, began)
+            observer.call_failed(phase, None, began=False)
             raise
-        observer.call_ran(phase, probe)
-        return outputs
+        return _full_call(wrapped, original, state, batches, start, phase, observer, model)
 
     return wrapped
+
+
+def _full_call(wrapped, original, state, batches: list, start: float, phase: str, observer: StepObserver, model):
+    """A call the steady lane did not take: the observer sees its batches (and may arm the lane)."""
+    probe = observer.call_began(phase, batches, start)
+    if model is not None and model.steps_per_execution != 1:
+        observer.steady_lane(phase).disarm()  # the lane takes one batch per call: for steps_per_execution=1 only
+    if observer.step_wrapper(phase) is not wrapped and model is not None:
+        # call_began switched the function (a storm fallback rebuilt it op by op; jit='fastest' swapped
+        # in the other mode's) and wrapped the new one: this call runs the new Keras function, with the
+        # state Keras passed (the monitor never syncs it into the variables mid-step: see
+        # XlaMonitor.model). Called directly, not through the new chain, so that monitors around this
+        # call do not see the batch twice.
+        original = unwrap(getattr(model, FUNCTION_ATTR[phase]))
+    try:
+        outputs = original(state, iter(batches))
+    except BaseException:
+        observer.call_failed(phase, probe)
+        raise
+    observer.call_ran(phase, probe)
+    return outputs

@@ -125,7 +125,8 @@ def _make_wrapper(model: Any, phase: str, observer: StepObserver):
         except BaseException:
             observer.call_failed(phase, probe, began)  # a failed pull: the previous call's facts stand
             raise
-        observer.call_ran(phase, probe)
+        if probe is not None:  # most calls are not probed: their end is the batch-end hook's
+            observer.call_ran(phase, probe)
         return outputs
 
     return wrapped
