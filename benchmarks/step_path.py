@@ -28,7 +28,9 @@ import numpy as np
 def main(argv=None):
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--backend", default=os.environ.get("KERAS_BACKEND", "tensorflow"), choices=["tensorflow", "jax"])
+    parser.add_argument(
+        "--backend", default=os.environ.get("KERAS_BACKEND", "tensorflow"), choices=["tensorflow", "jax"]
+    )
     args = parser.parse_args(argv)
     os.environ["KERAS_BACKEND"] = args.backend
     import keras

@@ -80,8 +80,9 @@ class StepPath:
         """Batches pulled for one call (``now``: before the pull) that the steady lane did not take.
         JAX: the previous call of the phase ends at ``now``. Returns a probe handle when this call must
         be probed, else None."""
-        self.disarm()
         state = self.state
+        if state.ends_in_wrapper:  # only there is a lane armed (TensorFlow: every call is here)
+            self.disarm()
         if state.ends_in_wrapper and self.due(phase, now):
             now = time.perf_counter()  # the monitor's work at the end of the last call is no step's time
         if not state.observing:

@@ -175,8 +175,21 @@ class StepRecorder:
         signature: Optional[InputSignature],
         scalars: List[Scalar],
     ) -> None:
-        """One call's time per batch, for the steady median (or a slow step); ``step``: its last."""
-        self.steady_steps(phase, stats, [(per_step, step)], n, signature, scalars)
+        """One call's time per batch, for the steady median (or a slow step); ``step``: its last. (The
+        TensorFlow path, once per step: ``steady_steps`` with one time, without its runs.)"""
+        if self.trial is not None and phase == "train":
+            self.steady_steps(phase, stats, [(per_step, step)], n, signature, scalars)
+        elif per_step > stats.timing.slow_above():
+            self._slow(phase, stats, per_step, step, n, signature)
+        else:
+            stats.timing.add_steady(per_step)
+            if stats.after_switch is not None:
+                stats.after_switch.add_steady(per_step)
+            stats.epoch_steady_sum += per_step
+            stats.epoch_steady_n += 1
+            every = self.config.steps_per_scalar
+            if every is not None and step % every < n:
+                scalars.append(Scalar(phase, TAG_STEP_TIME, 1e3 * per_step, step))
 
     def steady_steps(
         self,
