@@ -196,12 +196,18 @@ def test_the_lane_stops_at_its_budget_a_drain_the_deadline_a_new_shape_and_the_s
     assert lane.budget == 2
 
 
-def test_a_failed_call_the_lane_took_is_uncounted_after_the_lane_counts_its_calls():
+def _armed(budget=10):
+    """A session after 20 steady calls (a full one, then repeats), and a lane armed on them."""
     clock = Clock()
     s = _session(clock)
     _calls(s, clock, [arrays(8)] * 20)
     lane = SteadyLane()
-    s.repeats.arm_lane(lane, "train", arrays(8), 10, float("inf"))
+    s.repeats.arm_lane(lane, "train", arrays(8), budget, float("inf"))
+    return s, clock, lane
+
+
+def test_a_failed_call_the_lane_took_is_uncounted_after_the_lane_counts_its_calls():
+    s, clock, lane = _armed()
     assert all(lane.take(arrays(8), clock.now) for _ in range(5))
     lane.disarm()  # Lifecycle.call_failed: the lane first,
     s.call_failed("train")  # then the failed call (the fifth) is uncounted
@@ -210,11 +216,7 @@ def test_a_failed_call_the_lane_took_is_uncounted_after_the_lane_counts_its_call
 
 
 def test_a_lane_is_not_armed_for_a_batch_the_quick_test_cannot_read():
-    clock = Clock()
-    s = _session(clock)
-    _calls(s, clock, [arrays(8)] * 20)
-    lane = SteadyLane()
-    s.repeats.arm_lane(lane, "train", arrays(8), 10, float("inf"))
+    s, _, lane = _armed()
     assert lane.budget == 10
     s.repeats.arm_lane(lane, "train", (Tensorish(8, 4), np.zeros((8, 1), F32)), 10, float("inf"))
     assert lane.budget == 0

@@ -201,7 +201,7 @@ class Lifecycle:
         if epoch + 1 < (state.observer.params or {}).get("epochs", epoch + 2):
             state.flush(text=True)
         # The fit's last epoch: its end hook writes the same files next (a failure between the two:
-        # abort_fit does), so they are written once (~1.3 ms a fit with a log_dir, measured).
+        # abort_fit does), so they are written once (1.0 ms of a 1-epoch fit's 2.9 ms, measured).
 
     def end_phase(self, phase: str, interrupted: Optional[str] = None) -> None:
         state = self.state

@@ -81,10 +81,10 @@ class StepPath:
         JAX: the previous call of the phase ends at ``now``. Returns a probe handle when this call must
         be probed, else None."""
         state = self.state
-        if state.ends_in_wrapper:  # only there is a lane armed (TensorFlow: every call is here)
+        if state.ends_in_wrapper:  # JAX (TensorFlow arms no lane, and its calls end at the batch-end hook)
             self.disarm()
-        if state.ends_in_wrapper and self.due(phase, now):
-            now = time.perf_counter()  # the monitor's work at the end of the last call is no step's time
+            if self.due(phase, now):
+                now = time.perf_counter()  # the monitor's work at the end of the last call is no step's time
         if not state.observing:
             state.session.calls[phase].repeating = False
             return None

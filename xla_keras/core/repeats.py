@@ -11,8 +11,8 @@ periodic flush. The JAX step wrapper asks the lane first: a call whose batch ``S
 the armed one only leaves its start time there, and the lane counts the calls it took exactly as
 ``count`` would have (at their steps, in order) when it disarms. Anything else (a new shape, a
 phase boundary, an error, a compile, a switch of the function) disarms it: the full path decides.
-Measured (issue 31): a jitted step of ~0.3 ms paid ~30 us per step for the full repeat path inside a
-fit, where the same code costs ~4 us alone; the lane's few operations are what a steady step pays.
+Measured (issue 31, docs/benchmarks.md): before the lane a steady step's bookkeeping cost 8-9 us
+alone and added 65-95 us to a 0.25-0.3 ms jitted step inside a fit; with it, 2 us alone and 12-45 us.
 """
 
 from __future__ import annotations
@@ -24,11 +24,6 @@ from xla_keras.core.phases import CallScratch, PhaseStats, WallClock
 from xla_keras.core.signatures import InputSignature, SameShapes
 from xla_keras.core.types import Scalar
 from xla_keras.jit.modes import JitState
-
-
-def _never(batch: Any) -> bool:
-    return False
-
 
 # Repeats are timed in bulk once this many are waiting.
 REPEAT_DRAIN = 64
@@ -86,6 +81,10 @@ class Repeats:
         budget = min(budget, REPEAT_DRAIN - len(stats.repeats), stats.sample.batches_before_pick())
         fingerprint = self.calls[phase].fingerprint
         lane.arm(batch, stats, self.wall, fingerprint, self.ledger.occurrences(phase), budget, deadline)
+
+
+def _never(batch: Any) -> bool:
+    return False  # a disarmed lane's shape test
 
 
 class SteadyLane:
