@@ -65,7 +65,8 @@ class PhaseTiming:
         return max(1, _MEDIAN_EVERY - (self.steady_count - self._median_at))
 
     def slow_above(self) -> float:
-        """``is_slow`` as a threshold: a step time above it is slow (inf while none can be)."""
+        """The step time above which a step is slow: ``SLOW_FACTOR`` times the steady median and
+        ``SLOW_MIN_EXCESS_SECONDS`` above it (inf while too few steps are steady)."""
         if self.steady_count < MIN_STEADY_SAMPLES or self._median is None:
             return float("inf")
         return max(SLOW_FACTOR * self._median, self._median + SLOW_MIN_EXCESS_SECONDS)
@@ -97,9 +98,7 @@ class PhaseTiming:
 
         Uses the median cached on the step path: no sort per step.
         """
-        if self.steady_count < MIN_STEADY_SAMPLES or self._median is None:
-            return False
-        return seconds > SLOW_FACTOR * self._median and seconds - self._median > SLOW_MIN_EXCESS_SECONDS
+        return seconds > self.slow_above()
 
 
 def excess_over_steady(step_seconds: float, steady_seconds: Optional[float]) -> float:
