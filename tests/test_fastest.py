@@ -384,7 +384,16 @@ def test_tensorflow_fastest_acts_as_keep_where_only_one_mode_can_run(monkeypatch
     assert model._jit_compile is False  # untouched
 
 
-def test_jax_fastest_acts_as_keep_over_several_devices_or_processes(monkeypatch):
+@pytest.mark.parametrize(
+    "replicas, multi_worker, refused",
+    [
+        (2, True, True),  # several processes: one decision for all would need a collective
+        (1, True, True),
+        (2, False, False),  # one process, several devices: one clock, nothing to agree (issue 32)
+        (1, False, False),
+    ],
+)
+def test_jax_fastest_acts_as_keep_in_several_processes_only(monkeypatch, replicas, multi_worker, refused):
     from xla_keras.backends.jax import _internals
     from xla_keras.backends.jax.jit import JitController
 
@@ -392,14 +401,16 @@ def test_jax_fastest_acts_as_keep_over_several_devices_or_processes(monkeypatch)
         run_eagerly = False
         _jit_compile = True
 
-    monkeypatch.setattr(
-        _internals,
-        "distribution_facts",
-        lambda: {"name": "DataParallel", "default": False, "replicas": 2, "multi_worker": True, "chief": True},
-    )
+    facts = {"name": "DataParallel", "default": False, "replicas": replicas, "multi_worker": multi_worker}
+    monkeypatch.setattr(_internals, "distribution_facts", lambda: {**facts, "chief": True})
+    monkeypatch.setattr(_internals, "layers_without_jit", lambda model: [])
+    monkeypatch.setattr(_internals, "auto_jit", lambda model: True)
     controller = JitController("fastest")
     assert controller.apply(Model()) is False
-    assert "acts as 'keep' under DataParallel over 2 devices in several processes" in controller.refusal
+    if refused:
+        assert f"acts as 'keep' under DataParallel over {replicas} devices in several processes" in controller.refusal
+    else:
+        assert controller.refusal is None
 
 
 def test_a_new_shape_is_priced_by_what_its_step_cost_not_by_the_compile_alone():

@@ -59,6 +59,7 @@ REPORT_KEYS = [
     "other_compilations",  # schema 4 (Keras's JAX backend)
     "advice",  # schema 5 (compile budget)
     "jit_decision",  # schema 6 (jit="fastest")
+    "processes",  # schema 8 (several processes: each one's counts)
 ]
 SIGNATURE_ITEM_KEYS = ["path", "dtype", "shape"]
 
@@ -340,9 +341,9 @@ def test_reports_carry_their_schema_version_and_parse_back():
 
     report = full_report()
     data = report.to_dict()
-    assert data["schema_version"] == SCHEMA_VERSION == 7
+    assert data["schema_version"] == SCHEMA_VERSION == 8
     parsed = parse_report(json.loads(json.dumps(data)))
-    assert parsed.schema_version == 7 and not parsed.newer and parsed.message is None
+    assert parsed.schema_version == 8 and not parsed.newer and parsed.message is None
     assert parsed.report.to_dict() == data
 
 

@@ -34,6 +34,7 @@ from xla_keras.callback.fastest import FastestDriver
 from xla_keras.callback.functions import StepFunctions
 from xla_keras.callback.guards import flush_at_exit, guarded
 from xla_keras.callback.lifecycle import Lifecycle, warn_keras_multi_worker_fault
+from xla_keras.callback.processes import gather_processes
 from xla_keras.callback.state import CallState
 from xla_keras.callback.steps import StepPath
 from xla_keras.callback.storm_action import StormAction
@@ -226,6 +227,7 @@ class XlaMonitor(MonitorSurface):
     @_watched
     def on_train_end(self, logs=None):
         self._lifecycle.end_fit()
+        gather_processes(self._state)  # every process ends the fit here: not after a failure (abort_fit)
         self._state.current.ended()
         self._lifecycle.finish()
 

@@ -34,6 +34,13 @@ class Distribution:
     replicas: int = 1
     multi_worker: bool = False
     chief: bool = True  # only the chief writes files
+    # Processes the distribution spans, all running each step together (JAX: a keras.distribution whose
+    # mesh holds several processes' devices); 1 otherwise. From 2, they gather their counts (``gather``).
+    processes: int = 1
+    process: int = 0  # this process's index among them
+    # Every process sees the same input signatures at every step (JAX: a batch is one global array, of
+    # the same shape everywhere), so decisions taken from signatures alone agree without a collective.
+    signatures_agree: bool = False
 
 
 @dataclass(frozen=True)
@@ -221,6 +228,10 @@ class Backend(Protocol):
 
     def multi_worker_fit_problem(self) -> Optional[str]:
         """Why Keras's own fit will fail in the multi-worker cluster the environment describes, or None."""
+
+    def gather(self, values: Sequence[float]) -> Optional[List[List[float]]]:
+        """Every process's ``values`` (as long as this one's), in process order: a collective, so every
+        process of the distribution must call it at the same point. None where there is none."""
 
 
 class BackendClass(Protocol):

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 import weakref
-from typing import Any, Callable, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 from xla_keras.backends.base import Backend, CompileProbe
 from xla_keras.callback.traces import TraceWindows
@@ -46,6 +46,7 @@ class ModelReport:
         self.cache_account = CacheAccount(None, "", config.jit)
         self.state: Optional[str] = None  # "finished" / "interrupted" once a call has ended
         self.stopped: Optional[str] = None  # where the last interrupted call stopped, in words
+        self.processes: List[Dict[str, Any]] = []  # several processes: each one's counts (callback/processes.py)
 
     def ended(self, interrupted: Optional[str] = None) -> None:
         """A watched call ended: normally, or (``interrupted``: where, in words) by an exception."""
@@ -86,6 +87,7 @@ class ModelReport:
                 run_state="running" if running else self.state,
                 backend=self.backend.name,
                 other_compilations=self.backend.compiles_outside_steps(self.probe) if self.probe is not None else {},
+                processes=tuple(self.processes),
             ),
         )
 

@@ -7,6 +7,7 @@ from typing import Optional
 
 from xla_keras.callback.functions import StepFunctions
 from xla_keras.callback.lifecycle import Lifecycle
+from xla_keras.callback.processes import gather_processes
 from xla_keras.callback.state import RUN_WORD, CallState
 from xla_keras.core.messages import warn
 from xla_keras.core.types import PHASES
@@ -33,11 +34,14 @@ class StormAction:
         self.lifecycle = lifecycle
 
     def action(self) -> str:
-        # Each worker reads its own shard: a one-worker stop or switch would hang the others. A storm
+        # A storm opens at the same step in every process only where all see the same signatures (JAX's
+        # global arrays); elsewhere (TensorFlow's workers each read their own shard) a one-worker stop or
+        # switch would hang the others. A storm
         # found while cleaning up after an ended or failed call is reported, never acted on (it would
         # raise into the next fit, or switch XLA off for it).
         state = self.state
-        return "warn" if state.dist.multi_worker or state.in_cleanup else state.config.on_storm
+        alone = state.dist.multi_worker and not state.dist.signatures_agree
+        return "warn" if alone or state.in_cleanup else state.config.on_storm
 
     def opened(self, phase: str, step: int, count: int, window_start: int) -> None:
         """A storm opened at ``phase`` step ``step``: record it, then warn, raise or fall back."""
@@ -54,6 +58,8 @@ class StormAction:
             stopped = state.stopped_early(phase, state.in_fit, "on_storm='raise' after a recompilation storm")
             if state.in_fit:
                 self.lifecycle.end_fit()
+                if state.dist.signatures_agree:  # every process raises here, at this step
+                    gather_processes(state)
                 state.current.ended(stopped)
                 self.lifecycle.finish()  # flushes and closes every file before the fit stops
             else:

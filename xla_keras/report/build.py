@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 from xla_keras.core.phases import SessionSnapshot
 from xla_keras.core.timing import break_even_steps, comparable, share
@@ -30,6 +30,7 @@ class ReportContext:
     run_state: Optional[str] = None
     backend: str = "tensorflow"
     other_compilations: Dict[str, dict] = field(default_factory=dict)
+    processes: Tuple[Dict[str, Any], ...] = ()  # several processes: each one's counts, gathered
 
 
 def build_report(snapshot: SessionSnapshot, context: ReportContext) -> XlaReport:
@@ -82,6 +83,7 @@ def build_report(snapshot: SessionSnapshot, context: ReportContext) -> XlaReport
     report.run_state = context.run_state
     report.backend = context.backend
     report.other_compilations = {k: dict(v) for k, v in context.other_compilations.items()}
+    report.processes = [dict(p) for p in context.processes]
     return report
 
 

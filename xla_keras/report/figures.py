@@ -150,3 +150,24 @@ def op_by_op_words(report: XlaReport) -> Optional[str]:
         f"{len(compiled)} {phase} shapes in {ms_text(per_shape)} and would have needed about "
         f"{ms_text(xla_would)} for the {new_after} new since (estimated): the fallback cost {verdict}"
     )
+
+
+def processes_words(report: XlaReport) -> Optional[str]:
+    """Several processes: how many, and each one's compiles (and their time) per phase, in words."""
+    rows = report.processes
+    if len(rows) < 2:
+        return None
+
+    def each(key: str, phase: str) -> List[Any]:
+        return [row.get(key, {}).get(phase, 0) for row in rows]
+
+    phases = [p for p in PHASES if any(each("steps", p)) or any(each("compilation_count", p))]
+    parts = [
+        f"{p} "
+        + ", ".join(str(n) for n in each("compilation_count", p))
+        + " ("
+        + ", ".join(ms_text(s) for s in each("compile_seconds", p))
+        + ")"
+        for p in phases
+    ]
+    return f"{len(rows)}, compiles per process in order: " + ("; ".join(parts) or "none")

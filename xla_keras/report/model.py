@@ -21,7 +21,7 @@ from xla_keras.report.summary import summary
 from xla_keras.storms.budget import PhaseAdvice
 from xla_keras.storms.detection import Storm
 
-SCHEMA_VERSION = 7  # see schema.py for what each version added
+SCHEMA_VERSION = 8  # see schema.py for what each version added
 
 
 @dataclass
@@ -81,6 +81,9 @@ class XlaReport:
         backend: the Keras backend that ran: "tensorflow" or "jax".
         other_compilations: JAX: compiles kept out of the step ledger, as totals
             (``{"in_steps": {"count", "seconds"}, "outside_steps": {...}}``).
+        processes: several processes in one distribution (multi-process JAX): each process's
+            ``{"process", "compilation_count", "compile_seconds", "steps"}`` (per phase), as gathered at
+            the last epoch end or fit end; [] in one process. The rest of the report is this process's.
 
     Example:
         `monitor`: the monitor of XlaMonitor's example, after its fit of 2 batches of 32.
@@ -129,6 +132,7 @@ class XlaReport:
     run_state: Optional[str] = None
     backend: str = "tensorflow"
     other_compilations: Dict[str, Dict[str, float]] = field(default_factory=dict)
+    processes: List[Dict[str, Any]] = field(default_factory=list)
 
     @property
     def total_compilations(self) -> int:
@@ -158,7 +162,7 @@ class XlaReport:
             ```pycon
             >>> data = xla_keras.XlaReport(jit_mode="on").to_dict()
             >>> data["schema_version"], data["jit_mode"], data["compilation_count"]
-            (7, 'on', {'train': 0, 'test': 0, 'predict': 0})
+            (8, 'on', {'train': 0, 'test': 0, 'predict': 0})
 
             ```
         """
@@ -194,6 +198,7 @@ class XlaReport:
             "run_state": self.run_state,
             "backend": self.backend,
             "other_compilations": {k: dict(v) for k, v in self.other_compilations.items()},
+            "processes": [dict(p) for p in self.processes],
         }
 
     @classmethod

@@ -15,6 +15,7 @@ from xla_keras.report.figures import (
     decision_lines,
     fallback_cost,
     op_by_op_words,
+    processes_words,
     steady_words,
 )
 from xla_keras.report.units import ms_text
@@ -67,6 +68,9 @@ def render(report: XlaReport, full: bool = False) -> str:
         )
     for line in _other_compile_lines(report):
         lines.append(f"  other compiles  : {line}")
+    processes = processes_words(report)
+    if processes:
+        lines.append(f"  processes       : {processes}")
     if report.break_even_steps is not None or report.jit_decision:
         lines.append(f"  break-even      : {break_even_words(report)}")
     if report.slow_step_count:
@@ -190,6 +194,9 @@ def render_markdown(report: XlaReport) -> str:
     out += ["", f"**break-even:** {break_even_words(report)}"]
     for line in _other_compile_lines(report):
         out += ["", f"**other compiles:** {line}"]
+    processes = processes_words(report)
+    if processes:
+        out += ["", f"**processes:** {processes}"]
     if report.slow_step_count:
         out += ["", f"**slow steps:** {report.slow_step_count} known-signature steps far above the steady median"]
     if report.storms:

@@ -33,6 +33,11 @@ def summary(report: XlaReport, where: str = "monitor.report") -> str:
     phases = [p for p in PHASES if report.steps.get(p)]
     sources = sorted({c.source for c in report.compilations})
     counts = ", ".join(f"{p} {report.compilation_count.get(p, 0)}" for p in phases) or "none"
+    if len(report.processes) > 1:  # each process counts its own compiles: the same, or where to look
+        same = all(
+            row.get("compilation_count") == report.processes[0].get("compilation_count") for row in report.processes
+        )
+        counts += f" ({len(report.processes)} processes, " + ("the same in each)" if same else "not all alike)")
     ran = "XLA ran until the storm fallback" if report.fallback else _RAN.get(report.jit_active, _RAN[None])
     head = f"xla_keras: {ran} (jit={report.jit_mode!r}); compiles: {counts}"
     lines = [within(head, f" [measured by {'/'.join(sources)}]" if sources else "")]

@@ -13,7 +13,14 @@ from typing import Any, Dict, List, Optional, Sequence
 
 from xla_keras.core.signatures import AxisChange, describe, diff, from_jsonable
 from xla_keras.core.types import PHASES
-from xla_keras.report.figures import break_even_words, compile_time_words, fallback_cost, op_by_op_words, steady_words
+from xla_keras.report.figures import (
+    break_even_words,
+    compile_time_words,
+    fallback_cost,
+    op_by_op_words,
+    processes_words,
+    steady_words,
+)
 from xla_keras.report.model import XlaReport
 from xla_keras.report.schema import ParsedReport, parse_report
 from xla_keras.storms.detection import cause_clause
@@ -148,6 +155,7 @@ def status(report: Dict[str, Any]) -> Dict[str, Any]:
         "run_state": report.get("run_state"),
         "backend": report.get("backend") or "tensorflow",
         "other_compilations": report.get("other_compilations") or {},
+        "processes_words": processes_words(said) or "",
     }
 
 

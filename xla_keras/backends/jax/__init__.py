@@ -11,7 +11,7 @@ imported inside functions only. What both backends share is ``keras_backend.py``
 from __future__ import annotations
 
 import weakref
-from typing import Any, ClassVar, Dict, Optional, Tuple
+from typing import Any, ClassVar, Dict, List, Optional, Sequence, Tuple
 
 from xla_keras.backends.base import CompileProbe, Distribution
 from xla_keras.backends.jax import _internals
@@ -122,3 +122,8 @@ class JaxBackend(KerasBackend):
 
     def multi_worker_fit_problem(self) -> Optional[str]:
         return None
+
+    def gather(self, values: Sequence[float]) -> Optional[List[List[float]]]:
+        from xla_keras.backends.jax.agreement import allgather
+
+        return allgather(values)

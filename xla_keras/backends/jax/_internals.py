@@ -125,24 +125,20 @@ def distribution_facts() -> dict:
 
     dist = keras_distribution()
     processes = jax.process_count()
+    facts = {
+        "multi_worker": processes > 1,
+        "chief": jax.process_index() == 0,
+        "process": jax.process_index(),
+        "signatures_agree": True,  # a batch is a global jax.Array: its shape is the same in every process
+    }
     if dist is None:
-        return {
-            "name": "default",
-            "default": True,
-            "replicas": 1,
-            "multi_worker": processes > 1,
-            "chief": jax.process_index() == 0,
-        }
+        return {"name": "default", "default": True, "replicas": 1, "processes": 1, **facts}
     mesh = getattr(dist, "device_mesh", None)
     devices = getattr(mesh, "devices", None)
     replicas = int(getattr(devices, "size", 0) or len(jax.devices()))
-    return {
-        "name": type(dist).__name__,
-        "default": False,
-        "replicas": replicas,
-        "multi_worker": processes > 1,
-        "chief": jax.process_index() == 0,
-    }
+    flat = list(getattr(devices, "flat", None) or jax.devices())
+    spanned = len({getattr(d, "process_index", 0) for d in flat}) or 1
+    return {"name": type(dist).__name__, "default": False, "replicas": replicas, "processes": spanned, **facts}
 
 
 def shard_shape(value: Any) -> Optional[Tuple[int, ...]]:

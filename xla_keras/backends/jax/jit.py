@@ -107,13 +107,13 @@ class JitController:
             return False
         if self.mode == "fastest":
             facts = _internals.distribution_facts()
-            if facts["replicas"] > 1 or facts["multi_worker"]:
-                # One decision for every process would need the medians agreed by a collective.
+            if facts["multi_worker"]:
+                # One decision for every process would need the medians agreed by a collective. In one
+                # process, several devices run each step together: one clock, nothing to agree.
                 self.refusal = fastest_as_keep(
-                    f"under {facts['name']} over {facts['replicas']} devices"
-                    + (" in several processes" if facts["multi_worker"] else "")
-                    + ": each process would time its own shard, and one decision for all needs a collective the "
-                    "monitor does not issue"
+                    f"under {facts['name']} over {facts['replicas']} devices in several processes: each process "
+                    "would time its own steps, and one decision for all needs a collective the monitor does not "
+                    "issue"
                 )
                 return False
             self.refusal = fastest_blocked(_internals.layers_without_jit(model))

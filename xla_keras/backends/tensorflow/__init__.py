@@ -11,7 +11,7 @@ stays light.
 from __future__ import annotations
 
 import weakref
-from typing import Any, ClassVar, Optional, Tuple
+from typing import Any, ClassVar, List, Optional, Sequence, Tuple
 
 from xla_keras.backends.base import Distribution, StepObserver
 from xla_keras.backends.chain import FUNCTION_ATTR
@@ -122,6 +122,10 @@ class TensorFlowBackend(KerasBackend):
 
     def end_of_data(self) -> tuple:
         return end_of_data()
+
+    def gather(self, values: Sequence[float]) -> Optional[List[List[float]]]:
+        """Not under MultiWorkerMirroredStrategy yet: each worker's report holds its own counts."""
+        return None
 
     def multi_worker_fit_problem(self) -> Optional[str]:
         """Keras's own fit fails under MultiWorkerMirroredStrategy (keras-team/keras#20585): why, when

@@ -149,7 +149,8 @@ function statusStrip(s) {
   return el('section', {id: 'status', class: 'strip'}, [
     card('JIT', `${backend} · requested ${s.jit_mode} · XLA ${active(s.jit_active)}`, s.jit_reason, 'jit'),
     card('Compiles', `${s.total_compilations}: ${counts}`, `distinct signatures: ${signatures}` +
-         (other ? ` · not step programs: ${other}` : ''), 'compiles'),
+         (other ? ` · not step programs: ${other}` : '') +
+         (s.processes_words ? ` · processes: ${s.processes_words}` : ''), 'compiles'),
     card('Compile time', s.compile_time_words || `${seconds(s.compile_seconds)} of ${seconds(s.wall_seconds)} wall${share}`,
          s.cache_saved_seconds ? `the persistent cache saved ${seconds(s.cache_saved_seconds)}` :
            `seconds measured by: ${s.probe}`, 'compile-time'),

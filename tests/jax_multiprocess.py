@@ -1,0 +1,126 @@
+"""Keras's JAX backend in several processes on loopback: ``jax.distributed.initialize`` (CPU
+collectives over gloo), ``keras.distribution.DataParallel`` over every process's devices, each process
+feeding its own data of the same shapes. With one process, DataParallel over its host devices.
+
+    python tests/jax_multiprocess.py --spec JSON    (run by multiworker.run_workers, once per process)
+
+The process index and the coordinator's address come from the TF_CONFIG run_workers sets (worker 0's
+port is the coordinator's); XLA_FLAGS holds this process's own dump directory. Each process prints
+``XLA_KERAS_MW <json>``: per fit, the monitor's report, the ``jit_train_step`` / ``jit_test_step``
+modules XLA dumped in this process during the fit (independent ground truth), the error the fit
+raised and the train step it stopped at.
+"""
+
+import json
+import os
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+
+def batches(index, lengths, epochs, rows=8):
+    """Each process's own values; the lengths, hence the shapes, are the same in every process."""
+    import numpy as np
+
+    rng = np.random.default_rng(100 + index)
+    for _ in range(epochs):
+        for length in lengths:
+            yield rng.random((rows, length, 4), dtype=np.float32), rng.random((rows, 1), dtype=np.float32)
+
+
+def model():
+    import keras
+
+    keras.utils.set_random_seed(0)  # every process builds the same weights (JAX checks it)
+    net = keras.Sequential(
+        [
+            keras.Input((None, 4)),
+            keras.layers.Dense(8, activation="relu"),
+            keras.layers.GlobalAveragePooling1D(),
+            keras.layers.Dense(1),
+        ]
+    )
+    net.compile("sgd", "mse", jit_compile=True)
+    return net
+
+
+class Exit:
+    """Kill this process (no cleanup, as a crash or an OOM kill would) before a given train step."""
+
+    def __new__(cls, step):
+        import keras
+
+        class _Exit(keras.callbacks.Callback):
+            def on_train_batch_begin(self, batch, logs=None):
+                if int(self.model.optimizer.iterations.numpy()) + 1 == step:
+                    os._exit(3)
+
+        return _Exit()
+
+
+def step_modules(dump_dir, before):
+    from jax_scenarios import dumped, module_name
+
+    names = [module_name(f) for f in sorted(dumped(dump_dir) - before)]
+    return {"train": names.count("jit_train_step"), "test": names.count("jit_test_step")}
+
+
+def process(spec):
+    os.environ["KERAS_BACKEND"] = "jax"
+    import jax
+
+    config = json.loads(os.environ["TF_CONFIG"])
+    index, cluster = config["task"]["index"], config["cluster"]["worker"]
+    if len(cluster) > 1:
+        jax.config.update("jax_cpu_collectives_implementation", "gloo")
+        jax.distributed.initialize(cluster[0], num_processes=len(cluster), process_id=index)
+    import keras
+    from jax_scenarios import dumped
+
+    import xla_keras
+
+    keras.distribution.set_distribution(
+        keras.distribution.DataParallel(devices=jax.devices(), auto_shard_dataset=False)
+    )
+    dump_dir = os.environ["XLA_FLAGS"].split("--xla_dump_to=")[1].split()[0]
+    first_x, _ = next(batches(index, [4], 1))
+    result = {"process": index, "pid": os.getpid(), "devices": len(jax.devices()), "fits": []}
+    result["data"] = round(float(first_x.sum()), 4)  # each process's own values
+    for fit in spec["fits"]:
+        net = model()
+        monitor = xla_keras.XlaMonitor(verbose=0, **fit["monitor"])
+        callbacks = [monitor] + ([Exit(fit["exit_at_step"])] if fit.get("exit_process") == index else [])
+        lengths, epochs = fit["lengths"], fit.get("epochs", 1)
+        validation = batches(index, fit["validation"], epochs) if fit.get("validation") else None
+        before, error = dumped(dump_dir), None
+        try:
+            net.fit(
+                batches(index, lengths, epochs),
+                steps_per_epoch=len(lengths),
+                epochs=epochs,
+                validation_data=validation,
+                validation_steps=len(fit["validation"]) if validation is not None else None,
+                verbose=0,
+                callbacks=callbacks,
+            )
+        except Exception as caught:  # noqa: BLE001 - reported to the test
+            error = f"{type(caught).__name__}: {caught}"[:1500]
+        result["fits"].append(
+            {
+                "report": monitor.report.to_dict(),
+                "dump": step_modules(dump_dir, before),
+                "error": error,
+                "stopped_at": monitor.report.steps["train"],
+            }
+        )
+    print("XLA_KERAS_MW " + json.dumps(result), flush=True)
+    if spec.get("exit_when_done"):
+        # After a peer died, JAX's shutdown at exit waits for it (the launcher's kill, in real life).
+        os._exit(0)
+
+
+if __name__ == "__main__":
+    assert sys.argv[1] == "--spec"
+    process(json.loads(sys.argv[2]))

@@ -1,0 +1,139 @@
+"""Several processes in one run (issue 32), without starting any: what each gives and what the
+report and the tab say of them; which storm action runs where. Pure (no TensorFlow, no JAX).
+The real processes are tests/test_jax_multiprocess.py's."""
+
+from types import SimpleNamespace
+
+import pytest
+
+from xla_keras.backends.base import Distribution
+from xla_keras.callback.processes import gather_processes, records_of, values_of
+from xla_keras.callback.storm_action import StormAction
+from xla_keras.config import MonitorConfig
+from xla_keras.core.session import Session
+from xla_keras.core.types import PHASES
+from xla_keras.report.model import XlaReport
+from xla_keras.report.summary import summary
+from xla_keras.tensorboard.views import status
+
+
+def _session(counts, steps):
+    session = Session(MonitorConfig())
+    for phase in PHASES:
+        stats = session.phases[phase]
+        stats.compile_count = counts.get(phase, 0)
+        stats.step = steps.get(phase, 0)
+    return session
+
+
+class Backend:
+    def __init__(self, rows):
+        self.rows, self.given = rows, []
+
+    def gather(self, values):
+        self.given.append(list(values))
+        if isinstance(self.rows, Exception):
+            raise self.rows
+        return self.rows
+
+
+def _state(processes, backend, session=None):
+    return SimpleNamespace(
+        dist=Distribution(processes=processes, multi_worker=processes > 1, signatures_agree=True),
+        backend=backend,
+        session=session or _session({"train": 3, "test": 1}, {"train": 8, "test": 2}),
+        current=SimpleNamespace(processes=[]),
+    )
+
+
+def test_each_process_gives_its_counts_seconds_and_steps_per_phase():
+    state = _state(2, None)
+    values = values_of(state)
+    assert values[:3] == [3.0, 1.0, 0.0] and values[6:] == [8.0, 2.0, 0.0]
+    (row,) = records_of([values])
+    assert row == {
+        "process": 0,
+        "compilation_count": {"train": 3, "test": 1, "predict": 0},
+        "compile_seconds": {"train": values[3], "test": values[4], "predict": values[5]},
+        "steps": {"train": 8, "test": 2, "predict": 0},
+    }
+
+
+def test_one_process_gathers_nothing_and_several_keep_every_row_in_order():
+    alone = Backend([[0.0] * 9])
+    state = _state(1, alone)
+    gather_processes(state)
+    assert alone.given == [] and state.current.processes == []
+
+    rows = [[3, 1, 0, 0.5, 0.1, 0, 8, 2, 0], [3, 1, 0, 0.6, 0.2, 0, 8, 2, 0]]
+    two = Backend([[float(v) for v in r] for r in rows])
+    state = _state(2, two)
+    gather_processes(state)
+    assert len(two.given) == 1
+    assert [r["process"] for r in state.current.processes] == [0, 1]
+    assert [r["compile_seconds"]["train"] for r in state.current.processes] == [0.5, 0.6]
+
+
+def test_a_failed_gather_keeps_the_last_rows_and_says_so():
+    state = _state(2, Backend(RuntimeError("Gloo AllGather failed: Connection reset by peer")))
+    state.current.processes = [{"process": 0}, {"process": 1}]
+    gather_processes(state)
+    assert state.current.processes == [{"process": 0}, {"process": 1}]
+    assert any("could not be gathered at train step 8" in n and "reset by peer" in n for n in state.session.notes.texts)
+
+
+def test_a_backend_without_a_collective_leaves_the_rows_empty():
+    state = _state(2, Backend(None))
+    gather_processes(state)
+    assert state.current.processes == []
+
+
+@pytest.mark.parametrize(
+    "multi_worker, signatures_agree, in_cleanup, on_storm, action",
+    [
+        (False, False, False, "raise", "raise"),  # one process
+        (True, True, False, "raise", "raise"),  # JAX's processes: the same signatures everywhere
+        (True, True, False, "fallback", "fallback"),
+        (True, False, False, "raise", "warn"),  # TensorFlow's workers: each its own shard
+        (True, False, False, "fallback", "warn"),
+        (True, True, True, "raise", "warn"),  # found while cleaning up: reported only
+        (False, False, False, "warn", "warn"),
+    ],
+)
+def test_a_storm_acts_where_every_process_sees_it_at_the_same_step(
+    multi_worker, signatures_agree, in_cleanup, on_storm, action
+):
+    state = SimpleNamespace(
+        dist=Distribution(multi_worker=multi_worker, signatures_agree=signatures_agree),
+        in_cleanup=in_cleanup,
+        config=MonitorConfig(on_storm=on_storm),
+    )
+    assert StormAction(state, None, None).action() == action
+
+
+def _row(process, train, seconds):
+    return {
+        "process": process,
+        "compilation_count": {"train": train, "test": 1, "predict": 0},
+        "compile_seconds": {"train": seconds, "test": 0.1, "predict": 0.0},
+        "steps": {"train": 16, "test": 4, "predict": 0},
+    }
+
+
+def test_the_report_the_summary_and_the_tab_say_every_process_counts():
+    report = XlaReport(
+        steps={"train": 16, "test": 4, "predict": 0},
+        compilation_count={"train": 6, "test": 1, "predict": 0},
+        processes=[_row(0, 6, 2.15), _row(1, 6, 1.99)],
+    )
+    assert XlaReport.from_json(report.to_json()) == report
+    assert "processes       : 2, compiles per process in order: train 6, 6 (2.15 s, 1.99 s); test 1, 1" in str(report)
+    assert "compiles: train 6, test 1 (2 processes, the same in each)" in summary(report)
+    assert status(report.to_dict())["processes_words"].startswith("2, compiles per process in order: train 6, 6")
+
+    report.processes[1] = _row(1, 7, 2.5)
+    assert "(2 processes, not all alike)" in summary(report)
+
+    alone = XlaReport(steps={"train": 4, "test": 0, "predict": 0}, processes=[])
+    assert "processes" not in str(alone) and "processes" not in summary(alone)
+    assert status(alone.to_dict())["processes_words"] == ""
