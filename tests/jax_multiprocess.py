@@ -60,11 +60,28 @@ class Exit:
         return _Exit()
 
 
+class Modes:
+    """The model's jit_compile at each train step, where it changes (jit='fastest' switches it with the
+    function that runs): read by Keras's own batch-begin hook, apart from the monitor's report."""
+
+    def __new__(cls, seen):
+        import keras
+
+        class _Modes(keras.callbacks.Callback):
+            def on_train_batch_begin(self, batch, logs=None):
+                step, on = int(self.model.optimizer.iterations.numpy()) + 1, bool(self.model.jit_compile)
+                if not seen or seen[-1][1] != on:
+                    seen.append([step, on])
+
+        return _Modes()
+
+
 def step_modules(dump_dir, before):
     from jax_scenarios import dumped, module_name
 
     names = [module_name(f) for f in sorted(dumped(dump_dir) - before)]
-    return {"train": names.count("jit_train_step"), "test": names.count("jit_test_step")}
+    steps = {"train": names.count("jit_train_step"), "test": names.count("jit_test_step")}
+    return {**steps, "other": len(names) - sum(steps.values())}  # other: op by op, helpers, gathers
 
 
 def process(spec):
@@ -80,6 +97,7 @@ def process(spec):
     from jax_scenarios import dumped
 
     import xla_keras
+    from xla_keras.jit import trial
 
     keras.distribution.set_distribution(
         keras.distribution.DataParallel(devices=jax.devices(), auto_shard_dataset=False)
@@ -91,7 +109,10 @@ def process(spec):
     for fit in spec["fits"]:
         net = model()
         monitor = xla_keras.XlaMonitor(verbose=0, **fit["monitor"])
-        callbacks = [monitor] + ([Exit(fit["exit_at_step"])] if fit.get("exit_process") == index else [])
+        modes = []
+        callbacks = [monitor, Modes(modes)] + ([Exit(fit["exit_at_step"])] if fit.get("exit_process") == index else [])
+        for name, value in fit.get("trial", {}).items():  # a short fit may run a whole trial (see the test)
+            setattr(trial, name, value)
         lengths, epochs = fit["lengths"], fit.get("epochs", 1)
         validation = batches(index, fit["validation"], epochs) if fit.get("validation") else None
         before, error = dumped(dump_dir), None
@@ -113,6 +134,7 @@ def process(spec):
                 "dump": step_modules(dump_dir, before),
                 "error": error,
                 "stopped_at": monitor.report.steps["train"],
+                "modes": modes,
             }
         )
     print("XLA_KERAS_MW " + json.dumps(result), flush=True)

@@ -33,6 +33,13 @@ TWO_PROCESSES = {
         },
         {"monitor": {"log_dir": None, "on_storm": "fallback", **STORM}, "lengths": LENGTHS},
         {"monitor": {"log_dir": None, "on_storm": "raise", **STORM}, "lengths": LENGTHS},
+        {  # jit='fastest': the trial's gate lowered so that a short fit tries XLA off (op by op)
+            "monitor": {"log_dir": None, "jit": "fastest"},
+            "lengths": [6] * 150,
+            "epochs": 2,
+            "validation": [6, 6],
+            "trial": {"TRIAL_BUDGET": 1000.0, "MIN_STEPS_LEFT": 50},
+        },
     ]
 }
 # Process 1 dies (os._exit, as an OOM kill would) before train step 10, in the 3rd epoch of 4 steps.
@@ -93,7 +100,8 @@ def test_every_process_counts_what_its_own_xla_compiled(runs):
     for index, process in enumerate(fits):
         for number, fit in enumerate(process):
             counts = fit["report"]["compilation_count"]
-            assert {p: counts[p] for p in ("train", "test")} == fit["dump"], (index, number)
+            dump = {p: fit["dump"][p] for p in ("train", "test")}
+            assert {p: counts[p] for p in ("train", "test")} == dump, (index, number)
     assert fits[0][0]["dump"]["train"] == 6 and fits[0][0]["dump"]["test"] == 2  # 6 lengths; 2 in validation
 
 
@@ -132,6 +140,21 @@ def test_raise_stops_every_process_at_the_same_step_with_the_same_error(runs):
         assert [r["steps"]["train"] for r in rows] == [3, 3]  # gathered at the storm: every process there
 
 
+def test_fastest_switches_every_process_at_the_same_steps_and_keeps_one_decision(runs):
+    fits, _ = _fits(runs, "two processes")
+    chief, other = (process[3] for process in fits)
+    # Read by Keras's own batch-begin hook: the same switches, at the same steps, and XLA off did run.
+    assert chief["modes"] == other["modes"] and [on for _, on in chief["modes"]][:3] == [True, False, True]
+    # XLA's dump in each process: op-by-op programs (the off mode) compiled in both, alike.
+    assert chief["dump"]["other"] == other["dump"]["other"] > 0
+    decisions = [fit["report"]["jit_decision"] for fit in (chief, other)]
+    assert decisions[0]["basis"] == "measured" and decisions[0]["mode"] == decisions[1]["mode"]
+    assert decisions[0]["switch_steps"] == decisions[1]["switch_steps"]
+    assert decisions[0]["decided_at_step"] == decisions[1]["decided_at_step"]
+    assert "process 0 measured and decided (measured)" in decisions[1]["why"]
+    assert all(fit["error"] is None and fit["stopped_at"] == 300 for fit in (chief, other))
+
+
 def test_the_chief_report_holds_every_process_counts_and_only_the_chief_writes(runs):
     processes, where = runs["two processes"]
     fits = [p.result["fits"] for p in processes]
@@ -159,7 +182,7 @@ def test_a_process_that_dies_leaves_the_chief_files_flushed(runs):
     assert chief.result is not None, chief.stderr[-3000:]
     fit = chief.result["fits"][0]
     # Gloo saw the peer go: in the step's all-reduce, or in the epoch end's gather (the chief runs ahead).
-    assert fit["error"] and re.search(r"Gloo \w+ failed.*(closed|reset) by peer", fit["error"]), fit["error"]
+    assert fit["error"] and re.search(r"Gloo [\w-]+ failed.*(closed|reset) by peer", fit["error"]), fit["error"]
     with open(where / "logs" / "xla_report.json") as f:
         on_disk = json.load(f)
     assert on_disk["run_state"] == "interrupted"

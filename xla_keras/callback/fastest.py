@@ -7,6 +7,7 @@ from typing import Any, Optional
 
 from xla_keras.callback.functions import StepFunctions
 from xla_keras.callback.state import CallState
+from xla_keras.jit.agreement import agreed_check
 from xla_keras.jit.decision import Decision
 from xla_keras.jit.run import FastestRun, keep, remembered_first_call
 
@@ -48,6 +49,8 @@ class FastestDriver:
                 known,
             )
             state.fastest.installed("train", session.ledger.function("train"), bool(state.current.jit_state.active))
+            if state.dist.processes > 1:  # every process's trial starts at the same step: its first check agrees
+                state.fastest.agree_at = state.fastest.trial.next_check
         self.functions.read_back("train")
 
     def due(self, now: Optional[float] = None) -> None:
@@ -60,9 +63,9 @@ class FastestDriver:
             scalars = state.session.drain("train", end=now)
             if scalars:
                 state.sink.scalars(scalars)
-        deciding = run.trial.running
-        switch = run.check(step)
-        if not run.trial.running:
+        deciding, chief = run.trial.running, state.dist.process == 0
+        switch = run.check(step) if run.agree_at is None else agreed_check(run, step, chief, state.backend.gather)
+        if not run.trial.running and (deciding or switch is not None):
             state.session.trial_ended(run.trial, revised=not deciding and switch is not None)
         if switch is not None:
             self.functions.install("train")

@@ -6,7 +6,7 @@ from __future__ import annotations
 from xla_keras.callback.state import CallState
 from xla_keras.core.cache import CompileTimes, model_key
 from xla_keras.core.types import PHASES
-from xla_keras.jit.trial import Trial
+from xla_keras.jit.trial import Trial, trial_words
 
 
 class StepFunctions:
@@ -41,7 +41,7 @@ class StepFunctions:
         jit_state = state.backend.read_back(state.model, phase)
         decision = state.session.jit_decision if state.config.jit == "fastest" else None
         if decision is not None and not state.backend.jit_refusal:
-            jit_state.reason = decision.words() if isinstance(decision, Trial) else decision.why
+            jit_state.reason = trial_words(decision) if isinstance(decision, Trial) else decision.why
         state.current.jit_state = jit_state
 
     def restore_model(self) -> None:

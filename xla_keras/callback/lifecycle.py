@@ -160,8 +160,11 @@ class Lifecycle:
         if state.in_fit:
             train_step = state.session.phases["train"].step
             state.current.traces.validation_begins(train_step)
-            if state.fastest is not None and state.fastest.trial.pause(train_step) is not None:
+            run = state.fastest
+            if run is not None and run.trial.pause(train_step) is not None:
                 self.functions.install("train")  # validation runs the default mode while the trial measures
+            if run is not None and run.agree_at is not None and run.trial.running:
+                run.agree_at = min(run.agree_at, train_step + 1)  # the chief resumes measuring there
         else:
             if not self.watch(model):
                 return

@@ -23,7 +23,7 @@ from xla_keras.core.signatures import InputSignature, is_ragged
 from xla_keras.core.types import PHASES, CallOutcome, CallPlan, CompileObservation, Notes, Scalar
 from xla_keras.jit.decision import Decision
 from xla_keras.jit.modes import JitState
-from xla_keras.jit.trial import Trial
+from xla_keras.jit.trial import Trial, trial_view
 from xla_keras.storms.analysis import StormAnalysis
 from xla_keras.storms.detection import Storm, StormDetector, batch_rows
 from xla_keras.tensorboard.metadata import TAG_DISTINCT_SIGNATURES, TAG_STORM
@@ -293,7 +293,7 @@ class Session:
     def snapshot(self) -> SessionSnapshot:
         storms = tuple(self.analysis.refreshed(s, self.phases[s.phase], self.data_kind) for s in self.storms)
         decision = self.jit_decision
-        view = decision.view() if isinstance(decision, Trial) else decision.to_dict() if decision else None
+        view = trial_view(decision) if isinstance(decision, Trial) else decision.to_dict() if decision else None
         return SessionSnapshot(
             {name: stats.snapshot() for name, stats in self.phases.items()},
             self.ledger.distinct_signatures(),

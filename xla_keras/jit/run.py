@@ -115,6 +115,8 @@ class FastestRun:
         self.trial = Trial(default_on, start_step, one_time_factor, known_first_call, self.storm)
         self.xla_tokens: dict = {}  # phase -> the XLA step function's token (its compiled signatures)
         self._mark: Optional[tuple] = None  # (step, monitored wall seconds) when block 0 starts measuring
+        # Several processes (jit/agreement.py): the next step at which all agree; None in one process.
+        self.agree_at: Optional[float] = None
         session.trial_began(self.trial)
 
     @property
@@ -124,6 +126,8 @@ class FastestRun:
     def due(self, step: int) -> bool:
         if self._mark is None and step >= self.start_step + self.trial.blocks[0].skip:
             self._mark = (step, self.session.wall.seconds())  # after warm-up: the fit's wall time per step from here
+        if self.agree_at is not None:  # several processes: all check at the same agreed steps
+            return step >= self.agree_at
         return step >= self.trial.next_check  # never once decided, unless XLA kept on compiles a lot
 
     # ------------------------------------------------------------ what Keras tells

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from dataclasses import replace
 from statistics import median
 from typing import Deque, Dict, List, Optional, Sequence
 
@@ -358,33 +359,53 @@ class Trial:
             self._fresh = True
         return on
 
-    # ------------------------------------------------------------ what the report shows while it runs
+    # ------------------------------------------------------------ several processes (jit/agreement.py)
 
-    def words(self) -> str:
-        """The JIT line's reason: the decision, or what the trial is doing."""
-        if self.decision is not None:
-            return self.decision.why
-        measuring = (
-            "waiting for the first epoch's length"
-            if not self._tried_other() and len(self.blocks[-1].values) >= self.block_steps
-            else f"block {len(self.blocks)}"
-        )
-        return (
-            f"jit='fastest': measuring steady train steps with XLA on and off ({measuring}, now XLA "
-            f"{mode_word(self.on).upper()}); the faster mode is kept for the rest of the fit"
-        )
+    def follow(self, step: int, on: bool) -> Optional[bool]:
+        """Several processes: the chief's trial switched at this agreed step; this one does the same."""
+        self._step = step
+        return self._switch(on) if on != self.on else None
 
-    def view(self) -> dict:
-        """The decision, or the trial so far (``mode`` null while measuring)."""
-        if self.decision is not None:
-            return self.decision.to_dict()
-        rounds = self.rounds()
-        return measuring_view(
-            evidence.summary(self.samples, self.blocks, self.first_call),
-            now_on=self.on,
-            default_on=self.default_on,
-            trial_compile_seconds=sum(self.compile_seconds),
-            switches=self.switches,
-            ratio=Ratio.of(rounds).to_dict() if rounds else None,
-            switch_steps=self.switch_steps,
-        )
+    def adopt(self, step: int, on: bool, basis: str, outlook: Outlook) -> Optional[bool]:
+        """Several processes: the chief decided (or revised its decision) at this agreed step."""
+        self._step = step
+        why = f"process 0 measured and decided ({basis}) for every process: XLA {mode_word(on)}"
+        if self.running:
+            return self._decide(on, step, outlook, basis, why)
+        assert self.decision is not None
+        self.decision = replace(self.decision, mode=mode_word(on), why=f"jit='fastest': {why}", revised_at_step=step)
+        return self._switch(on) if on != self.on else None
+
+
+# ------------------------------------------------------------ what the report shows while it runs
+
+
+def trial_words(trial: Trial) -> str:
+    """The JIT line's reason: the decision, or what the trial is doing."""
+    if trial.decision is not None:
+        return trial.decision.why
+    measuring = (
+        "waiting for the first epoch's length"
+        if not trial._tried_other() and len(trial.blocks[-1].values) >= trial.block_steps
+        else f"block {len(trial.blocks)}"
+    )
+    return (
+        f"jit='fastest': measuring steady train steps with XLA on and off ({measuring}, now XLA "
+        f"{mode_word(trial.on).upper()}); the faster mode is kept for the rest of the fit"
+    )
+
+
+def trial_view(trial: Trial) -> dict:
+    """The decision, or the trial so far (``mode`` null while measuring)."""
+    if trial.decision is not None:
+        return trial.decision.to_dict()
+    rounds = trial.rounds()
+    return measuring_view(
+        evidence.summary(trial.samples, trial.blocks, trial.first_call),
+        now_on=trial.on,
+        default_on=trial.default_on,
+        trial_compile_seconds=sum(trial.compile_seconds),
+        switches=trial.switches,
+        ratio=Ratio.of(rounds).to_dict() if rounds else None,
+        switch_steps=trial.switch_steps,
+    )

@@ -19,7 +19,6 @@ from xla_keras.jit.modes import (
     SavedModelJit,
     eager_refusal,
     fallback_or_eager,
-    fastest_as_keep,
     fastest_blocked,
     validate_mode,
 )
@@ -106,16 +105,6 @@ class JitController:
             self.refusal = eager_refusal(self.mode)
             return False
         if self.mode == "fastest":
-            facts = _internals.distribution_facts()
-            if facts["multi_worker"]:
-                # One decision for every process would need the medians agreed by a collective. In one
-                # process, several devices run each step together: one clock, nothing to agree.
-                self.refusal = fastest_as_keep(
-                    f"under {facts['name']} over {facts['replicas']} devices in several processes: each process "
-                    "would time its own steps, and one decision for all needs a collective the monitor does not "
-                    "issue"
-                )
-                return False
             self.refusal = fastest_blocked(_internals.layers_without_jit(model))
             if not self.refusal:
                 self._model_jit.apply(model, self.start_on if self.start_on is not None else _internals.auto_jit(model))
