@@ -181,8 +181,20 @@ def worker(spec):
                 _inject_internal_error(spec.get("fail_at_call", 3))
             monitor = xla_keras.XlaMonitor(verbose=0, **kwargs.pop("monitor", {}))
             validation = _data(spec, task) if kwargs.pop("validation", False) else None
-            history = model.fit(_data(spec, task), validation_data=validation, verbose=0, callbacks=[monitor], **kwargs)
-            result["fits"].append({"report": monitor.report.to_dict(), "loss": history.history["loss"]})
+            catch, error, loss = kwargs.pop("catch", False), None, None
+            try:
+                history = model.fit(
+                    _data(spec, task), validation_data=validation, verbose=0, callbacks=[monitor], **kwargs
+                )
+                loss = history.history["loss"]
+            except xla_keras.RecompilationStormError as caught:  # on_storm="raise": this fit only
+                if not catch:
+                    raise
+                error = f"{type(caught).__name__}: {caught}"
+            iterations = int(model.optimizer.iterations.numpy())  # Keras's own count of train steps
+            result["fits"].append(
+                {"report": monitor.report.to_dict(), "loss": loss, "error": error, "iterations": iterations}
+            )
     except Exception as error:  # noqa: BLE001 - reported to the test
         result["failed"] = f"{type(error).__name__}: {error}"[:2000]
     print("XLA_KERAS_MW " + json.dumps(result), flush=True)

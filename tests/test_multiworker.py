@@ -37,8 +37,9 @@ SCENARIOS = {
             {"epochs": 2, "validation": True, "monitor": {"jit": "autoclustering", "log_dir": "{log_dir}"}},
         ],
     },
-    # Worker 1 alone sees varying lengths (a storm under on_storm="raise"), then its monitor breaks
-    # at its 3rd step, before two validation runs (where a worker pulling differently would hang).
+    # Worker 1 alone sees varying lengths: a storm under on_storm="raise" (every worker stops at the
+    # epoch's end, the first agreement step); then its monitor breaks at its 3rd step, before two
+    # validation runs (where a worker pulling differently would hang); then a storm under "fallback".
     "one_worker_differs": {
         "workaround": True,
         "configure": True,
@@ -49,9 +50,14 @@ SCENARIOS = {
         "fits": [
             {
                 "epochs": 1,
+                "catch": True,
                 "monitor": {"jit": "autoclustering", "on_storm": "raise", "storm_threshold": 3, "log_dir": None},
             },
             {"epochs": 2, "validation": True, "monitor": {"jit": "autoclustering", "log_dir": None}},
+            {
+                "epochs": 2,
+                "monitor": {"jit": "autoclustering", "on_storm": "fallback", "storm_threshold": 3, "log_dir": None},
+            },
         ],
     },
 }
@@ -188,22 +194,46 @@ def test_only_the_chief_writes_files(runs):
     with open(os.path.join(log_dir, "xla_report.json")) as f:
         on_disk = json.load(f)
     assert on_disk["steps"] == chief.result["fits"][1]["report"]["steps"]
+    # Every worker's counts, gathered by the strategy's all-gather at the epoch ends and the fit's end.
+    rows = on_disk["processes"]
+    assert [r["process"] for r in rows] == [0, 1]
+    for row, worker in zip(rows, sorted(workers, key=lambda w: w.result["task"])):
+        assert row["compilation_count"] == worker.result["fits"][1]["report"]["compilation_count"]
+        assert row["steps"] == worker.result["fits"][1]["report"]["steps"]
     assert chief.result["fits"][1]["report"]["log_dir"] == log_dir
     assert other.result["fits"][1]["report"]["log_dir"] is None
 
 
-def test_a_storm_on_one_worker_warns_there_and_stops_nobody(runs):
+def test_a_storm_on_one_worker_stops_every_worker_at_the_same_step(runs):
     workers, _ = runs["one_worker_differs"]
+    fits = {w.result["task"]: w.result["fits"][0] for w in workers}
     for w in workers:
         assert w.returncode == 0 and w.result["failed"] is None, w.stderr[-3000:]
-        report = w.result["fits"][0]["report"]
-        assert any("on_storm='raise' acts as 'warn'" in note for note in report["notes"])
-    storms = {w.result["task"]: w.result["fits"][0]["report"]["storms"] for w in workers}
-    assert storms[0] == []  # worker 0's lengths never vary
-    assert storms[1] and all(s["action"] == "warn" for s in storms[1])
-    signatures = {w.result["task"]: w.result["fits"][0]["report"]["distinct_signatures"]["train"] for w in workers}
+    # Keras's own step count: both stopped at the first agreement step, the end of the 24-step epoch.
+    assert fits[0]["iterations"] == fits[1]["iterations"] == 24
+    assert fits[1]["error"].startswith("RecompilationStormError: Recompilation storm (train): 3 new input shapes")
+    storms = fits[1]["report"]["storms"]
+    assert [s["action"] for s in storms] == ["raise"] and storms[0]["step"] < 24  # opened mid-epoch
+    at = storms[0]["step"]
+    assert fits[0]["error"].startswith(f"RecompilationStormError: Recompilation storm on worker 1 (train step {at})")
+    assert "acts in every worker at train step 24" in fits[0]["error"]
+    assert fits[0]["report"]["storms"] == []  # worker 0's lengths never vary: the storm is worker 1's
+    assert any(f"worker 1's recompilation storm (train step {at})" in n for n in fits[0]["report"]["notes"])
+    signatures = {task: fit["report"]["distinct_signatures"]["train"] for task, fit in fits.items()}
     assert signatures == {0: 1, 1: 6}  # worker 1's data has six padded lengths
-    assert _loss_equal(*(w.result["fits"][0]["loss"] for w in workers))
+    rows = [fit["report"]["processes"] for fit in fits.values()]
+    assert rows[0] == rows[1] and [r["steps"]["train"] for r in rows[0]] == [24, 24]  # gathered as they stopped
+    assert [r["compilation_count"]["train"] for r in rows[0]] == [1, 6]
+
+
+def test_a_storm_fallback_on_one_worker_switches_every_worker_at_the_same_step(runs):
+    workers, _ = runs["one_worker_differs"]
+    fits = {w.result["task"]: w.result["fits"][2] for w in workers}
+    for fit in fits.values():
+        assert fit["error"] is None and fit["iterations"] == 48 + 24 + 48  # three fits' steps, in Keras's count
+        assert fit["report"]["fallback"]["step"] == 72 + 24  # steps are the optimizer's: after 72 in fits 1-2
+        assert "recompilation storm" in fit["report"]["fallback"]["reason"]
+    assert _loss_equal(fits[0]["loss"], fits[1]["loss"])  # still in lockstep after the switch
 
 
 def test_a_monitor_failing_on_one_worker_keeps_the_collectives_matched(runs):

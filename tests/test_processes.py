@@ -8,7 +8,8 @@ import pytest
 
 from xla_keras.backends.base import Distribution
 from xla_keras.callback.processes import gather_processes, records_of, values_of
-from xla_keras.callback.storm_action import StormAction
+from xla_keras.callback.storm_action import PendingStorm, StormAction
+from xla_keras.callback.storm_agreement import AGREE_EVERY_STEPS, StormAgreement
 from xla_keras.config import MonitorConfig
 from xla_keras.core.session import Session
 from xla_keras.core.types import PHASES
@@ -22,7 +23,7 @@ def _session(counts, steps):
     for phase in PHASES:
         stats = session.phases[phase]
         stats.compile_count = counts.get(phase, 0)
-        stats.step = steps.get(phase, 0)
+        stats.step = stats.steps_run = steps.get(phase, 0)
     return session
 
 
@@ -89,26 +90,95 @@ def test_a_backend_without_a_collective_leaves_the_rows_empty():
 
 
 @pytest.mark.parametrize(
-    "multi_worker, signatures_agree, in_cleanup, on_storm, action",
+    "multi_worker, signatures_agree, processes, in_fit, in_cleanup, on_storm, action, deferred",
     [
-        (False, False, False, "raise", "raise"),  # one process
-        (True, True, False, "raise", "raise"),  # JAX's processes: the same signatures everywhere
-        (True, True, False, "fallback", "fallback"),
-        (True, False, False, "raise", "warn"),  # TensorFlow's workers: each its own shard
-        (True, False, False, "fallback", "warn"),
-        (True, True, True, "raise", "warn"),  # found while cleaning up: reported only
-        (False, False, False, "warn", "warn"),
+        (False, False, 1, True, False, "raise", "raise", False),  # one process
+        (True, True, 2, True, False, "raise", "raise", False),  # JAX's processes: the same signatures
+        (True, True, 2, False, False, "fallback", "fallback", False),
+        (True, False, 2, True, False, "raise", "raise", True),  # TensorFlow's workers: at their agreement
+        (True, False, 2, True, False, "fallback", "fallback", True),
+        (True, False, 2, False, False, "raise", "warn", True),  # a standalone evaluate: no agreement step
+        (True, False, 1, True, False, "raise", "warn", False),  # no collective to agree by
+        (True, True, 2, True, True, "raise", "warn", False),  # found while cleaning up: reported only
+        (False, False, 1, True, False, "warn", "warn", False),
     ],
 )
-def test_a_storm_acts_where_every_process_sees_it_at_the_same_step(
-    multi_worker, signatures_agree, in_cleanup, on_storm, action
+def test_a_storm_acts_where_every_process_acts_at_the_same_step(
+    multi_worker, signatures_agree, processes, in_fit, in_cleanup, on_storm, action, deferred
 ):
     state = SimpleNamespace(
-        dist=Distribution(multi_worker=multi_worker, signatures_agree=signatures_agree),
+        dist=Distribution(multi_worker=multi_worker, signatures_agree=signatures_agree, processes=processes),
+        in_fit=in_fit,
         in_cleanup=in_cleanup,
         config=MonitorConfig(on_storm=on_storm),
     )
-    assert StormAction(state, None, None).action() == action
+    storms = StormAction(state, None, None)
+    assert (storms.action(), storms.deferred()) == (action, deferred)
+
+
+class Storms:
+    """What StormAgreement uses of a StormAction."""
+
+    def __init__(self, pending=None):
+        self.pending, self.acted = pending, []
+
+    def deferred(self):
+        return True
+
+    def agreed(self, worker, phase, step):
+        self.acted.append((worker, phase, step))
+
+
+def _workers(pendings, on_storm="raise", in_fit=True):
+    """One StormAgreement per worker; their gather hands each every worker's row (as the collective
+    does), after checking that each gives the row its pending storm makes."""
+    rows = [[float(PHASES.index(p.phase)), float(p.step)] if p else [-1.0, 0.0] for p in pendings]
+    agreements = []
+    for index, pending in enumerate(pendings):
+
+        def gather(row, index=index):
+            assert row == rows[index]
+            return rows
+
+        state = SimpleNamespace(
+            config=MonitorConfig(on_storm=on_storm), in_fit=in_fit, backend=SimpleNamespace(gather=gather)
+        )
+        agreements.append(StormAgreement(state, Storms(pending)))
+    return agreements
+
+
+def test_every_worker_acts_on_the_first_worker_storm_at_an_agreement_step():
+    agreements = _workers([None, PendingStorm("train", 5, "text 1"), PendingStorm("test", 2, "text 2")])
+    for agreement in agreements:
+        agreement.agree()
+    assert [a.action.acted for a in agreements] == [[(1, "train", 5)]] * 3
+
+
+def test_no_storm_pending_no_action_and_warn_or_outside_a_fit_no_collective():
+    agreements = _workers([None, None])
+    for agreement in agreements:
+        agreement.agree()
+    assert [a.action.acted for a in agreements] == [[], []]
+    for on_storm, in_fit in (("warn", True), ("raise", False)):
+        (agreement,) = _workers([PendingStorm("train", 5, "x")], on_storm, in_fit)
+        agreement.state.backend.gather = None  # no collective at all: calling it would fail
+        for _ in range(AGREE_EVERY_STEPS):
+            agreement.batch_ended()
+        agreement.agree()
+        assert agreement.action.acted == []
+
+
+def test_the_batch_end_hook_agrees_every_50_batches_only():
+    gathered = []
+    state = SimpleNamespace(
+        config=MonitorConfig(on_storm="raise"), in_fit=True, backend=SimpleNamespace(gather=gathered.append)
+    )
+    agreement = StormAgreement(state, Storms())
+    for _ in range(3 * AGREE_EVERY_STEPS - 1):
+        agreement.batch_ended()
+    assert len(gathered) == 2
+    agreement.fit_began()
+    assert agreement.batches == 0
 
 
 def _row(process, train, seconds):

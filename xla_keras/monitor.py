@@ -38,6 +38,7 @@ from xla_keras.callback.processes import gather_processes
 from xla_keras.callback.state import CallState
 from xla_keras.callback.steps import StepPath
 from xla_keras.callback.storm_action import StormAction
+from xla_keras.callback.storm_agreement import StormAgreement
 from xla_keras.callback.surface import MonitorSurface
 from xla_keras.config import MonitorConfig
 from xla_keras.core.repeats import SteadyLane
@@ -183,7 +184,9 @@ class XlaMonitor(MonitorSurface):
         self._fastest = FastestDriver(state, functions)
         self._steps = StepPath(state, self._fastest)
         self._lifecycle = Lifecycle(state, functions, self._fastest, self._steps)
-        self._steps.on_storm = StormAction(state, functions, self._lifecycle).opened  # it sits above the step path
+        storm_action = StormAction(state, functions, self._lifecycle)
+        self._steps.on_storm = storm_action.opened  # it sits above the step path
+        self._agreement = StormAgreement(state, storm_action)  # TensorFlow's workers: storms acted on together
         self._containment = Containment(state, functions, self._steps, self._lifecycle)
         self.backend.prepare(self)
         if state.ends_in_wrapper:
@@ -202,6 +205,7 @@ class XlaMonitor(MonitorSurface):
 
     @_hook
     def on_train_begin(self, logs=None):
+        self._agreement.fit_began()
         self._lifecycle.begin_fit()
 
     @_hook
@@ -211,6 +215,7 @@ class XlaMonitor(MonitorSurface):
             self._steps.end_call("train")
             if self._state.fastest is not None:
                 self._fastest.due()
+            self._agreement.batch_ended()
 
     @_hook
     @_watched
@@ -221,6 +226,7 @@ class XlaMonitor(MonitorSurface):
     @_hook
     @_watched
     def on_epoch_end(self, epoch, logs=None):
+        self._agreement.agree()  # validation's storms too: every worker ends the epoch here
         self._lifecycle.epoch_ended(epoch)
 
     @_hook

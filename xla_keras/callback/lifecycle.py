@@ -77,13 +77,15 @@ class Lifecycle:
         if state.dist.multi_worker:
             if backend.multi_worker_note:
                 session.notes.add_once("multi-worker-probe", backend.multi_worker_note)
-            if state.config.on_storm != "warn" and not state.dist.signatures_agree:
+            agreed = run == "fit" and state.dist.processes > 1  # the workers agree (callback/storm_agreement.py)
+            if state.config.on_storm != "warn" and not state.dist.signatures_agree and not agreed:
                 session.notes.add_once(
                     "multi-worker-storm",
                     (
-                        f"on_storm={state.config.on_storm!r} acts as 'warn' under {state.dist.name}: each worker sees "
-                        "its own shard of the data, so a storm can open on one worker only, and stopping or switching "
-                        "XLA off there alone would leave the other workers waiting in a collective (a hang)"
+                        f"on_storm={state.config.on_storm!r} acts as 'warn' in this {run} under {state.dist.name}: "
+                        "each worker sees its own shard of the data, so a storm can open on one worker only, and "
+                        "stopping or switching XLA off there alone would leave the other workers waiting in a "
+                        "collective (a hang); in a fit, the workers agree at fixed steps"
                     ),
                     warn=True,
                 )

@@ -24,7 +24,7 @@ def values_of(state: CallState) -> List[float]:
     return (
         [float(phases[p].compile_count) for p in PHASES]
         + [float(phases[p].compile_seconds()) for p in PHASES]
-        + [float(phases[p].step) for p in PHASES]
+        + [float(phases[p].steps_run) for p in PHASES]
     )
 
 

@@ -3,7 +3,7 @@ or fall back (XLA off for the rest of this fit, its step functions rebuilt and w
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import NamedTuple, Optional
 
 from xla_keras.callback.functions import StepFunctions
 from xla_keras.callback.lifecycle import Lifecycle
@@ -27,20 +27,35 @@ def fallback_words(storm: Storm, run: str, op_by_op_shape_seconds: Optional[floa
     return "XLA off (on_storm='fallback'); each op now compiles per shape. "
 
 
+class PendingStorm(NamedTuple):
+    """A storm whose raise or fallback waits for the workers' next agreement (callback/storm_agreement.py)."""
+
+    phase: str
+    step: int
+    text: str
+
+
 class StormAction:
     def __init__(self, state: CallState, functions: StepFunctions, lifecycle: Lifecycle):
         self.state = state
         self.functions = functions
         self.lifecycle = lifecycle
+        self.pending: Optional[PendingStorm] = None
+
+    def deferred(self) -> bool:
+        """Workers that may see different signatures (TensorFlow's, each reading its own shard), with a
+        collective to agree by: a storm's raise or fallback waits for their next agreement step."""
+        dist = self.state.dist
+        return dist.multi_worker and not dist.signatures_agree and dist.processes > 1
 
     def action(self) -> str:
-        # A storm opens at the same step in every process only where all see the same signatures (JAX's
-        # global arrays); elsewhere (TensorFlow's workers each read their own shard) a one-worker stop or
-        # switch would hang the others. A storm
-        # found while cleaning up after an ended or failed call is reported, never acted on (it would
-        # raise into the next fit, or switch XLA off for it).
-        state = self.state
-        alone = state.dist.multi_worker and not state.dist.signatures_agree
+        # A storm opens at the same step in every process where all see the same signatures (JAX's global
+        # arrays); TensorFlow's workers act together at their next agreement step, in a fit (where there is
+        # one). Elsewhere a one-worker stop or switch would hang the others. A storm found while cleaning up
+        # after an ended or failed call is reported, never acted on (it would raise into the next fit, or
+        # switch XLA off for it).
+        state, dist = self.state, self.state.dist
+        alone = dist.multi_worker and not dist.signatures_agree and not (self.deferred() and state.in_fit)
         return "warn" if alone or state.in_cleanup else state.config.on_storm
 
     def opened(self, phase: str, step: int, count: int, window_start: int) -> None:
@@ -53,28 +68,57 @@ class StormAction:
         index = len(session.storms) - 1  # its place in report.storms
         run = "fit" if state.in_fit else RUN_WORD[phase]
         then = fallback_words(storm, run, state.backend.op_by_op_shape_seconds) if storm.action == "fallback" else ""
+        if storm.action != "warn" and self.deferred():
+            then = f"Every worker acts (on_storm={storm.action!r}) at the next agreement step. "
         text = storm_text(storm, index, state.sink.log_dir, session.data_kind, then)
-        if storm.action == "raise":
-            stopped = state.stopped_early(phase, state.in_fit, "on_storm='raise' after a recompilation storm")
-            if state.in_fit:
-                self.lifecycle.end_fit()
-                if state.dist.signatures_agree:  # every process raises here, at this step
-                    gather_processes(state)
-                state.current.ended(stopped)
-                self.lifecycle.finish()  # flushes and closes every file before the fit stops
-            else:
-                self.lifecycle.end_phase(phase, stopped)
-            self.lifecycle.say_summary()  # no end hook will run: the summary now, before the error
-            raise RecompilationStormError(text)
-        if storm.action == "fallback":
+        if storm.action != "warn" and self.deferred():
+            self.pending = self.pending or PendingStorm(phase, step, text)
+        elif storm.action == "raise":
+            self.stop(phase, text)
+        elif storm.action == "fallback":
             self._fall_back(phase, step)
         warn(text)  # once: the warning is the message, located at the user's fit call
         state.flush()
 
-    def _fall_back(self, phase: str, step: int) -> None:
+    def stop(self, phase: str, text: str) -> None:
+        """on_storm='raise': the call ends here, its files flushed and closed, with the storm's error."""
+        state = self.state
+        stopped = state.stopped_early(phase, state.in_fit, "on_storm='raise' after a recompilation storm")
+        if state.in_fit:
+            self.lifecycle.end_fit()
+            if state.dist.signatures_agree or self.deferred():  # every process raises here, at this step
+                gather_processes(state)
+            state.current.ended(stopped)
+            self.lifecycle.finish()  # flushes and closes every file before the fit stops
+        else:
+            self.lifecycle.end_phase(phase, stopped)
+        self.lifecycle.say_summary()  # no end hook will run: the summary now, before the error
+        raise RecompilationStormError(text)
+
+    def agreed(self, worker: int, phase: str, step: int) -> None:
+        """Every worker, at an agreement step: ``worker``'s storm (``phase`` step ``step``, the first one
+        pending) is acted on here, as configured, in every worker."""
+        state = self.state
+        mine, self.pending = self.pending, None
+        train_step = state.session.phases["train"].step
+        if state.dist.process != worker or mine is None:
+            what = f"worker {worker}'s recompilation storm ({phase} step {step})"
+            mine = PendingStorm(
+                "train",
+                train_step,
+                f"Recompilation storm on worker {worker} ({phase} step {step}): on_storm="
+                f"{state.config.on_storm!r} acts in every worker at train step {train_step}",
+            )
+            state.session.notes.add(f"{what}: every worker acted on it at train step {train_step}")
+        if state.config.on_storm == "raise":
+            self.stop(mine.phase, mine.text)
+        why = f"after worker {worker}'s recompilation storm ({phase} step {step}), agreed by every worker"
+        self._fall_back("train", train_step, why)
+
+    def _fall_back(self, phase: str, step: int, why: str = "after a recompilation storm") -> None:
         state = self.state
         backend, session, model = state.backend, state.session, state.model
-        reason = f"switched XLA off at {phase} step {step} after a recompilation storm (on_storm='fallback')"
+        reason = f"switched XLA off at {phase} step {step} {why} (on_storm='fallback')"
         run = state.fastest
         if run is not None:  # the trial ends: XLA off for the rest of the fit (its kept function, if any)
             run.stop(session.phases["train"].step, reason)

@@ -59,6 +59,7 @@ class TensorFlowBackend(KerasBackend):
 
     def __init__(self, jit_mode: str = "keep"):
         super().__init__(JitController(jit_mode))
+        self._gatherer: Optional[Tuple[Any, int]] = None  # MultiWorkerMirroredStrategy: (strategy, worker)
 
     def prepare(self, owner: StepObserver) -> None:
         """At monitor construction: the owner of the wrappers; the CPU global-jit flag while it can still be set."""
@@ -113,7 +114,9 @@ class TensorFlowBackend(KerasBackend):
     # ------------------------------------------------------------ distribution, data
 
     def distribution(self, model: Any) -> Distribution:
-        return Distribution(**_internals.strategy_facts(model))
+        facts = Distribution(**_internals.strategy_facts(model))
+        self._gatherer = (model.distribute_strategy, facts.process) if facts.processes > 1 else None
+        return facts
 
     def data_kind(self, model: Any) -> str:
         """What a storm fix is written for: the kind of the running call's data (``DATA_KINDS``;
@@ -124,8 +127,13 @@ class TensorFlowBackend(KerasBackend):
         return end_of_data()
 
     def gather(self, values: Sequence[float]) -> Optional[List[List[float]]]:
-        """Not under MultiWorkerMirroredStrategy yet: each worker's report holds its own counts."""
-        return None
+        """Under MultiWorkerMirroredStrategy: every worker's ``values``, by the strategy's all-gather."""
+        if self._gatherer is None:
+            return None
+        from xla_keras.backends.tensorflow.multiworker import gather_rows
+
+        strategy, process = self._gatherer
+        return gather_rows(strategy, process, values)
 
     def multi_worker_fit_problem(self) -> Optional[str]:
         """Keras's own fit fails under MultiWorkerMirroredStrategy (keras-team/keras#20585): why, when

@@ -302,13 +302,20 @@ def strategy_facts(model: Any) -> dict:
     extended = strategy.extended
     multi_worker = isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy)
     default = type(strategy).__name__ == "_DefaultDistributionStrategy"
-    return {
+    facts = {
         "name": type(strategy).__name__,
         "default": default,
         "replicas": int(strategy.num_replicas_in_sync),
         "multi_worker": multi_worker,
         "chief": bool(getattr(extended, "should_checkpoint", True)),
     }
+    if multi_worker:  # the workers, in order: the "chief" task first when there is one
+        resolver = strategy.cluster_resolver
+        spec = resolver.cluster_spec().as_dict()
+        chiefs = len(spec.get("chief", []))
+        facts["processes"] = chiefs + len(spec.get("worker", []))
+        facts["process"] = int(resolver.task_id) + (chiefs if resolver.task_type == "worker" else 0)
+    return facts
 
 
 def keras_multi_worker_fit_faults() -> List[str]:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import os
-from typing import List, Optional
+from typing import Any, List, Optional, Sequence
 
 KERAS_ISSUE = "keras-team/keras#20585"
 
@@ -95,3 +95,27 @@ def keras_fit_problem() -> Optional[str]:
         f"Keras {_internals.versions()['keras']}'s fit fails under MultiWorkerMirroredStrategy "
         f"({KERAS_ISSUE}): " + "; ".join(what[f] for f in faults)
     )
+
+
+_GATHER: List[Any] = []  # (strategy, its gather function): one strategy per process in practice
+
+
+def gather_rows(strategy: Any, process: int, values: Sequence[float]) -> List[List[float]]:
+    """Every worker's ``values``, in worker order, by the strategy's own collective (an all-gather in a
+    tf.function: ~3 ms on 2 CPU workers, where the eager one took ~47 ms). Every worker must call it at
+    the same point. Marked out of auto-clustering: it adds no XLA module of its own."""
+    import tensorflow as tf
+
+    if not _GATHER or _GATHER[0][0] is not strategy:
+
+        def gather(value):
+            with tf.xla.experimental.jit_scope(compile_ops=False):
+                per_replica = strategy.experimental_distribute_values_from_function(lambda context: value)
+                return strategy.gather(per_replica, axis=0)
+
+        _GATHER[:] = [(strategy, tf.function(gather, autograph=False))]
+    rows = _GATHER[0][1](tf.constant([[float(process), *values]], tf.float32)).numpy()
+    by_worker: dict = {}
+    for row in rows:  # one row per replica: each worker's replicas gave the same
+        by_worker.setdefault(int(row[0]), [float(v) for v in row[1:]])
+    return [by_worker[i] for i in sorted(by_worker)]
