@@ -162,8 +162,8 @@ def test_no_storm_pending_no_action_and_warn_or_outside_a_fit_no_collective():
     for on_storm, in_fit in (("warn", True), ("raise", False)):
         (agreement,) = _workers([PendingStorm("train", 5, "x")], on_storm, in_fit)
         agreement.state.backend.gather = None  # no collective at all: calling it would fail
-        for _ in range(AGREE_EVERY_STEPS):
-            agreement.batch_ended()
+        agreement.fit_began()
+        assert agreement.on is (on_storm != "warn")  # the batch-end hook does not even call it under warn
         agreement.agree()
         assert agreement.action.acted == []
 
@@ -174,6 +174,8 @@ def test_the_batch_end_hook_agrees_every_50_batches_only():
         config=MonitorConfig(on_storm="raise"), in_fit=True, backend=SimpleNamespace(gather=gathered.append)
     )
     agreement = StormAgreement(state, Storms())
+    agreement.fit_began()
+    assert agreement.on
     for _ in range(3 * AGREE_EVERY_STEPS - 1):
         agreement.batch_ended()
     assert len(gathered) == 2

@@ -205,8 +205,8 @@ class XlaMonitor(MonitorSurface):
 
     @_hook
     def on_train_begin(self, logs=None):
-        self._agreement.fit_began()
         self._lifecycle.begin_fit()
+        self._agreement.fit_began()
 
     @_hook
     @_watched
@@ -215,7 +215,8 @@ class XlaMonitor(MonitorSurface):
             self._steps.end_call("train")
             if self._state.fastest is not None:
                 self._fastest.due()
-            self._agreement.batch_ended()
+            if self._agreement.on:
+                self._agreement.batch_ended()
 
     @_hook
     @_watched

@@ -24,21 +24,23 @@ class StormAgreement:
         self.state = state
         self.action = action
         self.batches = 0  # train batches of this fit: the same count in every worker
+        self.on = False  # this fit's workers agree (read by the batch-end hook: one attribute a step)
 
     def fit_began(self) -> None:
+        """After the fit's set-up (its distribution known)."""
         self.batches = 0
         self.action.pending = None
+        self.on = self.needed()
 
     def needed(self) -> bool:
         """A storm may have to act in every worker (the same answer in each: one program, one config)."""
         return self.state.config.on_storm != "warn" and self.action.deferred()
 
     def batch_ended(self) -> None:
-        """Keras's train batch-end hook (TensorFlow): every ``AGREE_EVERY_STEPS`` batches, agree."""
-        if self.needed():
-            self.batches += 1
-            if self.batches % AGREE_EVERY_STEPS == 0:
-                self.agree()
+        """Keras's train batch-end hook (TensorFlow), while ``on``: every ``AGREE_EVERY_STEPS`` batches, agree."""
+        self.batches += 1
+        if self.batches % AGREE_EVERY_STEPS == 0:
+            self.agree()
 
     def agree(self) -> None:
         """At a point every worker reaches in a fit: the first worker's pending storm, acted on by all."""
