@@ -4,9 +4,10 @@ MirroredStrategy over 2 logical CPUs (this process) and
 MultiWorkerMirroredStrategy with 2 local worker processes on loopback (the
 patch for keras-team/keras#20585 applied, as `xla-keras doctor` prints it).
 Configurations are interleaved over several rounds on the same warm model, in
-reverse order every other round: bare fit, XlaMonitor(), and XlaMonitor()
+reverse order every other round: bare fit, XlaMonitor(), XlaMonitor()
 pulling batches with an eager ``next()`` instead of its graph pull (what the
-pull choice is worth). Each configuration keeps one monitor across its rounds,
+pull choice is worth), and XlaMonitor(on_storm="raise"), whose workers agree on
+storms every 50 batches and at each epoch's end (issue 32). Each configuration keeps one monitor across its rounds,
 as a training run does (its one-time trace window falls in the warm-up fit).
 Reported: median seconds per step over the rounds, the ratio to bare, and the
 median of the rounds' paired ratios. Target (issue 31): Mirrored at most 1.05x.
@@ -26,7 +27,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "tests"))
 
-CONFIGS = ("bare", "XlaMonitor()", "XlaMonitor() eager pull")
+# "on_storm='raise'": under MultiWorkerMirroredStrategy the workers agree on storms every 50 batches
+# and at each epoch's end (issue 32): what that agreement costs beside XlaMonitor().
+CONFIGS = ("bare", "XlaMonitor()", "XlaMonitor() eager pull", "XlaMonitor(on_storm='raise')")
 
 
 def _eager_pull():
@@ -60,7 +63,12 @@ def measure(strategy, rounds, steps, batch=64):
     data = tf.data.Dataset.from_tensor_slices((x, x[:, :1])).batch(batch)
     tmp = tempfile.mkdtemp(prefix="xla_keras_strategy_")
 
-    monitors = {config: xla_keras.XlaMonitor(log_dir=f"{tmp}/{i}", verbose=0) for i, config in enumerate(CONFIGS)}
+    monitors = {
+        config: xla_keras.XlaMonitor(
+            log_dir=f"{tmp}/{i}", verbose=0, on_storm="raise" if "on_storm='raise'" in config else "warn"
+        )
+        for i, config in enumerate(CONFIGS)
+    }
 
     def fit(config):
         callbacks = [] if config == "bare" else [monitors[config]]
