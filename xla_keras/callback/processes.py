@@ -1,4 +1,5 @@
-"""Several processes in one run (multi-process JAX): the chief's report holds every process's counts.
+"""Several processes in one run (multi-process JAX, MultiWorkerMirroredStrategy's workers): the
+chief's report holds every process's counts.
 
 Each process counts its own compiles (its own XLA compiles its own copy of each program). At points
 every process reaches together, the end of each epoch and of the fit, each gives its compile counts,

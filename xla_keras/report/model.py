@@ -81,7 +81,8 @@ class XlaReport:
         backend: the Keras backend that ran: "tensorflow" or "jax".
         other_compilations: JAX: compiles kept out of the step ledger, as totals
             (``{"in_steps": {"count", "seconds"}, "outside_steps": {...}}``).
-        processes: several processes in one distribution (multi-process JAX): each process's
+        processes: several processes in one distribution (multi-process JAX, or the workers of
+            MultiWorkerMirroredStrategy): each process's
             ``{"process", "compilation_count", "compile_seconds", "steps"}`` (per phase), as gathered at
             the last epoch end or fit end; [] in one process. The rest of the report is this process's.
 

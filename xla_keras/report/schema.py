@@ -25,7 +25,7 @@ Report schema versions (``xla_report.json``, ``XlaReport.to_dict()``; the curren
 * 7 - ``steady_step_counts``; a fallback's ``xla_steady_steps`` / ``steady_steps_after``; a
   compile's ``estimated_because``; a storm's ``fix_at_storm``; an advice's ``run`` and ``run_index``; a fix's
   ``data`` (what each figure rests on, and what each advice speaks of).
-* 8 - ``processes`` (several processes in one distribution, multi-process JAX: each process's compile
+* 8 - ``processes`` (several processes in one distribution, JAX's or MultiWorkerMirroredStrategy's: each one's compile
   counts, compile seconds and steps per phase, gathered at epoch ends and the fit's end).
 """
 
