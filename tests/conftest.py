@@ -93,6 +93,7 @@ FIT_FIXTURES = {
     "test_faults::interrupted_tensorboard",
     "test_inputs_lifecycle::dump_run",
     "test_tensorboard::storm_logdir",
+    "test_tensorboard::steady_logdir",
     "test_tensorboard::tensorboard_server",
 }
 

@@ -61,7 +61,7 @@ def test_report_finds_every_run_under_a_parent(log_dir):
 @pytest.mark.parametrize(
     "args, code, words",
     [
-        (("bogus",), 2, ["must be one of report, doctor, explain", "'bogus'"]),
+        (("bogus",), 2, ["must be one of report, diff, doctor, explain", "'bogus'"]),
         ((), 2, ["must be one of report"]),
         (("report",), 2, ["usage"]),
         (("report", "/does/not/exist"), 2, ["not a directory"]),

@@ -48,11 +48,7 @@ def _accumulator(run_dir):
     return acc
 
 
-@pytest.fixture(scope="module")
-def storm_logdir(tmp_path_factory):
-    """A fit with a storm (epoch 1), steady steps (epoch 2), validation, every
-    scalar per batch and the default profile="auto"."""
-    log_dir = str(tmp_path_factory.mktemp("tb") / "logs")
+def _sequence_model():
     model = keras.Sequential(
         [
             keras.Input((None,), dtype="int32"),
@@ -62,11 +58,51 @@ def storm_logdir(tmp_path_factory):
         ]
     )
     model.compile("adam", "mse")
+    return model
+
+
+@pytest.fixture(scope="module")
+def storm_logdir(tmp_path_factory):
+    """A fit with a storm (epoch 1), steady steps (epoch 2), validation, every
+    scalar per batch and the default profile="auto"."""
+    log_dir = str(tmp_path_factory.mktemp("tb") / "logs")
+    model = _sequence_model()
     monitor = xla_keras.XlaMonitor(log_dir=log_dir, jit="on", storm_threshold=4, update_freq="batch", verbose=0)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         model.fit(_sequences(), epochs=2, validation_data=_sequences(24), callbacks=[monitor], verbose=0)
     return log_dir, monitor.report
+
+
+@pytest.fixture(scope="module")
+def steady_logdir(tmp_path_factory):
+    """The storm fit's model fed one length: the baseline ``xla-keras diff`` holds the storm run to."""
+    log_dir = str(tmp_path_factory.mktemp("tb_steady") / "logs")
+    model = _sequence_model()
+    data = tf.data.Dataset.from_tensor_slices((np.ones((64, 16), np.int32), np.zeros(64, np.float32))).batch(8)
+    monitor = xla_keras.XlaMonitor(log_dir=log_dir, jit="on", verbose=0)
+    model.fit(data, epochs=1, callbacks=[monitor], verbose=0)
+    return log_dir, monitor.report
+
+
+def test_diff_holds_a_storm_run_to_a_steady_baseline(steady_logdir, storm_logdir):
+    import io
+
+    from xla_keras.tools.cli import cmd_diff
+
+    (base, steady), (run, storm) = steady_logdir, storm_logdir
+    out = io.StringIO()
+    assert cmd_diff([base, run, "--max-compiles", "train=1", "--format", "markdown"], out=out) == 1
+    before, after = steady.compilation_count["train"], storm.compilation_count["train"]
+    assert before == 1 and after > 1
+    markdown = out.getvalue()
+    assert f"| train | {before} -> {after} |" in markdown
+    assert markdown.rstrip().endswith(f"**bounds crossed: train compiled {after} times (at most 1)**")
+    storms = sum(1 for s in storm.storms if s.phase == "train")
+    assert f"| 0 -> {storms} |" in markdown and storms >= 1
+    new = {c.signature for c in storm.compilations if c.phase == "train"} - {c.signature for c in steady.compilations}
+    assert markdown.count("- train: new signature") == len(new) > 0
+    assert cmd_diff([base, base, "--max-compiles", "train=1"], out=io.StringIO()) == 0
 
 
 def test_event_files_hold_every_xla_tag(storm_logdir):

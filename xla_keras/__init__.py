@@ -35,12 +35,13 @@ __all__ = [
     "parse_report",
     "PhaseAdvice",
     "data",
+    "testing",
     "jit_decision",
     "forget_jit_decision",
     "__version__",
 ]
 
-_SUBMODULES = ("data",)  # public modules, imported on first use (xla_keras.data.apply_fix)
+_SUBMODULES = ("data", "testing")  # public modules, imported on first use (xla_keras.data.apply_fix)
 
 _LAZY = {
     "XlaMonitor": "monitor",

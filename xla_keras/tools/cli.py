@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import re
@@ -13,12 +14,16 @@ from absl import app, flags
 from xla_keras.backends.tensorflow.multiworker import KERAS_ISSUE, WORKAROUND
 from xla_keras.report.schema import REPORT_FILE, parse_report
 
-COMMANDS = ("report", "doctor", "explain")
+COMMANDS = ("report", "diff", "doctor", "explain")
 USAGE = """xla-keras: XLA observability for Keras
 
     xla-keras report LOGDIR [--json|--full]
                                        print the report(s) XlaMonitor wrote under LOGDIR
                                        (--full: every advice and note whole)
+    xla-keras diff BASELINE RUN [--format text|markdown|json] [--max-compiles PHASE=N ...]
+                   [--max-compile-seconds-ratio R] [--max-steady-ratio R]
+                                       two runs' compiles side by side (log dirs or xla_report.json);
+                                       exit 1 when the run crosses a bound, 2 for bad input
     xla-keras doctor                   what this machine and environment will do with XLA
     xla-keras explain LOGFILE|-        explain the TensorFlow/XLA lines of a training log
     xla-keras --version"""
@@ -92,6 +97,58 @@ def cmd_report(args: List[str], as_json: bool, out=sys.stdout, full: bool = Fals
     return 1 if failed else 0
 
 
+def load_report(path: str):
+    """A report from a log dir (its shallowest xla_report.json) or a file; ValueError says why not."""
+    if os.path.isdir(path):
+        found = find_reports(path)
+        if not found:
+            raise ValueError(f"no {REPORT_FILE} under {path!r}")
+        path = found[0]
+    elif not os.path.isfile(path):
+        raise ValueError(f"{path!r} is neither a log directory nor an {REPORT_FILE} file")
+    try:
+        with open(path) as f:
+            return parse_report(json.load(f)).report
+    except (OSError, json.JSONDecodeError) as error:
+        raise ValueError(f"cannot read {path!r}: {error}") from error
+
+
+def _max_compiles(text: str):
+    phase, _, count = text.partition("=")
+    if not count.strip().lstrip("-").isdigit():
+        raise argparse.ArgumentTypeError(f"PHASE=N with N a count; got {text!r}")
+    return phase.strip(), int(count)
+
+
+def cmd_diff(args: List[str], out=sys.stdout) -> int:
+    """``xla-keras diff``: 0 when every bound holds, 1 with a one-line reason, 2 for bad input."""
+    from xla_keras.report.diff import FORMATS, Bounds, check, diff_reports, render
+
+    parser = argparse.ArgumentParser(prog="xla-keras diff", description="two runs' compiles side by side")
+    parser.add_argument("baseline", help="a log directory or an xla_report.json")
+    parser.add_argument("run", help="a log directory or an xla_report.json")
+    parser.add_argument("--format", default="text", choices=FORMATS)
+    parser.add_argument("--max-compiles", action="append", default=[], type=_max_compiles, metavar="PHASE=N")
+    parser.add_argument("--max-compile-seconds-ratio", type=float, metavar="R")
+    parser.add_argument("--max-steady-ratio", type=float, metavar="R")
+    try:
+        options = parser.parse_args(args)
+    except SystemExit as error:  # argparse printed the usage and the reason
+        return 2 if error.code else 0
+    try:
+        bounds = Bounds(dict(options.max_compiles), options.max_compile_seconds_ratio, options.max_steady_ratio)
+        baseline, run = load_report(options.baseline), load_report(options.run)
+    except ValueError as error:
+        print(f"xla-keras diff: {error}", file=sys.stderr)
+        return 2
+    diff = diff_reports(baseline, run)
+    crossed = check(diff, bounds)
+    out.write(render(diff, options.format, (options.baseline, options.run)) + "\n")
+    if crossed:
+        print(f"xla-keras diff: {crossed}", file=sys.stderr)
+    return 1 if crossed else 0
+
+
 def cmd_doctor(args: List[str], out=sys.stdout) -> int:
     if args:
         print("usage: xla-keras doctor", file=sys.stderr)
@@ -140,6 +197,8 @@ def run(argv: List[str]) -> int:
         given = repr(args[0]) if args else "nothing"
         print(f"xla-keras: command must be one of {', '.join(COMMANDS)}; got {given}", file=sys.stderr)
         return 2
+    if args[0] == "diff":
+        return cmd_diff(args[1:])
     if args[0] == "doctor":
         return cmd_doctor(args[1:])
     if args[0] == "explain":
@@ -149,8 +208,8 @@ def run(argv: List[str]) -> int:
 
 def main(argv: Optional[List[str]] = None) -> None:
     argv = list(sys.argv if argv is None else argv)
-    if len(argv) > 1 and argv[1] in ("help", "-h", "--help", "-help", "--version"):
-        sys.exit(run(argv))  # before absl, whose --help knows only its flags
+    if len(argv) > 1 and argv[1] in ("help", "-h", "--help", "-help", "--version", "diff"):
+        sys.exit(run(argv))  # before absl, whose --help knows only its flags (diff parses its own)
     app.run(lambda a: sys.exit(run(a)), argv=argv)
 
 

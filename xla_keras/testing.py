@@ -1,0 +1,172 @@
+"""Compile counts as tests: ``expect_compiles``.
+
+Inside it, every ``fit`` / ``evaluate`` / ``predict`` of a Keras model is watched by a monitor (its
+own, ``jit="on"``: it counts XLA programs; or one you pass), added to the call's callbacks for as long
+as the block runs. On leaving, each phase's compiles are held to the count expected: the count the
+report's ledger keeps (a partial last batch is a compile of its own). A phase given as None is not
+checked.
+
+The failure is an ``AssertionError`` that lists each extra compile: its phase, step, signature and
+what changed since the phase's previous distinct signature (``batch 32 -> 8 (last batch)``).
+
+Example:
+    What a block expects, per phase (None: not checked); a bound that is no count is refused.
+
+    ```pycon
+    >>> from xla_keras.testing import expect_compiles
+    >>> expect_compiles(train=1, test=0).expected
+    {'train': 1, 'test': 0, 'predict': None}
+    >>> expect_compiles(train=-1)
+    Traceback (most recent call last):
+    ...
+    ValueError: expect_compiles: train must be a count >= 0 or None (not checked); got -1
+
+    ```
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, Callable, Dict, List, Optional
+
+from xla_keras.core.types import PHASES
+
+__all__ = ["expect_compiles"]
+
+_CALLS = ("fit", "evaluate", "predict")
+
+
+def _bound(name: str, value: Optional[int]) -> Optional[int]:
+    if value is None:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise ValueError(f"expect_compiles: {name} must be a count >= 0 or None (not checked); got {value!r}")
+    return value
+
+
+class expect_compiles:  # noqa: N801 - used like a function: `with expect_compiles(train=1):`
+    """Fail unless the Keras calls inside compile exactly as many XLA programs per phase as expected.
+
+    A context manager, and a decorator (``@expect_compiles(train=1)``); as a pytest fixture,
+    ``xla_compiles`` is this class (the plugin loads with pytest and imports no framework).
+
+    Args:
+        train: compiles of the train step expected in the fits inside (None: not checked).
+        test: compiles of the test step (validation and ``evaluate``); None: not checked.
+        predict: compiles of the predict step; None: not checked.
+        max_compile_seconds: the compiles' total time at most, or None.
+        monitor: an ``XlaMonitor`` to count with; by default one of its own, ``jit="on"``, no files,
+            silent.
+
+    Raises:
+        AssertionError: on leaving the block, when a count or the time is off, listing each extra
+            compile with what changed.
+        ValueError: for a bound that is not a count >= 0 (or seconds > 0), naming it.
+
+    Example:
+        `model`, `x`, `y`: any compiled Keras model and its data (64 rows: 2 full batches of 32).
+
+        ```pycon
+        >>> from xla_keras.testing import expect_compiles
+        >>> with expect_compiles(train=1):
+        ...     history = model.fit(x, y, batch_size=32, epochs=1, verbose=0)
+
+        ```
+    """
+
+    def __init__(
+        self,
+        train: Optional[int] = 1,
+        test: Optional[int] = None,
+        predict: Optional[int] = None,
+        max_compile_seconds: Optional[float] = None,
+        monitor: Any = None,
+    ):
+        self.expected: Dict[str, Optional[int]] = {
+            "train": _bound("train", train),
+            "test": _bound("test", test),
+            "predict": _bound("predict", predict),
+        }
+        if max_compile_seconds is not None and (
+            isinstance(max_compile_seconds, bool)
+            or not isinstance(max_compile_seconds, (int, float))
+            or not max_compile_seconds > 0
+        ):
+            raise ValueError(f"expect_compiles: max_compile_seconds must be > 0 or None; got {max_compile_seconds!r}")
+        self.max_compile_seconds = max_compile_seconds
+        self._monitor = monitor
+        self._saved: Dict[str, Callable] = {}
+        self._before: Dict[int, int] = {}  # id(report) -> records at entry (a monitor you passed)
+        self.compilations: List[Any] = []  # the compiles of the block, once it ends
+
+    @property
+    def monitor(self) -> Any:
+        if self._monitor is None:
+            import xla_keras
+
+            self._monitor = xla_keras.XlaMonitor(log_dir=None, jit="on", verbose=0)
+        return self._monitor
+
+    def __enter__(self) -> "expect_compiles":
+        import keras
+
+        monitor = self.monitor
+        self._before = {id(r): len(r.compilations) for r in monitor.reports}
+        for name in _CALLS:
+            original = getattr(keras.Model, name)
+            self._saved[name] = original
+
+            @functools.wraps(original)
+            def watched(model, *args, _original=original, **kwargs):
+                callbacks = list(kwargs.pop("callbacks", None) or [])
+                if not any(cb is monitor for cb in callbacks):
+                    callbacks.append(monitor)
+                return _original(model, *args, callbacks=callbacks, **kwargs)
+
+            setattr(keras.Model, name, watched)
+        return self
+
+    def __exit__(self, kind, error, traceback) -> None:
+        import keras
+
+        for name, original in self._saved.items():
+            setattr(keras.Model, name, original)
+        self._saved.clear()
+        if kind is not None:
+            return  # the block's own error is the one to see
+        self.compilations = [c for r in self.monitor.reports for c in r.compilations[self._before.get(id(r), 0) :]]
+        problems = self.problems()
+        if problems:
+            raise AssertionError("\n".join(problems))
+
+    def __call__(self, function: Callable) -> Callable:
+        expected = {**self.expected, "max_compile_seconds": self.max_compile_seconds, "monitor": self._monitor}
+
+        @functools.wraps(function)
+        def checked(*args, **kwargs):
+            with expect_compiles(**expected):
+                return function(*args, **kwargs)
+
+        return checked
+
+    def problems(self) -> List[str]:
+        """What is off, one line per count or extra compile ([] when all is as expected)."""
+        from xla_keras.core.signatures import describe, to_jsonable
+        from xla_keras.report.units import ms_text
+        from xla_keras.tensorboard.views import change_text
+
+        lines: List[str] = []
+        for phase in PHASES:
+            expected = self.expected[phase]
+            seen = [c for c in self.compilations if c.phase == phase]
+            if expected is None or len(seen) == expected:
+                continue
+            lines.append(f"expected {expected} {phase} compile(s), saw {len(seen)}" + (":" if seen[expected:] else ""))
+            for index in range(expected, len(seen)):  # each extra one, against the phase's previous signature
+                c, previous = seen[index], to_jsonable(seen[index - 1].signature) if index else None
+                change = change_text(previous, to_jsonable(c.signature), c.last_batch)
+                lines.append(f"  {phase} step {c.step}: {describe(c.signature)} ({change})")
+        total = sum(c.seconds for c in self.compilations)
+        if self.max_compile_seconds is not None and total > self.max_compile_seconds:
+            lines.append(f"compiles took {ms_text(total)}, more than max_compile_seconds={self.max_compile_seconds}")
+        return lines
