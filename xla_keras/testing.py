@@ -96,8 +96,9 @@ class expect_compiles:  # noqa: N801 - used like a function: `with expect_compil
         self.max_compile_seconds = max_compile_seconds
         self._monitor = monitor
         self._saved: Dict[str, Callable] = {}
-        self._before: Dict[int, int] = {}  # id(report) -> records at entry (a monitor you passed)
+        self._before: Dict[int, Any] = {}  # id(report) -> (records, counts) at entry (a monitor you passed)
         self.compilations: List[Any] = []  # the compiles of the block, once it ends
+        self.counts: Dict[str, int] = dict.fromkeys(PHASES, 0)  # per phase, exact
 
     @property
     def monitor(self) -> Any:
@@ -111,16 +112,18 @@ class expect_compiles:  # noqa: N801 - used like a function: `with expect_compil
         import keras
 
         monitor = self.monitor
-        self._before = {id(r): len(r.compilations) for r in monitor.reports}
+        self._before = {id(r): (len(r.compilations), dict(r.compilation_count)) for r in monitor.reports}
         for name in _CALLS:
             original = getattr(keras.Model, name)
             self._saved[name] = original
 
             @functools.wraps(original)
             def watched(model, *args, _original=original, **kwargs):
-                callbacks = list(kwargs.pop("callbacks", None) or [])
-                if not any(cb is monitor for cb in callbacks):
-                    callbacks.append(monitor)
+                callbacks = kwargs.pop("callbacks", None)
+                if not isinstance(callbacks, keras.callbacks.CallbackList):  # fit's validation passes its own
+                    callbacks = list(callbacks or [])
+                    if not any(cb is monitor for cb in callbacks):
+                        callbacks.append(monitor)
                 return _original(model, *args, callbacks=callbacks, **kwargs)
 
             setattr(keras.Model, name, watched)
@@ -134,7 +137,12 @@ class expect_compiles:  # noqa: N801 - used like a function: `with expect_compil
         self._saved.clear()
         if kind is not None:
             return  # the block's own error is the one to see
-        self.compilations = [c for r in self.monitor.reports for c in r.compilations[self._before.get(id(r), 0) :]]
+        reports = self.monitor.reports
+        before = {id(r): self._before.get(id(r), (0, {})) for r in reports}
+        self.compilations = [c for r in reports for c in r.compilations[before[id(r)][0] :]]
+        self.counts = {  # the ledger's exact counts (the records above may be capped: max_records)
+            p: sum(r.compilation_count.get(p, 0) - before[id(r)][1].get(p, 0) for r in reports) for p in PHASES
+        }
         problems = self.problems()
         if problems:
             raise AssertionError("\n".join(problems))
@@ -158,10 +166,10 @@ class expect_compiles:  # noqa: N801 - used like a function: `with expect_compil
         lines: List[str] = []
         for phase in PHASES:
             expected = self.expected[phase]
-            seen = [c for c in self.compilations if c.phase == phase]
-            if expected is None or len(seen) == expected:
+            seen, count = [c for c in self.compilations if c.phase == phase], self.counts[phase]
+            if expected is None or count == expected:
                 continue
-            lines.append(f"expected {expected} {phase} compile(s), saw {len(seen)}" + (":" if seen[expected:] else ""))
+            lines.append(f"expected {expected} {phase} compile(s), saw {count}" + (":" if seen[expected:] else ""))
             for index in range(expected, len(seen)):  # each extra one, against the phase's previous signature
                 c, previous = seen[index], to_jsonable(seen[index - 1].signature) if index else None
                 change = change_text(previous, to_jsonable(c.signature), c.last_batch)
