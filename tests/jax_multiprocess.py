@@ -139,7 +139,13 @@ def process(spec):
         )
     print("XLA_KERAS_MW " + json.dumps(result), flush=True)
     if spec.get("exit_when_done"):
-        # After a peer died, JAX's shutdown at exit waits for it (the launcher's kill, in real life).
+        # After a peer died, JAX's shutdown at exit waits for it (the launcher's kill, in real life), so
+        # this process leaves without its exit handlers. Before that, what a real exit gives the monitor:
+        # the fit's frames freed (its callback list's backstop cleans up a fit no hook saw end), and its
+        # at-exit flush. A fit whose error surfaced in Keras's own loop code needs them.
+        import gc
+
+        gc.collect()
         os._exit(0)
 
 

@@ -115,4 +115,4 @@ def test_python_dash_m_xla_keras_is_the_command_line():
     proc = subprocess.run(
         [sys.executable, "-m", "xla_keras", "nonsense"], capture_output=True, text=True, cwd=ROOT, timeout=120
     )
-    assert proc.returncode == 2 and "report, doctor, explain" in proc.stderr
+    assert proc.returncode == 2 and "report, diff, doctor, explain" in proc.stderr
