@@ -18,6 +18,7 @@ from tensorboard_server import get_json, headless_chromium, running_tensorboard
 from test_tensorboard import _sequences  # noqa: E402  (storm data: padded batches of varying length)
 
 import xla_keras
+from xla_keras.core.signatures import describe, from_jsonable
 from xla_keras.report.schema import REPORT_FILE
 from xla_keras.tensorboard.metadata import PLUGIN_NAME, TAG_STEP_TIME
 
@@ -298,6 +299,24 @@ def test_the_xla_tab_in_headless_chromium(tab_server):
             assert f"{round(100 * fix['bucket_by_length']['real_padding_overhead'])}%" in text
             assert card.locator(".fix-code").nth(1).inner_text().strip() == fix["bucket_by_length"]["code"].strip()
             assert frame.locator("#traces li").count() == len(reports["storm"]["traces"])
+
+            # the storm run against the "shapes" run as a baseline: its signatures new or gone, per phase
+            frame.locator("#compare tr[data-run='shapes'] button.baseline").click()
+            frame.locator("#baseline").wait_for(timeout=30000)
+
+            def signatures(report):
+                return [(c["phase"], describe(from_jsonable(c["signature"]))) for c in report["compilations"]]
+
+            theirs, ours = signatures(reports["shapes"]), signatures(reports["storm"])
+            new = [i for i, s in enumerate(ours, 1) if s not in theirs]
+            gone = list(dict.fromkeys(s for s in theirs if s not in ours))
+            marked = [int(r.get_attribute("data-index")) for r in frame.locator("#ledger tbody tr.new").all()]
+            assert sorted(marked) == new and new
+            said = frame.locator("#baseline").inner_text()
+            assert f"Against baseline shapes: {len(new)} signature(s) new (marked), {len(gone)} gone" in said
+            assert frame.locator("#baseline-gone li").all_inner_texts() == [f"{p}: gone {s}" for p, s in gone]
+            frame.locator("#compare tr[data-run='shapes'] button.baseline").click()  # off again
+            frame.locator("#baseline").wait_for(state="detached", timeout=30000)
             if reports["storm"]["traces"]:
                 assert frame.locator("#traces a.profile-link").count() == len(reports["storm"]["traces"])
             page.screenshot(path=os.path.join(ARTIFACTS, "xla_tab_storm.png"), full_page=True)

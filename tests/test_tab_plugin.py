@@ -140,6 +140,23 @@ def test_the_report_route_matches_the_report_file(logdir):
     assert get_json(client, "/storms?run=fit1")["storms"] == view["storms"]
 
 
+def test_the_report_route_against_a_baseline_run(tmp_path):
+    write_run(tmp_path / "main", sample_report(n_compiles=2))  # x lengths 80, 81
+    write_run(tmp_path / "branch", sample_report(n_compiles=4))  # 80 .. 83
+    client, _ = tab_client(tmp_path)
+    view = get_json(client, "/report?run=branch&baseline=main")
+    assert view["baseline"]["new"] == [3, 4]  # the ledger's rows of lengths 82 and 83
+    assert view["baseline"]["gone"] == []
+    back = get_json(client, "/report?run=main&baseline=branch")["baseline"]
+    assert back["new"] == [] and [g["signature"] for g in back["gone"]] == [
+        "x:int32[8,82] y:float32[8,1]",
+        "x:int32[8,83] y:float32[8,1]",
+    ]
+    assert "baseline" not in get_json(client, "/report?run=branch")
+    error = get_json(client, "/report?run=branch&baseline=nope", status=404)["error"]
+    assert "no run 'nope' in this logdir; runs: " in error and "'main'" in error
+
+
 def test_the_steps_route_serves_the_step_time_lane(logdir):
     client, _ = tab_client(logdir)
     lanes = get_json(client, "/steps?run=fit1")["lanes"]

@@ -12,7 +12,8 @@ Routes (under ``/data/plugin/xla_keras``), all JSON but the static files:
 * ``/runs`` - the tab's runs (one per monitor log dir; ``compare()`` writes one
   per mode) with a compare-view summary each, and whether the Profile tab is
   installed.
-* ``/report?run=R`` - everything for one run (``views.run_view``).
+* ``/report?run=R[&baseline=B]`` - everything for one run (``views.run_view``); with a baseline run,
+  its ledger against B's (``views.against_baseline``).
 * ``/compiles?run=R``, ``/storms?run=R`` - the ledger, the storm cards.
 * ``/steps?run=R`` - step-time scalars per phase lane, for the timeline.
 * ``/static/index.js``, ``/static/style.css`` - the frontend (a plain ES module).
@@ -189,13 +190,22 @@ class XlaPlugin(base_plugin.TBPlugin):
                 rows.append({"run": run, "message": _malformed(error)})
         return {"runs": rows, "profile_tab": _profile_tab_installed(), "profile_install": _profile_install_line()}
 
-    def report_impl(self, ctx, experiment, run: Optional[str]) -> Dict[str, Any]:
-        return self._with_report(
+    def report_impl(self, ctx, experiment, run: Optional[str], baseline: Optional[str] = None) -> Dict[str, Any]:
+        view = self._with_report(
             ctx,
             experiment,
             run,
             lambda run, loaded: views.run_view(run, loaded.report, loaded.written, loaded.parsed),
         )
+        if baseline and "ledger" in view:  # the ledger against another run's (a RunError names the runs)
+            runs = self._runs(ctx, experiment)
+            baseline = _run_argument(baseline, runs)
+            try:
+                theirs = self._report(ctx, experiment, runs[baseline]).report
+                view["baseline"] = views.against_baseline(view["ledger"], baseline, theirs)
+            except MALFORMED as error:
+                view["baseline"] = {"run": baseline, "message": _malformed(error)}
+        return view
 
     def compiles_impl(self, ctx, experiment, run: Optional[str]) -> Dict[str, Any]:
         return self._with_report(
@@ -241,7 +251,8 @@ class XlaPlugin(base_plugin.TBPlugin):
 
     @wrappers.Request.application
     def report_route(self, request):
-        return _run_route(request, self.report_impl)
+        baseline = request.args.get("baseline")
+        return _run_route(request, lambda ctx, experiment, run: self.report_impl(ctx, experiment, run, baseline))
 
     @wrappers.Request.application
     def compiles_route(self, request):

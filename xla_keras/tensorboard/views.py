@@ -383,6 +383,23 @@ def state_message(report: Dict[str, Any], written: Optional[Dict[str, Any]] = No
     return None
 
 
+def against_baseline(rows: List[Dict[str, Any]], baseline: str, report: Dict[str, Any]) -> Dict[str, Any]:
+    """A run's ledger (``rows``) against a baseline run's report: the run's compiles whose (phase,
+    signature) the baseline never compiled (their ledger indexes), and the baseline's the run never did."""
+    theirs = [(r["phase"], r["signature"]) for r in ledger(report.get("compilations") or [])]
+    ours = {(r["phase"], r["signature"]) for r in rows}
+    gone: List[Dict[str, Any]] = []
+    for phase, signature in theirs:  # in the baseline's order, each once
+        if (phase, signature) not in ours and {"phase": phase, "signature": signature} not in gone:
+            gone.append({"phase": phase, "signature": signature})
+    known = set(theirs)
+    return {
+        "run": baseline,
+        "new": [r["index"] for r in rows if (r["phase"], r["signature"]) not in known],
+        "gone": gone,
+    }
+
+
 def run_view(
     run: str,
     report: Dict[str, Any],

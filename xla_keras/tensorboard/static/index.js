@@ -5,7 +5,7 @@
 
 const REFRESH_MS = Number(window.localStorage.getItem('xla_keras.refresh_ms')) || 30000;  // as TensorBoard reloads
 const PHASES = ['train', 'test', 'predict'];
-const state = {runs: null, selected: null, view: null, steps: null, sort: {key: 'index', dir: 1},
+const state = {runs: null, selected: null, baseline: null, view: null, steps: null, sort: {key: 'index', dir: 1},
                profileTab: true, profileInstall: null, drawn: '', updated: null, error: null};
 
 export async function render() {
@@ -41,9 +41,12 @@ async function refresh(root) {
       selected = first ? first.run : null;
     }
     let view = null, steps = null;
+    if (state.baseline !== null && !listing.runs.some((r) => r.run === state.baseline)) state.baseline = null;
     if (selected !== null) {
       const q = '?run=' + encodeURIComponent(selected);
-      [view, steps] = await Promise.all([getJSON('./report' + q), getJSON('./steps' + q)]);
+      const against = state.baseline !== null && state.baseline !== selected ?
+        '&baseline=' + encodeURIComponent(state.baseline) : '';
+      [view, steps] = await Promise.all([getJSON('./report' + q + against), getJSON('./steps' + q)]);
     }
     loaded = {listing, selected, view, steps};
   } catch (error) {
@@ -61,8 +64,8 @@ async function refresh(root) {
     state.error = null;
   }
   state.updated = new Date();
-  const fingerprint = JSON.stringify([state.runs, state.selected, state.view, state.steps, state.sort,
-                                      state.error]);
+  const fingerprint = JSON.stringify([state.runs, state.selected, state.baseline, state.view, state.steps,
+                                      state.sort, state.error]);
   if (fingerprint !== state.drawn) {  // a refresh with nothing new keeps the page (and a hover) as it is
     state.drawn = fingerprint;
     draw(root);
@@ -74,6 +77,11 @@ async function refresh(root) {
 
 async function select(root, run) {
   state.selected = run;
+  await refresh(root);
+}
+
+async function setBaseline(root, run) {  // the ledger's signatures, new or gone against this run's
+  state.baseline = state.baseline === run ? null : run;
   await refresh(root);
 }
 
@@ -117,18 +125,22 @@ function draw(root) {
 
 function compareView(root) {
   const head = ['run', 'jit requested', 'XLA active', 'compiles (train / test / predict)', 'compile time',
-                'wall time', 'steady step', 'break-even', 'storms'];
+                'wall time', 'steady step', 'break-even', 'storms', 'baseline'];
   const rows = state.runs.map((r) => {
     const cells = r.message ?
-      [el('td', {colspan: String(head.length - 1), class: 'muted'}, r.message)] :
+      [el('td', {colspan: String(head.length - 2), class: 'muted'}, r.message)] :
       [td(r.jit_mode), td(active(r.jit_active)),
        td(PHASES.map((p) => r.compilation_count[p]).join(' / '), {'data-total': r.total_compilations}),
        td(r.total_compilations ? seconds(r.compile_seconds) : 'none', {'data-seconds': r.compile_seconds}),
        td(seconds(r.wall_seconds)), td(ms(r.steady_step_seconds), {'data-seconds': r.steady_step_seconds}),
        td(typeof r.break_even_steps === 'number' ? `${Math.round(r.break_even_steps)} steps` : '—'),
        td(String(r.storms))];
+    const pick = el('button', {class: 'baseline' + (r.run === state.baseline ? ' on' : ''),
+                               title: 'compare the selected run\'s compile ledger against this run'},
+                    r.run === state.baseline ? 'baseline ✓' : 'baseline');
+    pick.addEventListener('click', (event) => { event.stopPropagation(); setBaseline(root, r.run); });
     const row = el('tr', {'data-run': r.run, class: r.run === state.selected ? 'selected' : ''},
-                   [el('td', {}, el('code', {}, r.run)), ...cells]);
+                   [el('td', {}, el('code', {}, r.run)), ...cells, el('td', {}, pick)]);
     row.addEventListener('click', () => select(root, r.run));
     return row;
   });
@@ -273,13 +285,23 @@ function ledgerTable(root, view) {
     });
     return th;
   });
-  const body = rows.map((r) => el('tr', {'data-index': r.index}, [
+  const against = view.baseline && !view.baseline.message ? view.baseline : null;
+  const fresh = new Set(against ? against.new : []);
+  const body = rows.map((r) => el('tr', {'data-index': r.index, class: fresh.has(r.index) ? 'new' : ''}, [
     td(String(r.index)), td(r.phase), td(String(r.step)), td(seconds(r.seconds), {'data-seconds': r.seconds}),
     td(r.source), td(r.cached === null ? 'unknown' : r.cached ? 'yes' : 'no'), td(r.changed, {class: 'changed'}),
-    el('td', {}, el('code', {}, r.signature))]));
+    el('td', {}, [el('code', {}, r.signature), fresh.has(r.index) ? el('span', {class: 'tag'}, ' new') : el('span')])]));
   const dropped = view.status.compilations_dropped;
+  const versus = !view.baseline ? el('span') : view.baseline.message ?
+    el('div', {class: 'message', id: 'baseline'}, `baseline ${view.baseline.run}: ${view.baseline.message}`) :
+    el('div', {id: 'baseline'}, [
+      el('div', {class: 'muted'}, `Against baseline ${against.run}: ${against.new.length} signature(s) new ` +
+                                  `(marked), ${against.gone.length} gone`),
+      el('ul', {id: 'baseline-gone'}, against.gone.map((g) => el('li', {}, [`${g.phase}: gone `,
+                                                                            el('code', {}, g.signature)])))]);
   return el('section', {id: 'ledger'}, [
     el('h3', {}, `Compile ledger (${view.status.total_compilations})`),
+    versus,
     el('table', {}, [el('thead', {}, el('tr', {}, head)), el('tbody', {}, body)]),
     dropped ? el('div', {class: 'message', id: 'overflow'},
                  `… and ${dropped} more compiles not listed (past max_records); the counts above include them.`) :
