@@ -119,6 +119,10 @@ def test_the_command_line_exits_0_1_or_2(tmp_path):
     empty.mkdir()
     ok = _cli(base, run)
     assert ok.returncode == 0 and "within bounds" in ok.stdout, ok.stderr
+    old = tmp_path / "old.json"  # a 0.1 report (schema 1: no schema_version), read through parse_report
+    old.write_text(json.dumps({"jit_mode": "on", "jit_active": True, "compilations": [], "steps": {"train": 5}}))
+    read = _cli(str(old), run, "--max-compiles", "train=2")
+    assert read.returncode == 0 and "train  0 -> 2" in read.stdout, read.stderr
     crossed = _cli(base, run, "--max-compiles", "train=1", "--format", "markdown")
     assert crossed.returncode == 1 and crossed.stderr.strip() == "xla-keras diff: train compiled 2 times (at most 1)"
     assert "| train | 1 -> 2 |" in crossed.stdout
