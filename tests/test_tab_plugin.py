@@ -165,7 +165,13 @@ def test_the_steps_route_serves_the_step_time_lane(logdir):
     assert points[0][1] == pytest.approx(2.1)
 
 
-def test_the_latest_report_wins(tmp_path):
+@pytest.mark.parametrize("files_before", [0, 9, 99])  # the two files' counters cross 9 -> 10, 99 -> 100
+def test_the_latest_report_wins(tmp_path, monkeypatch, files_before):
+    import itertools
+
+    from xla_keras.tensorboard.sink import LocalEventFile
+
+    monkeypatch.setattr(LocalEventFile, "_ids", itertools.count(files_before))
     write_run(tmp_path / "fit1", sample_report(n_compiles=2), steps=10)
     write_run(tmp_path / "fit1", sample_report(n_compiles=5), steps=20)  # a later flush, a later event file
     client, _ = tab_client(tmp_path)

@@ -82,8 +82,15 @@ class LocalEventFile:
         from tensorboard.compat.proto.event_pb2 import Event
         from tensorboard.summary.writer.record_writer import RecordWriter
 
-        # TensorBoard's own naming (tools read the host and pid from it): time, host, pid, a counter.
-        name = "events.out.tfevents.%010d.%s.%s.%s" % (time.time(), socket.gethostname(), os.getpid(), next(self._ids))
+        # TensorBoard's own naming (tools read the host and pid from it): time, host, pid, a counter. The
+        # counter is zero-padded: TensorBoard reads a run's files in name order, and two files of one
+        # second named .9 and .10 would be read newest first (the older report would win).
+        name = "events.out.tfevents.%010d.%s.%s.%06d" % (
+            time.time(),
+            socket.gethostname(),
+            os.getpid(),
+            next(self._ids),
+        )
         self._file = open(os.path.join(logdir, name), "wb")
         self._records = RecordWriter(self._file)
         self._flush_secs = flush_secs
