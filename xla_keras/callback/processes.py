@@ -16,17 +16,19 @@ from typing import Any, Dict, List
 from xla_keras.callback.state import CallState
 from xla_keras.core.types import PHASES
 
-FIGURES = ("compilation_count", "compile_seconds", "steps")  # per phase, in PHASES order
+# What each process gives, per phase, in PHASES order: a report key and how a phase's stats read it.
+FIGURES = {
+    "compilation_count": lambda stats: stats.compile_count,
+    "compile_seconds": lambda stats: stats.compile_seconds(),
+    "steps": lambda stats: stats.steps_run,
+}
+COUNTS = ("compilation_count", "steps")  # whole numbers (gathered as float32, exact below 2**24)
 
 
 def values_of(state: CallState) -> List[float]:
     """This process's figures, flat: for each of ``FIGURES``, one value per phase."""
     phases = state.session.phases
-    return (
-        [float(phases[p].compile_count) for p in PHASES]
-        + [float(phases[p].compile_seconds()) for p in PHASES]
-        + [float(phases[p].steps_run) for p in PHASES]
-    )
+    return [float(read(phases[p])) for read in FIGURES.values() for p in PHASES]
 
 
 def records_of(rows: List[List[float]]) -> List[Dict[str, Any]]:
@@ -34,15 +36,11 @@ def records_of(rows: List[List[float]]) -> List[Dict[str, Any]]:
     n = len(PHASES)
     records = []
     for index, row in enumerate(rows):
-        counts, seconds, steps = row[:n], row[n : 2 * n], row[2 * n : 3 * n]
-        records.append(
-            {
-                "process": index,
-                "compilation_count": {p: int(round(v)) for p, v in zip(PHASES, counts)},
-                "compile_seconds": {p: v for p, v in zip(PHASES, seconds)},
-                "steps": {p: int(round(v)) for p, v in zip(PHASES, steps)},
-            }
-        )
+        record: Dict[str, Any] = {"process": index}
+        for k, name in enumerate(FIGURES):
+            values = row[k * n : (k + 1) * n]
+            record[name] = {p: int(round(v)) if name in COUNTS else v for p, v in zip(PHASES, values)}
+        records.append(record)
     return records
 
 
