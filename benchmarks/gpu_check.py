@@ -7,7 +7,10 @@ Run it as is on an accelerator machine. It prints:
    phase, step executables counted by the monitor vs ``jit_<phase>_step``
    modules dumped, and each compile's seconds vs JAX's ``jax_log_compiles``
    lines (tracing + lowering + XLA compilation);
-3. the overhead of XlaMonitor() against a bare fit, median of interleaved
+3. the cost card: each step program's FLOPs, bytes accessed and memory (XLA's
+   analysis of the executable that ran), and each phase's achieved FLOP/s and
+   MFU (the peak from the table for the device, or withheld with the reason);
+4. the overhead of XlaMonitor() against a bare fit, median of interleaved
    rounds (the fit's time includes its last steps finishing on the device).
 
 Nothing assumes a CPU: the model and batch are sized up when an accelerator is
@@ -132,6 +135,25 @@ def child(args):
         f"  other modules dumped (not step programs): {other}; report.other_compilations: "
         f"{json.dumps(report.other_compilations)}"
     )
+
+    print("cost card (report.compilations[i].cost, report.costs):")
+    for c in report.compilations:
+        cost = c.cost
+        if cost is None:
+            print(f"  {c.phase} step {c.step}: not analysed")
+            continue
+        print(
+            f"  {c.phase} step {c.step}: {cost.flops} FLOPs, {cost.bytes_accessed} bytes accessed, peak memory "
+            f"{cost.peak_bytes} bytes (argument {cost.argument_bytes}, output {cost.output_bytes}, alias "
+            f"{cost.alias_bytes}, temp {cost.temp_bytes})"
+            + (f"; unavailable: {cost.unavailable}" if cost.unavailable else "")
+        )
+    for phase, rates in report.costs.items():
+        print(
+            f"  {phase}: {rates['flops_per_second']} FLOP/s, MFU {rates['mfu']} (peak {rates['peak_flops']}, "
+            f"{rates['peak_source']}) over {rates['steady_steps']} steady steps"
+            + (f"; rates withheld: {rates['rates_withheld']}" if rates["rates_withheld"] else "")
+        )
 
     # 2. Overhead, interleaved rounds.
     batch = 256 if accelerator else 64

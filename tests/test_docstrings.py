@@ -32,6 +32,7 @@ MEMBERS = {
     "XlaMonitor": ("report", "reports", "log_dir", "error", "model"),
     "XlaReport": ("total_compilations", "to_dict", "from_dict", "to_json", "from_json", "details", "to_markdown"),
     "Compilation": ("to_dict", "from_dict"),
+    "ProgramCost": ("peak_bytes", "to_dict", "from_dict"),
     "SlowStep": ("to_dict", "from_dict"),
     "Storm": ("to_dict", "from_dict"),
     "PhaseAdvice": ("to_dict", "from_dict"),

@@ -242,6 +242,17 @@ class Spy(keras.callbacks.Callback):
         out["user_data"] = type(_internals.user_data(self.model)).__name__
         out["distribution"] = _internals.distribution_facts()
 m.fit(np.ones((6, 4), "float32"), np.ones((6, 1), "float32"), verbose=0, callbacks=[Spy()])
+# The cost card lowers the step with the state Keras's trainer passes it (_get_jax_state, per phase).
+m2 = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3), keras.layers.Dense(1)])
+m2.compile("adam", "mse", metrics=["mae"], jit_compile=True)
+m2.fit(np.ones((6, 4), "float32"), np.ones((6, 1), "float32"), verbose=0)
+parts = {"train": dict(optimizer_variables=True, metrics_variables=True), "test": dict(metrics_variables=True),
+         "predict": {}}
+shapes = lambda state: [[list(a.shape) for a in part] for part in state]
+out["state"] = {p: shapes(_internals.step_state_specs(m2, p)) == shapes(m2._get_jax_state(
+    trainable_variables=True, non_trainable_variables=True, **kw)) for p, kw in parts.items()}
+out["state_parts"] = [len(_internals.step_state_specs(m2, p)) for p in parts]
+out["device_kind"] = _internals.device_kind()
 print("CHECK " + json.dumps(out))
 """
 
@@ -269,6 +280,8 @@ def test_the_private_apis_the_jax_backend_uses_are_where_it_expects():
     assert out["raw_jit"] is False
     assert out["callback_list"] == "CallbackList" and out["user_data"] == "ndarray"
     assert out["distribution"]["default"] is True
+    assert out["state"] == {"train": True, "test": True, "predict": True} and out["state_parts"] == [4, 3, 2]
+    assert out["device_kind"] == "cpu"
 
 
 def test_compiles_outside_the_steps_go_to_the_current_models_report_only():

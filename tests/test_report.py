@@ -5,6 +5,7 @@ import math
 
 import pytest
 
+from xla_keras.core.cost import ProgramCost, phase_rates
 from xla_keras.core.signatures import Leaf
 from xla_keras.report.model import XlaReport
 from xla_keras.report.records import Compilation, SlowStep
@@ -25,6 +26,7 @@ COMPILATION_KEYS = [
     "call_compiles",
     "last_batch",
     "estimated_because",
+    "cost",  # schema 9 (the cost card)
 ]
 SLOW_STEP_KEYS = ["phase", "step", "seconds", "steady_seconds", "signature"]
 REPORT_KEYS = [
@@ -60,6 +62,7 @@ REPORT_KEYS = [
     "advice",  # schema 5 (compile budget)
     "jit_decision",  # schema 6 (jit="fastest")
     "processes",  # schema 8 (several processes: each one's counts)
+    "costs",  # schema 9 (the cost card: achieved rates per phase)
 ]
 SIGNATURE_ITEM_KEYS = ["path", "dtype", "shape"]
 
@@ -72,13 +75,16 @@ def compilation(step=1, batch=64, seconds=0.335, source="profiler", phase="train
     return Compilation(phase, step, sig(batch, 5), seconds, source, **kw)
 
 
+PROGRAM_COST = ProgramCost(1.2e6, 5.7e5, 109724, 101544, 101404, 50308, 0, "XLA's cost and memory analysis", True)
+
+
 def full_report(**overrides):
     fields = dict(
         jit_mode="on",
         jit_active=True,
         jit_reason="jit_compile=True on the train function",
         compilations=[
-            compilation(1, 64, 0.335, step_seconds=0.41, traced=True),
+            compilation(1, 64, 0.335, step_seconds=0.41, traced=True, cost=PROGRAM_COST),
             compilation(9, 40, 0.25, "timing", step_seconds=0.26),
             compilation(1, 64, 0.125, phase="test", cached=True),
         ],
@@ -100,6 +106,7 @@ def full_report(**overrides):
         notes=["first note", "second note"],
         log_dir="/tmp/logs/xla",
         versions={"tensorflow": "2.21.0", "keras": "3.15.1"},
+        costs={"train": phase_rates(PROGRAM_COST, 0.0125, 14, (1e12, "XlaMonitor(peak_flops=...)"))},
     )
     fields.update(overrides)
     return XlaReport(**fields)
@@ -341,9 +348,9 @@ def test_reports_carry_their_schema_version_and_parse_back():
 
     report = full_report()
     data = report.to_dict()
-    assert data["schema_version"] == SCHEMA_VERSION == 8
+    assert data["schema_version"] == SCHEMA_VERSION == 9
     parsed = parse_report(json.loads(json.dumps(data)))
-    assert parsed.schema_version == 8 and not parsed.newer and parsed.message is None
+    assert parsed.schema_version == 9 and not parsed.newer and parsed.message is None
     assert parsed.report.to_dict() == data
 
 

@@ -172,7 +172,7 @@ for i, name in enumerate(names):
 import xla_keras
 FUNCTIONS = {"configure", "doctor", "compare", "parse_report", "jit_decision", "forget_jit_decision"}
 CLASSES = {"XlaMonitor", "XlaReport", "Compilation", "SlowStep", "Storm", "CompareTable", "MonitorConfig",
-           "PhaseAdvice"}
+           "PhaseAdvice", "ProgramCost"}
 EXCEPTIONS = {"RecompilationStormError": Exception, "LogDirError": Exception, "XlaKerasWarning": Warning}
 wrong = []
 for name in xla_keras.__all__:

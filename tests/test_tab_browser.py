@@ -19,6 +19,7 @@ from test_tensorboard import _sequences  # noqa: E402  (storm data: padded batch
 
 import xla_keras
 from xla_keras.core.signatures import describe, from_jsonable
+from xla_keras.report.figures import quantity
 from xla_keras.report.schema import REPORT_FILE
 from xla_keras.tensorboard.metadata import PLUGIN_NAME, TAG_STEP_TIME
 
@@ -256,6 +257,9 @@ def test_the_xla_tab_in_headless_chromium(tab_server):
             for i, c in enumerate(report["compilations"], 1):
                 cell = frame.locator(f"#ledger tr[data-index='{i}'] td[data-seconds]")
                 assert float(cell.get_attribute("data-seconds")) == pytest.approx(c["seconds"], rel=1e-12)
+                # the cost card's columns: the report's own figures, as report/figures.py writes them
+                flops = frame.locator(f"#ledger tr[data-index='{i}'] td.flops").inner_text()
+                assert flops == quantity(c["cost"]["flops"], "FLOP") and flops != "n/a", (i, c["cost"])
             strip = frame.locator("#status").inner_text()
             assert f"{sum(report['compilation_count'].values())}: train {report['compilation_count']['train']}" in strip
             assert f"requested {report['jit_mode']}" in strip

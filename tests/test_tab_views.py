@@ -279,3 +279,19 @@ def test_a_malformed_jit_decision_is_said_not_drawn(decision, words):
     report["jit_decision"] = decision
     with pytest.raises(ValueError, match=words.replace("[", r"\[").replace("]", r"\]")):
         views.run_view("fit1", report)
+
+
+def test_the_ledger_carries_each_programs_cost_or_says_why_not():
+    from xla_keras.core.cost import ProgramCost
+
+    analysed = ProgramCost(1.2e6, 5.7e5, 1000, 900, 800, 500, 0, "XLA's analysis", True).to_dict()
+    partial = ProgramCost(flops=3e6, source="HLO", unavailable="bytes accessed and memory: not given").to_dict()
+    rows = views.ledger(
+        [
+            {**compile_row("train", 1, xy(8, 84)), "cost": analysed},
+            {**compile_row("train", 3, xy(8, 90)), "cost": partial},
+            compile_row("train", 5, xy(8, 96)),  # schema 8, or cost="off": no cost key
+        ]
+    )
+    assert [(r["flops"], r["peak_bytes"]) for r in rows] == [(1.2e6, 1600), (3e6, None), (None, None)]
+    assert [r["cost_note"] for r in rows] == ["", "bytes accessed and memory: not given", "not analysed"]

@@ -25,6 +25,7 @@ XLA_SCALARS = {
     "xla/compilations",
     "xla/distinct_signatures",
     "xla/storm",
+    "xla/flops_per_second",  # the cost card (xla/mfu too, where the device's peak is known: not on a CPU)
 }
 
 
@@ -131,6 +132,10 @@ def test_scalar_values_match_the_report(storm_logdir):
     )
     validation = _accumulator(os.path.join(log_dir, "validation"))
     assert len(validation.Scalars("xla/compilations")) == report.compilation_count["test"]
+    # The cost card: the achieved FLOP/s at the last epoch's end is the report's (no MFU on a CPU).
+    rates = report.costs["train"]
+    assert rates["flops_per_second"] and rates["mfu"] is None and "xla/mfu" not in train.Tags()["scalars"]
+    assert train.Scalars("xla/flops_per_second")[-1].value == pytest.approx(rates["flops_per_second"], rel=1e-6)
 
 
 def test_text_report_is_the_markdown_report(storm_logdir):
@@ -151,7 +156,7 @@ def test_custom_scalars_layout_has_the_xla_category(storm_logdir):
     layout = layout_pb2.Layout.FromString(event.tensor_proto.string_val[0])
     assert [c.title for c in layout.category] == [LAYOUT_CATEGORY]
     tags = {t for chart in layout.category[0].chart for t in chart.multiline.tag}
-    assert tags == {f"^{t}$" for t in XLA_SCALARS}
+    assert tags == {f"^{t}$" for t in XLA_SCALARS | {"xla/mfu"}}
 
 
 def test_traces_land_where_the_profile_tab_finds_them(storm_logdir):

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Optional, Tuple, Union
 
 from xla_keras.core.arguments import directory, integer
+from xla_keras.core.cost import COST_CHOICES
 from xla_keras.jit.modes import MODES, validate_mode
 from xla_keras.storms.detection import ON_STORM
 
@@ -38,6 +39,8 @@ class MonitorConfig:
         max_records: as ``XlaMonitor``'s.
         compile_budget: as ``XlaMonitor``'s.
         compile_budget_floor: as ``XlaMonitor``'s.
+        cost: as ``XlaMonitor``'s.
+        peak_flops: as ``XlaMonitor``'s; kept as a float or None.
 
     Raises:
         ValueError: an argument outside its choices (the message names them).
@@ -67,6 +70,8 @@ class MonitorConfig:
     max_records: int = 1000
     compile_budget: Optional[float] = 0.10
     compile_budget_floor: float = 1.0
+    cost: str = "auto"
+    peak_flops: Optional[float] = None
 
     def __post_init__(self):
         fix = lambda name, value: object.__setattr__(self, name, value)  # noqa: E731 - frozen
@@ -91,6 +96,9 @@ class MonitorConfig:
         fix("max_records", integer(self.max_records))
         fix("compile_budget", _compile_budget(self.compile_budget))
         fix("compile_budget_floor", _seconds(self.compile_budget_floor, "compile_budget_floor"))
+        if not isinstance(self.cost, str) or self.cost not in COST_CHOICES:
+            raise ValueError(f"cost must be one of {', '.join(map(repr, COST_CHOICES))}; got {self.cost!r}")
+        fix("peak_flops", _peak_flops(self.peak_flops))
 
     @property
     def steps_per_scalar(self) -> Optional[int]:
@@ -111,6 +119,21 @@ def _compile_budget(budget: Any) -> Optional[float]:
     raise ValueError(
         f"compile_budget must be a share of a phase's time in (0, 1), e.g. 0.1, or None (no budget "
         f"advice); got {budget!r}"
+    )
+
+
+def _peak_flops(value: Any) -> Optional[float]:
+    if value is None:
+        return None
+    if not isinstance(value, bool):
+        try:
+            flops = float(value)
+        except (TypeError, ValueError):
+            flops = 0.0
+        if 0.0 < flops < float("inf"):
+            return flops
+    raise ValueError(
+        f"peak_flops must be one device's peak FLOP/s > 0, e.g. 312e12, or None (the table); got {value!r}"
     )
 
 

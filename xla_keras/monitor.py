@@ -120,6 +120,13 @@ class XlaMonitor(MonitorSurface):
             much to get that advice (a number >= 0; 0: the share alone decides). 1.0 by default: in a short
             demo a partial last batch's extra compile (~0.1-0.5 s on a CPU) can be about half of the phase
             and still not be worth a finding. A storm is not subject to it: it always speaks.
+        cost: the cost card: what each compiled program costs (``report.compilations[i].cost``: FLOPs,
+            bytes, memory) and each phase's achieved FLOP/s and MFU (``report.costs``, the ``xla/flops_per_second``
+            and ``xla/mfu`` scalars). ``"auto"`` (the default) analyses each distinct signature's program once, at
+            an epoch's or a call's end, never on the step path, with sources that compile nothing again (JAX:
+            the executable that ran; TensorFlow: the step's HLO, FLOPs only); ``"off"``: no analysis.
+        peak_flops: one device's peak FLOP/s for the MFU; None (the default): a table of common GPUs and
+            TPUs by device and compute dtype (``core.cost.PEAK_FLOPS``), and no MFU on other devices (CPUs).
 
     Raises:
         ValueError: at construction, for an argument outside its choices (the message names them).
@@ -166,12 +173,16 @@ class XlaMonitor(MonitorSurface):
         max_records: int = 1000,
         compile_budget: Optional[float] = 0.10,
         compile_budget_floor: float = 1.0,
+        cost: str = "auto",
+        peak_flops: Optional[float] = None,
     ):
         backend = backend_for(keras.backend.backend())  # a class; raises, naming the backend that runs
         super().__init__()
         storms = (storm_threshold, storm_window, on_storm)
         budget = (compile_budget, compile_budget_floor)
-        self.config = MonitorConfig(log_dir, jit, *storms, profile, update_freq, verbose, max_records, *budget)
+        self.config = MonitorConfig(
+            log_dir, jit, *storms, profile, update_freq, verbose, max_records, *budget, cost, peak_flops
+        )
         self.backend: Backend = backend(self.config.jit)
         self.call_token: Optional[object] = None  # the fit / evaluate / predict being watched (guards.py)
         self.quiet_phase: Optional[str] = None  # the step wrapper runs that phase's next call quietly

@@ -11,7 +11,8 @@ depends on the framework under Keras lives behind this interface:
 * JIT modes: apply one, read back what really runs, fall back mid-fit,
   restore what was changed;
 * profiler traces, distribution facts, what ends an epoch's data, and the
-  Keras call on the stack (for the callback-list guard).
+  Keras call on the stack (for the callback-list guard);
+* the cost card: a batch's shapes kept, and its step program's cost analysed later.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Protocol, Sequence, Tuple, Type
 
+from xla_keras.core.cost import ProgramCost
 from xla_keras.core.repeats import SteadyLane
 from xla_keras.core.signatures import InputSignature
 from xla_keras.core.types import CallPlan, CompileObservation, Notes
@@ -125,6 +127,7 @@ class Backend(Protocol):
     op_by_op_shape_seconds: Optional[float]
     # jit='fastest': the other mode's first call against the fit's first call, by direction (to XLA on: True)
     trial_first_call: Dict[bool, float]
+    cost_source: str  # where the cost card's figures come from, in words
 
     def prepare(self, owner: StepObserver) -> None:
         """At monitor construction (``owner``: the monitor, which owns the wrappers)."""
@@ -232,6 +235,16 @@ class Backend(Protocol):
     def gather(self, values: Sequence[float]) -> Optional[List[List[float]]]:
         """Every process's ``values`` (as long as this one's), in process order: a collective, so every
         process of the distribution must call it at the same point. None where there is none."""
+
+    def cost_spec(self, batch: Any) -> Any:
+        """The batch's shapes and dtypes, without its values: kept for ``program_cost`` later."""
+
+    def program_cost(self, model: Any, phase: str, spec: Any) -> ProgramCost:
+        """What the phase's step program for ``spec``'s shapes costs; off the step path, and without
+        compiling again where the backend can (``core/cost.py``). Unavailable figures are None."""
+
+    def device_kind(self) -> str:
+        """The name of the device the steps run on (for the peak table), or "" when unknown."""
 
 
 class BackendClass(Protocol):

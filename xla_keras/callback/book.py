@@ -15,6 +15,7 @@ import weakref
 from typing import Any, Callable, Dict, List, Optional
 
 from xla_keras.backends.base import Backend, CompileProbe
+from xla_keras.callback.costs import CostMeter
 from xla_keras.callback.traces import TraceWindows
 from xla_keras.config import MonitorConfig
 from xla_keras.core.cache import CacheAccount
@@ -47,6 +48,7 @@ class ModelReport:
         self.state: Optional[str] = None  # "finished" / "interrupted" once a call has ended
         self.stopped: Optional[str] = None  # where the last interrupted call stopped, in words
         self.processes: List[Dict[str, Any]] = []  # several processes: each one's counts (callback/processes.py)
+        self.costs = CostMeter(config.cost, config.peak_flops, backend, self.session.notes)
 
     def ended(self, interrupted: Optional[str] = None) -> None:
         """A watched call ended: normally, or (``interrupted``: where, in words) by an exception."""
@@ -88,6 +90,7 @@ class ModelReport:
                 backend=self.backend.name,
                 other_compilations=self.backend.compiles_outside_steps(self.probe) if self.probe is not None else {},
                 processes=tuple(self.processes),
+                costs=self.costs.rates(self.session.phases),
             ),
         )
 

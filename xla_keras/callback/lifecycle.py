@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import logging
 import weakref
-from typing import Any, Optional
+from typing import Any, Optional, Tuple
 
 from xla_keras.backends.base import Backend
 from xla_keras.callback.fastest import FastestDriver
@@ -71,6 +71,7 @@ class Lifecycle:
         backend, session = state.backend, state.session
         self.steps.disarm()  # a lane armed in an earlier call (maybe another model's) counts nothing here
         session.call_segment_began(run)
+        state.current.costs.call_began()
         state.dist = backend.distribution(state.model)
         state.sink.chief = state.dist.chief
         session.data_kind = backend.data_kind(state.model)
@@ -204,16 +205,31 @@ class Lifecycle:
             state.fastest.epoch_ended(state.session.phases["train"].step)
         self.steps.settle(("train",))
         state.sink.scalars(state.session.end_of_run("train"))
+        self.cost_card(("train",))
         if epoch + 1 < (state.observer.params or {}).get("epochs", epoch + 2):
             gather_processes(state)  # every process ends the epoch at the same step
             state.flush(text=True)
         # The fit's last epoch: its end hook gathers and writes the same files next (a failure between
         # the two: abort_fit writes), so they are written once (1.0 ms of a 1-epoch fit's 2.9 ms, measured).
 
+    def cost_card(self, phases: Tuple[str, ...]) -> None:
+        """Off the step path: analyse the programs compiled since the last time (callback/costs.py),
+        and write the phases' achieved FLOP/s and MFU."""
+        state = self.state
+        costs, session = state.current.costs, state.session
+        try:
+            costs.analyse(state.model, session.phases)
+            for phase in phases:
+                state.sink.scalars(costs.scalars(phase, session.phases[phase]))
+        except Exception as error:  # noqa: BLE001 - the cost card is a detail: the rest of the monitor goes on
+            session.notes.add_once("cost-card-failed", f"the cost card stopped: {type(error).__name__}: {error}"[:200])
+            costs.mode = "off"
+
     def end_phase(self, phase: str, interrupted: Optional[str] = None) -> None:
         state = self.state
         self.steps.settle((phase,))
         state.sink.scalars(state.session.end_of_run(phase))
+        self.cost_card((phase,))
         state.backend.remove(state.model, phase)
         if not state.in_fit:
             state.session.take_views((phase,))

@@ -124,8 +124,10 @@ class StepPath:
         self._plans[phase] = plan
         stats = session.phases[phase]
         free_probe = state.backend.probes_every_call  # JAX: its events cost nothing, every call is seen
-        if plan.new and not state.dist.default:
-            self._note_per_device(phase, batches[plan.new[0][0]], plan.new[0][2])
+        if plan.new:
+            current.costs.capture(phase, plan, batches)  # the new batches' shapes, for an analysis off the step path
+            if not state.dist.default:
+                self._note_per_device(phase, batches[plan.new[0][0]], plan.new[0][2])
         if current.traces.maybe_start(
             phase,
             stats.step,

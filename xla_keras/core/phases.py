@@ -33,6 +33,7 @@ class PhaseStats:
         self.view: Optional[SampleView] = None  # the sample as last measured (storm open, fit end)
         self.step = 0  # global 1-based step of the last batch run
         self.steps_run = 0  # batches run under the monitor
+        self.runs = 0  # epochs (train) or validation / evaluate / predict runs ended
         self.last_new_step = 0
         self.pending_storm: Optional[Tuple[int, int, int]] = None  # (step, count, window_start)
         self.deferred_new: Optional[int] = None  # step of a smaller new batch, maybe the last
@@ -102,6 +103,7 @@ class PhaseStats:
 
     def end_of_run(self, phase: str, update_freq: object) -> List[Scalar]:
         """An epoch (train) or a validation / evaluate / predict run ended: its scalars."""
+        self.runs += 1
         self.history.end_of_run()
         self.deferred_new = None  # it was the partial last batch of the run
         for record in reversed(self.records):  # the run's last step compiled: say so in the ledger

@@ -31,6 +31,7 @@ class ReportContext:
     backend: str = "tensorflow"
     other_compilations: Dict[str, dict] = field(default_factory=dict)
     processes: Tuple[Dict[str, Any], ...] = ()  # several processes: each one's counts, gathered
+    costs: Dict[str, Dict[str, Any]] = field(default_factory=dict)  # per phase: achieved rates (callback/costs.py)
 
 
 def build_report(snapshot: SessionSnapshot, context: ReportContext) -> XlaReport:
@@ -84,6 +85,7 @@ def build_report(snapshot: SessionSnapshot, context: ReportContext) -> XlaReport
     report.backend = context.backend
     report.other_compilations = {k: dict(v) for k, v in context.other_compilations.items()}
     report.processes = [dict(p) for p in context.processes]
+    report.costs = {phase: dict(rates) for phase, rates in context.costs.items()}
     return report
 
 

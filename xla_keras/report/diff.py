@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from xla_keras.core.types import PHASES
+from xla_keras.report.figures import quantity
 from xla_keras.report.model import XlaReport
 from xla_keras.report.units import ms_text
 
@@ -39,6 +40,10 @@ FIGURES: Dict[str, Tuple[Callable[[XlaReport, str], Any], Callable[[Any], str]]]
     ),
     "steady_steps": (lambda r, p: r.steady_step_counts.get(p, 0), str),
     "storms": (lambda r, p: sum(1 for s in r.storms if s.phase == p), str),
+    # The cost card (schema 9): None for older reports and unanalysed phases.
+    "flops_per_step": (lambda r, p: r.costs.get(p, {}).get("flops_per_step"), lambda v: quantity(v, "FLOP")),
+    "flops_per_second": (lambda r, p: r.costs.get(p, {}).get("flops_per_second"), lambda v: quantity(v, "FLOP/s")),
+    "peak_bytes": (lambda r, p: r.costs.get(p, {}).get("peak_bytes"), lambda v: quantity(v, "B")),
 }
 
 

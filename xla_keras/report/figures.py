@@ -171,3 +171,34 @@ def processes_words(report: XlaReport) -> Optional[str]:
         for p in phases
     ]
     return f"{len(rows)}, compiles per process in order: " + ("; ".join(parts) or "none")
+
+
+def quantity(value: Optional[float], unit: str) -> str:
+    """``1.19 MFLOP``, ``160 kB``: three significant digits and an SI prefix; ``n/a`` when unknown."""
+    if value is None:
+        return "n/a"
+    for prefix, scale in (("P", 1e15), ("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if abs(value) >= scale:
+            return f"{value / scale:.3g} {prefix}{unit}"
+    return f"{value:.3g} {unit}"
+
+
+def cost_words(report: XlaReport) -> Optional[str]:
+    """Per phase with a costed steady program: its FLOPs per step, memory, and achieved rates with the
+    steady steps they rest on (``report.costs``); None when no program was analysed."""
+    parts = []
+    for phase in PHASES:
+        rates = report.costs.get(phase)
+        if not rates:
+            continue
+        words = f"{phase} {quantity(rates['flops_per_step'], 'FLOP')}/step"
+        if rates.get("peak_bytes") is not None:
+            words += f", {quantity(rates['peak_bytes'], 'B')} peak memory"
+        if rates.get("flops_per_second") is not None:
+            words += f", {quantity(rates['flops_per_second'], 'FLOP/s')} over {rates['steady_steps']} steady steps"
+            if rates.get("mfu") is not None:
+                words += f" (MFU {rates['mfu']:.1%})"
+        else:
+            words += f" (rates withheld: {rates.get('rates_withheld') or 'no steady step'})"
+        parts.append(words)
+    return "; ".join(parts) or None

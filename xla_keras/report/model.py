@@ -21,7 +21,7 @@ from xla_keras.report.summary import summary
 from xla_keras.storms.budget import PhaseAdvice
 from xla_keras.storms.detection import Storm
 
-SCHEMA_VERSION = 8  # see schema.py for what each version added
+SCHEMA_VERSION = 9  # see schema.py for what each version added
 
 
 @dataclass
@@ -81,10 +81,10 @@ class XlaReport:
         backend: the Keras backend that ran: "tensorflow" or "jax".
         other_compilations: JAX: compiles kept out of the step ledger, as totals
             (``{"in_steps": {"count", "seconds"}, "outside_steps": {...}}``).
-        processes: several processes in one distribution (multi-process JAX, or the workers of
-            MultiWorkerMirroredStrategy): each process's
-            ``{"process", "compilation_count", "compile_seconds", "steps"}`` (per phase), as gathered at
-            the last epoch end or fit end; [] in one process. The rest of the report is this process's.
+        processes: several processes in one distribution (multi-process JAX, or MultiWorkerMirroredStrategy's
+            workers): each process's ``{"process", "compilation_count", "compile_seconds", "steps"}`` (per
+            phase), as gathered at the last epoch end or fit end; [] in one process. The rest is this process's.
+        costs: per phase with a costed program, its achieved rates at steady state (``core.cost.phase_rates``).
 
     Example:
         `monitor`: the monitor of XlaMonitor's example, after its fit of 2 batches of 32.
@@ -134,6 +134,7 @@ class XlaReport:
     backend: str = "tensorflow"
     other_compilations: Dict[str, Dict[str, float]] = field(default_factory=dict)
     processes: List[Dict[str, Any]] = field(default_factory=list)
+    costs: Dict[str, Dict[str, Any]] = field(default_factory=dict)
 
     @property
     def total_compilations(self) -> int:
@@ -163,7 +164,7 @@ class XlaReport:
             ```pycon
             >>> data = xla_keras.XlaReport(jit_mode="on").to_dict()
             >>> data["schema_version"], data["jit_mode"], data["compilation_count"]
-            (8, 'on', {'train': 0, 'test': 0, 'predict': 0})
+            (9, 'on', {'train': 0, 'test': 0, 'predict': 0})
 
             ```
         """
@@ -200,6 +201,7 @@ class XlaReport:
             "backend": self.backend,
             "other_compilations": {k: dict(v) for k, v in self.other_compilations.items()},
             "processes": [dict(p) for p in self.processes],
+            "costs": {phase: dict(rates) for phase, rates in self.costs.items()},
         }
 
     @classmethod

@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Dict, Optional
 
+from xla_keras.core.cost import ProgramCost
 from xla_keras.core.signatures import InputSignature, from_jsonable, to_jsonable
 from xla_keras.core.timing import excess_over_steady
 
@@ -54,6 +55,9 @@ class Compilation:
         estimated_because: why a ``"timing"`` record is an estimate, one of
             ``ESTIMATED_BECAUSE``'s keys ("trace_window", "profiler_busy", "probes_off",
             "not_measured", "unprobed"); None for a measured record.
+        cost: what the program costs (FLOPs, bytes, memory: a ``ProgramCost``), analysed off the step
+            path after it compiled; None when it was not analysed (``XlaMonitor(cost="off")``, past the
+            per-fit cap, or a record read from a report older than schema 9).
 
     Example:
         `monitor`: the monitor of XlaMonitor's example, after its fit of 2 batches of 32.
@@ -80,6 +84,7 @@ class Compilation:
     call_compiles: int = 1
     last_batch: bool = False
     estimated_because: Optional[str] = None
+    cost: Optional[ProgramCost] = None
 
     def to_dict(self) -> Dict[str, Any]:
         """This compile as the report's JSON holds it.
@@ -100,6 +105,7 @@ class Compilation:
             "call_compiles": self.call_compiles,
             "last_batch": self.last_batch,
             "estimated_because": self.estimated_because,
+            "cost": None if self.cost is None else self.cost.to_dict(),
         }
 
     @classmethod
@@ -116,6 +122,8 @@ class Compilation:
         """
         known = {k: v for k, v in d.items() if k in cls.__dataclass_fields__}
         known["signature"] = from_jsonable(d["signature"])
+        if d.get("cost") is not None:
+            known["cost"] = ProgramCost.from_dict(d["cost"])
         return cls(**known)
 
     def estimate_from(self, steady_seconds: Optional[float]) -> float:

@@ -12,6 +12,7 @@ from xla_keras.core.types import PHASES
 from xla_keras.report.figures import (
     break_even_words,
     compile_time_words,
+    cost_words,
     decision_lines,
     fallback_cost,
     op_by_op_words,
@@ -71,6 +72,9 @@ def render(report: XlaReport, full: bool = False) -> str:
     processes = processes_words(report)
     if processes:
         lines.append(f"  processes       : {processes}")
+    cost = cost_words(report)
+    if cost:
+        lines.append(f"  cost            : {cost}")
     if report.break_even_steps is not None or report.jit_decision:
         lines.append(f"  break-even      : {break_even_words(report)}")
     if report.slow_step_count:
@@ -197,6 +201,9 @@ def render_markdown(report: XlaReport) -> str:
     processes = processes_words(report)
     if processes:
         out += ["", f"**processes:** {processes}"]
+    cost = cost_words(report)
+    if cost:
+        out += ["", f"**cost:** {cost}"]
     if report.slow_step_count:
         out += ["", f"**slow steps:** {report.slow_step_count} known-signature steps far above the steady median"]
     if report.storms:

@@ -27,6 +27,9 @@ Report schema versions (``xla_report.json``, ``XlaReport.to_dict()``; the curren
   ``data`` (what each figure rests on, and what each advice speaks of).
 * 8 - ``processes`` (several processes in one distribution, JAX's or MultiWorkerMirroredStrategy's: each one's compile
   counts, compile seconds and steps per phase, gathered at epoch ends and the fit's end).
+* 9 - a compile's ``cost`` (``ProgramCost``: FLOPs, bytes accessed, argument / output / alias / temp /
+  code bytes, ``peak_bytes``, their source; null: not analysed) and the report's ``costs`` (per phase:
+  achieved FLOP/s, bytes/s and MFU at the steady step). Older reports read with no cost.
 """
 
 from __future__ import annotations

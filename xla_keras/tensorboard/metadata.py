@@ -24,6 +24,8 @@ TAG_COMPILATIONS = "xla/compilations"
 TAG_COMPILE_TIME = "xla/compile_time_ms"
 TAG_DISTINCT_SIGNATURES = "xla/distinct_signatures"
 TAG_STORM = "xla/storm"
+TAG_FLOPS_PER_SECOND = "xla/flops_per_second"  # achieved at the steady step (the cost card)
+TAG_MFU = "xla/mfu"  # of the device's peak, where it is known
 TAG_REPORT = "xla/report"
 SCALAR_TAGS = (
     TAG_STEP_TIME,
@@ -32,15 +34,18 @@ SCALAR_TAGS = (
     TAG_COMPILE_TIME,
     TAG_DISTINCT_SIGNATURES,
     TAG_STORM,
+    TAG_FLOPS_PER_SECOND,
+    TAG_MFU,
 )
 
-# The custom-scalars layout: one category, four charts (title, tags).
+# The custom-scalars layout: one category, five charts (title, tags).
 LAYOUT_CATEGORY = "XLA"
 LAYOUT_CHARTS = (
     ("step time vs steady step time (ms)", (TAG_STEP_TIME, TAG_STEADY_STEP_TIME)),
     ("compilations and distinct signatures", (TAG_COMPILATIONS, TAG_DISTINCT_SIGNATURES)),
     ("compile time (ms)", (TAG_COMPILE_TIME,)),
     ("recompilation storms", (TAG_STORM,)),
+    ("achieved FLOP/s and MFU at the steady step", (TAG_FLOPS_PER_SECOND, TAG_MFU)),
 )
 
 # The XLA tab (xla_keras.tensorboard): its plugin name and the report it reads.

@@ -16,6 +16,7 @@ from xla_keras.core.types import PHASES
 from xla_keras.report.figures import (
     break_even_words,
     compile_time_words,
+    cost_words,
     fallback_cost,
     op_by_op_words,
     processes_words,
@@ -110,9 +111,17 @@ def ledger(compilations: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
                 "last_batch": bool(c.get("last_batch")),
                 "signature": describe(from_jsonable(signature)),
                 "changed": changed,
+                **_cost_cells(c.get("cost")),
             }
         )
     return rows
+
+
+def _cost_cells(cost: Optional[Dict[str, Any]]) -> Dict[str, Any]:
+    """The cost card's ledger columns: FLOPs and peak memory (null: unavailable, and why)."""
+    cost = cost or {}
+    why = cost.get("unavailable") or ("" if cost else "not analysed")
+    return {"flops": cost.get("flops"), "peak_bytes": cost.get("peak_bytes"), "cost_note": why}
 
 
 # ------------------------------------------------------------------ the rest of a run
@@ -128,6 +137,7 @@ def status(report: Dict[str, Any]) -> Dict[str, Any]:
         "compile_time_words": "".join(compile_time_words(said)),
         "steady_words": {p: steady_words(said, p) for p in PHASES if steady_words(said, p)},
         "break_even_words": break_even_words(said),
+        "cost_words": cost_words(said) or "",
         "fallback_words": "; ".join(w for w in (fallback_cost(fallback), op_by_op_words(said)) if w)
         if fallback
         else "",

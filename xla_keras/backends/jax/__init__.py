@@ -14,11 +14,12 @@ import weakref
 from typing import Any, ClassVar, Dict, List, Optional, Sequence, Tuple
 
 from xla_keras.backends.base import CompileProbe, Distribution
-from xla_keras.backends.jax import _internals
+from xla_keras.backends.jax import _internals, cost
 from xla_keras.backends.jax.jit import MODES, JitController, persistent_cache
 from xla_keras.backends.jax.probe import JaxProbe
 from xla_keras.backends.jax.steps import StepWrappers, end_of_data
 from xla_keras.backends.keras_backend import KerasBackend, is_keras3_model
+from xla_keras.core.cost import ProgramCost
 from xla_keras.core.signatures import InputSignature, signature_of
 from xla_keras.core.types import Notes
 from xla_keras.storms.fix_code import data_kind_of
@@ -122,6 +123,17 @@ class JaxBackend(KerasBackend):
 
     def multi_worker_fit_problem(self) -> Optional[str]:
         return None
+
+    cost_source = cost.SOURCE
+
+    def cost_spec(self, batch: Any) -> Any:
+        return cost.cost_spec(batch)
+
+    def program_cost(self, model: Any, phase: str, spec: Any) -> ProgramCost:
+        return cost.program_cost(self.step_function(model, phase), model, phase, spec)
+
+    def device_kind(self) -> str:
+        return _internals.device_kind()
 
     def gather(self, values: Sequence[float]) -> Optional[List[List[float]]]:
         from xla_keras.backends.jax.agreement import allgather

@@ -19,6 +19,7 @@ from typing import Any, Optional, Tuple
 
 from xla_keras.backends.chain import unwrap
 from xla_keras.backends.keras._internals import (  # noqa: F401 - re-exported: Keras-level, backend-neutral
+    InternalsMoved,
     auto_jit,
     callback_model,
     fit_validates,
@@ -218,3 +219,46 @@ def stop_trace() -> None:
     import jax
 
     jax.profiler.stop_trace()
+
+
+# --------------------------------------------------------------------------
+# The state Keras passes its step (keras/src/backend/jax/trainer.py, _get_jax_state): per phase, the
+# variable lists in the order fit / evaluate / predict pass them. The cost card lowers the jitted step
+# with their shapes (core/cost.py).
+
+_STATE_LISTS = {
+    "train": ("trainable_variables", "non_trainable_variables", "optimizer", "metrics_variables"),
+    "test": ("trainable_variables", "non_trainable_variables", "metrics_variables"),
+    "predict": ("trainable_variables", "non_trainable_variables"),
+}
+
+
+def step_state_specs(model: Any, phase: str) -> tuple:
+    """The step's state argument as ``JAXTrainer._get_jax_state`` builds it for ``phase``: the variables'
+    current values (references, nothing copied: the same arguments as the step's, so JAX's caches serve
+    the lowering and the executable), or ``jax.ShapeDtypeStruct`` where a value is purged mid-fit."""
+    import jax
+
+    def spec(variable: Any) -> Any:
+        try:
+            value = variable.value
+        except Exception:  # noqa: BLE001 - purged (mid-fit): its shape and dtype
+            value = None
+        return value if value is not None else jax.ShapeDtypeStruct(tuple(variable.shape), variable.dtype)
+
+    lists = []
+    for name in _STATE_LISTS[phase]:
+        try:
+            variables = model.optimizer.variables if name == "optimizer" else getattr(model, name)
+        except AttributeError as e:
+            raise InternalsMoved(f"JAXTrainer state ({name})", e) from e
+        lists.append([spec(v) for v in variables])
+    return tuple(lists)
+
+
+def device_kind() -> str:
+    """The first local device's ``device_kind`` (e.g. "cpu", "NVIDIA A100-SXM4-40GB", "TPU v4")."""
+    import jax
+
+    devices = jax.local_devices()
+    return str(getattr(devices[0], "device_kind", "")) if devices else ""

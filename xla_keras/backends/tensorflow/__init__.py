@@ -16,11 +16,12 @@ from typing import Any, ClassVar, List, Optional, Sequence, Tuple
 from xla_keras.backends.base import Distribution, StepObserver
 from xla_keras.backends.chain import FUNCTION_ATTR
 from xla_keras.backends.keras_backend import KerasBackend, is_keras3_model
-from xla_keras.backends.tensorflow import _internals
+from xla_keras.backends.tensorflow import _internals, cost
 from xla_keras.backends.tensorflow.jit import JitController, persistent_cache
 from xla_keras.backends.tensorflow.probe import TensorFlowProbe
 from xla_keras.backends.tensorflow.runtime import tracing_count
 from xla_keras.backends.tensorflow.steps import StepWrappers, end_of_data
+from xla_keras.core.cost import ProgramCost
 from xla_keras.core.signatures import InputSignature, signature_of
 from xla_keras.core.types import Notes
 from xla_keras.core.versions import keras_unsupported
@@ -92,6 +93,17 @@ class TensorFlowBackend(KerasBackend):
         if model is None:
             return None
         return _internals.find_step_function(_internals.unwrap(getattr(model, FUNCTION_ATTR[phase], None)))
+
+    cost_source = cost.SOURCE
+
+    def cost_spec(self, batch: Any) -> Any:
+        return cost.cost_spec(batch)
+
+    def program_cost(self, model: Any, phase: str, spec: Any) -> ProgramCost:
+        return cost.program_cost(self.step_function(model, phase), spec)
+
+    def device_kind(self) -> str:
+        return cost.device_kind()
 
     def function_fresh(self, model: Any, phase: str) -> Optional[bool]:
         """The phase's step function has never run (its first call will trace), or None: unknown."""

@@ -171,6 +171,7 @@ function statusStrip(s) {
     card('Break-even', s.break_even_words || breakEven,
          s.fallback ? `fallback: ${s.fallback.reason}${s.fallback_words ? '; ' + s.fallback_words : ''}` : '',
          'break-even'),
+    s.cost_words ? card('Cost', s.cost_words.split('; ')[0], s.cost_words, 'cost') : el('span'),
   ]);
 }
 
@@ -271,7 +272,8 @@ function svgEl(tag, attrs, text) {
 
 const LEDGER_COLUMNS = [['index', '#'], ['phase', 'phase'], ['step', 'step'], ['seconds', 'seconds'],
                         ['source', 'source'], ['cached', 'cached'], ['changed', 'changed since the previous ' +
-                        'distinct signature'], ['signature', 'signature']];
+                        'distinct signature'], ['flops', 'FLOPs'], ['peak_bytes', 'peak memory'],
+                        ['signature', 'signature']];
 
 function ledgerTable(root, view) {
   const {key, dir} = state.sort;
@@ -290,6 +292,8 @@ function ledgerTable(root, view) {
   const body = rows.map((r) => el('tr', {'data-index': r.index, class: fresh.has(r.index) ? 'new' : ''}, [
     td(String(r.index)), td(r.phase), td(String(r.step)), td(seconds(r.seconds), {'data-seconds': r.seconds}),
     td(r.source), td(r.cached === null ? 'unknown' : r.cached ? 'yes' : 'no'), td(r.changed, {class: 'changed'}),
+    td(quantity(r.flops, 'FLOP'), {class: 'flops', title: r.cost_note}),
+    td(quantity(r.peak_bytes, 'B'), {class: 'peak-bytes', title: r.cost_note}),
     el('td', {}, [el('code', {}, r.signature), fresh.has(r.index) ? el('span', {class: 'tag'}, ' new') : el('span')])]));
   const dropped = view.status.compilations_dropped;
   const versus = !view.baseline ? el('span') : view.baseline.message ?
@@ -471,6 +475,14 @@ function compare(a, b) {
 
 function active(value) {
   return value === true ? 'on' : value === false ? 'off' : 'unknown';
+}
+
+function quantity(value, unit) {  // as report/figures.py's quantity: 3 digits and an SI prefix
+  if (typeof value !== 'number') return 'n/a';
+  for (const [prefix, scale] of [['P', 1e15], ['T', 1e12], ['G', 1e9], ['M', 1e6], ['k', 1e3]]) {
+    if (Math.abs(value) >= scale) return `${Number((value / scale).toPrecision(3))} ${prefix}${unit}`;
+  }
+  return `${Number(value.toPrecision(3))} ${unit}`;
 }
 
 function seconds(s) {

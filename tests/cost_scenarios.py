@@ -1,0 +1,84 @@
+"""Real fits whose cost card is checked against analytic FLOP counts and XLA's own buffer assignment.
+
+Run in a fresh subprocess by tests/test_cost_ground_truth.py (KERAS_BACKEND, and XLA_FLAGS with
+``--xla_dump_to`` under JAX, are set before Keras is imported):
+
+    KERAS_BACKEND=jax XLA_FLAGS=--xla_dump_to=DIR python tests/cost_scenarios.py OUT.json
+
+Per model (``dense``, ``conv``): the monitor's report, the analytic FLOPs of its train and test steps
+(computed here from the layer sizes, not from anything the monitor or XLA says), and the dump files
+that appeared during its fit (JAX: XLA's buffer assignment of each step module).
+"""
+
+import json
+import os
+import sys
+
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+BATCH = 64
+STEPS = 24
+
+
+def _dense_layers(keras):
+    sizes = (96, 192, 160, 1)
+    layers = [keras.layers.Dense(n, activation="relu") for n in sizes[1:-1]] + [keras.layers.Dense(1)]
+    macs = [a * b for a, b in zip(sizes, sizes[1:])]  # per row, per layer (a matmul)
+    return (sizes[0],), layers, macs
+
+
+def _conv_layers(keras):
+    # 20x20x3 -> conv 3x3 (10) -> 18x18x10 -> conv 3x3 (12) -> 16x16x12 -> pool -> dense 1
+    layers = [
+        keras.layers.Conv2D(10, 3, activation="relu"),
+        keras.layers.Conv2D(12, 3, activation="relu"),
+        keras.layers.GlobalAveragePooling2D(),
+        keras.layers.Dense(1),
+    ]
+    macs = [18 * 18 * 9 * 3 * 10, 16 * 16 * 9 * 10 * 12, 12]
+    return (20, 20, 3), layers, macs
+
+
+def analytic(macs):
+    """Forward: 2 FLOPs per multiply-add of each layer's product; the backward's two per layer (the
+    weights' gradient and the input's), less the first layer's input gradient (the data has none)."""
+    forward = sum(2 * BATCH * m for m in macs)
+    return {"train": 3 * forward - 2 * BATCH * macs[0], "test": forward}
+
+
+def main(out):
+    import keras
+
+    import xla_keras
+
+    dump = os.environ.get("XLA_FLAGS", "").partition("--xla_dump_to=")[2].split(" ")[0] or None
+    results = {}
+    rng = np.random.default_rng(0)
+    for name, make in (("dense", _dense_layers), ("conv", _conv_layers)):
+        shape, layers, macs = make(keras)
+        model = keras.Sequential([keras.Input(shape), *layers])
+        model.compile("adam", "mse", jit_compile=True)
+        x = rng.random((BATCH * STEPS, *shape), dtype=np.float32)
+        y = rng.random((BATCH * STEPS, 1), dtype=np.float32)
+        before = set(os.listdir(dump)) if dump and os.path.isdir(dump) else set()
+        monitor = xla_keras.XlaMonitor(log_dir=None, verbose=0)
+        model.fit(x, y, batch_size=BATCH, epochs=2, verbose=0, callbacks=[monitor], validation_data=(x[:256], y[:256]))
+        files = sorted(set(os.listdir(dump)) - before) if dump and os.path.isdir(dump) else []
+        results[name] = {
+            "report": monitor.report.to_dict(),
+            "analytic": analytic(macs),
+            "dump_dir": dump,
+            "dump_files": files,
+        }
+        off = xla_keras.XlaMonitor(log_dir=None, verbose=0, cost="off")
+        model.evaluate(x[:128], y[:128], batch_size=32, verbose=0, callbacks=[off])  # a new shape: compiles
+        results[name]["off"] = off.report.to_dict()
+    with open(out, "w") as f:
+        json.dump(results, f)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])

@@ -1,0 +1,262 @@
+"""The cost card, pure: sentinels, memory, the peak table, achieved rates, HLO counting, the meter."""
+
+import math
+from types import SimpleNamespace
+
+import pytest
+
+from xla_keras.callback.costs import CostMeter
+from xla_keras.config import MonitorConfig
+from xla_keras.core.cost import ANALYSES_PER_CALL, ASYNC_RUN_STEPS, ProgramCost, figure, peak_flops_for, phase_rates
+from xla_keras.core.hlo import dot_conv_flops
+from xla_keras.core.phases import PhaseStats
+from xla_keras.core.signatures import Leaf
+from xla_keras.core.types import CallPlan, Notes
+from xla_keras.report.records import Compilation
+
+
+@pytest.mark.parametrize(
+    "value, expected",
+    [(-1, None), (-1.0, None), (float("nan"), None), (float("inf"), None), (None, None), ("12", 12.0), ("x", None)]
+    + [(True, None), (0, 0.0), (0.0, 0.0), (3, 3.0), (2.5e9, 2.5e9)],
+)
+def test_a_sentinel_is_unavailable_and_a_real_zero_stays_zero(value, expected):
+    assert figure(value) == expected
+
+
+def _memory(argument=109724, output=101544, alias=101404, temp=50308, code=0):
+    return SimpleNamespace(
+        argument_size_in_bytes=argument,
+        output_size_in_bytes=output,
+        alias_size_in_bytes=alias,
+        temp_size_in_bytes=temp,
+        generated_code_size_in_bytes=code,
+    )
+
+
+def test_xla_figures_and_the_peak_count_donated_state_once():
+    cost = ProgramCost.from_xla({"flops": 1186968.0, "bytes accessed": 574160.0}, _memory(), "xla", True)
+    assert (cost.flops, cost.bytes_accessed, cost.code_bytes) == (1186968.0, 574160.0, 0)
+    assert cost.peak_bytes == 109724 + 101544 - 101404 + 50308
+    assert cost.unavailable is None
+    assert ProgramCost.from_dict(cost.to_dict()) == cost and cost.to_dict()["peak_bytes"] == 160172
+
+
+@pytest.mark.parametrize(
+    "analysis, memory, unavailable",
+    [
+        ({"flops": -1.0, "bytes accessed": -1.0}, _memory(), ["flops", "bytes_accessed"]),  # jax#16008
+        ({"flops": 0.0, "bytes accessed": 0.0}, _memory(), ["flops", "bytes_accessed"]),  # jax#18954
+        ({}, _memory(), ["flops", "bytes_accessed"]),  # a missing key
+        ({"flops": 10.0, "bytes accessed": 4.0}, _memory(0, 0, 0, 0, 0), ["argument_bytes", "temp_bytes"]),
+        ({"flops": 10.0, "bytes accessed": 4.0}, None, ["argument_bytes", "output_bytes", "alias_bytes"]),
+        ({"flops": 10.0, "bytes accessed": 4.0}, _memory(temp=-1), ["temp_bytes"]),
+        (None, None, ["flops", "argument_bytes"]),
+    ],
+)
+def test_unavailable_figures_are_none_and_named(analysis, memory, unavailable):
+    cost = ProgramCost.from_xla(analysis, memory, "a source", True)
+    for name in unavailable:
+        assert getattr(cost, name) is None
+        assert name in cost.unavailable and "a source" in cost.unavailable
+    if cost.temp_bytes is None or cost.argument_bytes is None:
+        assert cost.peak_bytes is None  # never a peak from a missing part
+
+
+def test_a_real_zero_alias_is_kept():
+    cost = ProgramCost.from_xla({"flops": 5.0, "bytes accessed": 7.0}, _memory(alias=0), "xla", True)
+    assert cost.alias_bytes == 0 and cost.peak_bytes == 109724 + 101544 + 50308
+
+
+@pytest.mark.parametrize(
+    "kind, dtype, peak",
+    [
+        ("NVIDIA A100-SXM4-40GB", "bfloat16", 312e12),
+        ("NVIDIA A100-SXM4-80GB", "float32", 19.5e12),
+        ("NVIDIA H100 80GB HBM3", "bfloat16", 989e12),
+        ("Tesla T4", "float16", 65e12),
+        ("TPU v4", "bfloat16", 275e12),
+        ("TPU v4", "float32", None),  # no row for that dtype: no MFU rather than a wrong one
+        ("cpu", "float32", None),
+        ("", "float32", None),
+    ],
+)
+def test_the_peak_table_by_device_and_dtype(kind, dtype, peak):
+    assert peak_flops_for(kind, dtype) == peak
+
+
+def test_rates_rest_on_the_steady_step_and_say_how_many_steps():
+    cost = ProgramCost(flops=2e9, bytes_accessed=1e9)
+    rates = phase_rates(cost, 0.01, 50, (1e12, "table"))
+    assert math.isclose(rates["flops_per_second"], 2e11) and math.isclose(rates["bytes_per_second"], 1e11)
+    assert math.isclose(rates["mfu"], 0.2) and rates["steady_steps"] == 50 and rates["rates_withheld"] is None
+    few = phase_rates(cost, 0.01, 3, (1e12, "table"))
+    assert few["flops_per_second"] is None and few["mfu"] is None and "3 steady steps" in few["rates_withheld"]
+    assert phase_rates(cost, 0.01, 50, None)["mfu"] is None  # no peak known: no MFU
+    assert phase_rates(ProgramCost(), 0.01, 50, (1e12, "t"))["flops_per_second"] is None
+
+
+HLO = "\n".join(  # HLO lines as TensorFlow's unoptimised HLO prints them (operand shapes inline)
+    [
+        "%MatMul.8 = f32[32,128]{1,0} dot(f32[32,64]{1,0} %reshape.2, f32[64,128]{1,0} %arg2.1), "
+        "lhs_contracting_dims={1}, rhs_contracting_dims={0}",
+        "%MatMul.14 = f32[64,128]{1,0} dot(f32[32,64]{1,0} %arg0.1, f32[32,128]{1,0} %m), "
+        "lhs_contracting_dims={0}, rhs_contracting_dims={0}",
+        "%conv = f32[8,14,14,16]{3,2,1,0} convolution(f32[8,16,16,3]{3,2,1,0} %x, f32[3,3,3,16]{3,2,1,0} %k), "
+        "window={size=3x3}, dim_labels=b01f_01io->b01f",
+        "%add.1 = f32[32,128]{1,0} add(f32[32,128]{1,0} %a, f32[32,128]{1,0} %b)",
+    ]
+)
+
+
+def test_hlo_products_are_counted_two_flops_per_multiply_add():
+    dots = 2 * 32 * 128 * 64 + 2 * 64 * 128 * 32
+    conv = 2 * (8 * 14 * 14 * 16) * (3 * 3 * 3)
+    assert dot_conv_flops(HLO) == dots + conv
+    assert dot_conv_flops("%add.1 = f32[2]{0} add(f32[2]{0} %a, f32[2]{0} %b)") is None
+
+
+@pytest.mark.parametrize("kwargs, words", [({"cost": "on"}, "'auto', 'off'"), ({"cost": None}, "'auto', 'off'")])
+def test_bad_cost_names_the_choices(kwargs, words):
+    with pytest.raises(ValueError, match=words):
+        MonitorConfig(log_dir=None, **kwargs)
+
+
+@pytest.mark.parametrize("peak", [0, -1, "fast", True, float("inf")])
+def test_bad_peak_flops_says_what_is_accepted(peak):
+    with pytest.raises(ValueError, match="peak_flops must be one device's peak FLOP/s > 0"):
+        MonitorConfig(log_dir=None, peak_flops=peak)
+
+
+class FakeBackend:
+    """Records what the meter asks; each spec is the batch's size."""
+
+    cost_source = "fake analysis"
+
+    def __init__(self, ends_calls_in_wrapper=False, fail=False):
+        self.ends_calls_in_wrapper = ends_calls_in_wrapper
+        self.fail = fail
+        self.analysed = []
+
+    def cost_spec(self, batch):
+        return len(batch)
+
+    def program_cost(self, model, phase, spec):
+        if self.fail:
+            raise RuntimeError("no program")
+        self.analysed.append((phase, spec))
+        return ProgramCost(flops=1e6 * spec, source=self.cost_source)
+
+    def device_kind(self):
+        return "NVIDIA A100-SXM4-40GB"
+
+
+def _signature(size):
+    return (Leaf("x", "float32", (size, 4)),)
+
+
+def _stats_with(sizes):
+    stats = PhaseStats(max_records=100)
+    for step, size in enumerate(sizes, 1):
+        stats.records.append(Compilation("train", step, _signature(size), 0.1, "jax"))
+    return stats
+
+
+def _capture(meter, sizes):
+    for step, size in enumerate(sizes, 1):
+        plan = CallPlan("train", step, 1, ((0, step, _signature(size)),), True)
+        meter.capture("train", plan, [[0] * size])
+
+
+def test_one_analysis_per_signature_capped_per_call_and_every_record_gets_its_figures():
+    backend, notes = FakeBackend(), Notes()
+    meter = CostMeter("auto", None, backend, notes)
+    meter.call_began()
+    sizes = [8, 16, 8, 16] + list(range(20, 40))  # a storm of new shapes after two that repeat
+    stats = _stats_with(sizes)
+    _capture(meter, sizes)
+    meter.analyse(None, {"train": stats})
+    assert len(backend.analysed) == ANALYSES_PER_CALL  # 8 and 16 once each, then the first few of the storm
+    assert [spec for _, spec in backend.analysed[:3]] == [8, 16, 20]
+    assert [r.cost.flops for r in stats.records[:4]] == [8e6, 16e6, 8e6, 16e6]  # the same program's figures
+    assert all(r.cost is None for r in stats.records[ANALYSES_PER_CALL + 2 :])
+    assert any("8 train programs analysed in this call" in note for note in notes.texts)
+    meter.call_began()  # the next fit: its own budget
+    _capture(meter, [50])
+    meter.analyse(None, {"train": stats})
+    assert backend.analysed[-1] == ("train", 50)
+
+
+def test_a_failed_analysis_is_unavailable_with_the_reason_and_training_goes_on():
+    meter = CostMeter("auto", None, FakeBackend(fail=True), Notes())
+    stats = _stats_with([8])
+    _capture(meter, [8])
+    meter.analyse(None, {"train": stats})
+    cost = stats.records[0].cost
+    assert cost.flops is None and "RuntimeError: no program" in cost.unavailable
+
+
+def test_cost_off_analyses_nothing():
+    backend = FakeBackend()
+    meter = CostMeter("off", None, backend, Notes())
+    stats = _stats_with([8])
+    _capture(meter, [8])
+    meter.analyse(None, {"train": stats})
+    assert backend.analysed == [] and stats.records[0].cost is None and meter.rates({"train": stats}) == {}
+
+
+def _steady(stats, steps, seconds, runs):
+    stats.history.observe(_signature(8))
+    stats.timing.add_steady_run([seconds] * steps)
+    stats.steps_run, stats.runs = steps, runs
+
+
+@pytest.mark.parametrize("runs, withheld", [(1, False), (10, True)])
+def test_under_asynchronous_dispatch_short_runs_withhold_the_rates(runs, withheld):
+    meter = CostMeter("auto", 2e12, FakeBackend(ends_calls_in_wrapper=True), Notes())
+    stats = _stats_with([8])
+    _capture(meter, [8])
+    meter.analyse(None, {"train": stats})
+    _steady(stats, 400, 0.004, runs)  # 400 steps in one run, or in runs of 40
+    rates = meter.rates({"train": stats})["train"]
+    assert (rates["flops_per_second"] is None) is withheld
+    if withheld:
+        assert "runs of 40 steps" in rates["rates_withheld"] and str(ASYNC_RUN_STEPS) in rates["rates_withheld"]
+    else:
+        assert math.isclose(rates["flops_per_second"], 8e6 / 0.004) and math.isclose(rates["mfu"], 2e9 / 2e12)
+        assert rates["peak_source"] == "XlaMonitor(peak_flops=...)"
+        tags = {s.tag: s.value for s in meter.scalars("train", stats)}
+        assert tags == {"xla/flops_per_second": rates["flops_per_second"], "xla/mfu": rates["mfu"]}
+
+
+def test_the_peak_comes_from_the_table_for_a_known_device():
+    meter = CostMeter("auto", None, FakeBackend(), Notes())
+    model = SimpleNamespace(dtype_policy=SimpleNamespace(compute_dtype="bfloat16"))
+    assert meter.peak(model) == (312e12, "the peak table for NVIDIA A100-SXM4-40GB (bfloat16)")
+
+
+MODULE = "\n".join(
+    [
+        "HloModule m",
+        "",
+        "ENTRY %main (a: f32[4,8], b: f32[8,2], x: f32[1,4,1], k: f32[3,1,1]) -> (f32[4,2], f32[1,4,1]) {",
+        "  %a = f32[4,8]{1,0} parameter(0)",
+        "  %b = f32[8,2]{1,0} parameter(1)",
+        "  %x = f32[1,4,1]{2,1,0} parameter(2)",
+        "  %k = f32[3,1,1]{2,1,0} parameter(3)",
+        "  %dead = f32[8,8]{1,0} dot(f32[4,8]{1,0} %a, f32[4,8]{1,0} %a), lhs_contracting_dims={0}, "
+        "rhs_contracting_dims={0}",
+        "  %used = f32[4,2]{1,0} dot(f32[4,8]{1,0} %a, f32[8,2]{1,0} %b), lhs_contracting_dims={1}, "
+        "rhs_contracting_dims={0}",
+        "  %conv = f32[1,4,1]{2,1,0} convolution(f32[1,4,1]{2,1,0} %x, f32[3,1,1]{2,1,0} %k), "
+        "window={size=3 pad=1_1}, dim_labels=b0f_0io->b0f",
+        "  ROOT %out = (f32[4,2]{1,0}, f32[1,4,1]{2,1,0}) tuple(f32[4,2]{1,0} %used, f32[1,4,1]{2,1,0} %conv)",
+        "}",
+    ]
+)
+
+
+def test_what_the_result_never_reaches_and_padding_are_no_work():
+    # %used: 4x2 outputs of 8 multiply-adds; %conv: 10 of its 12 window positions overlap the input
+    # (the first and last output see one padded zero each); %dead feeds nothing (XLA removes it).
+    assert dot_conv_flops(MODULE) == 2 * (4 * 2 * 8) + 2 * 10

@@ -1,0 +1,142 @@
+"""The cost card for one model's report: what each compiled program costs, measured off the step path.
+
+At a call with a new signature the step path keeps the batch's shapes (``capture``: the backend's
+``cost_spec``, never the values); at an epoch end and at the end of a call the backend analyses each
+kept program once (``analyse``: ``program_cost``) and the ledger's records of that signature get the
+figures. At most one analysis per distinct signature and ``ANALYSES_PER_CALL`` per phase of a fit (a storm's
+programs past the first few are not analysed, and a note says so). An analysis that fails leaves the
+figures unavailable, with the reason: it never stops training.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, List, Optional, Tuple
+
+from xla_keras.backends.base import Backend
+from xla_keras.core.cost import ANALYSES_PER_CALL, ASYNC_RUN_STEPS, ProgramCost, peak_flops_for, phase_rates
+from xla_keras.core.phases import PhaseStats
+from xla_keras.core.signatures import fingerprint
+from xla_keras.core.types import CallPlan, Notes, Scalar
+from xla_keras.tensorboard.metadata import TAG_FLOPS_PER_SECOND, TAG_MFU
+
+CAPPED = (
+    "cost card: {cap} {phase} programs analysed in this call (the cap); the {phase} programs compiled after "
+    "them have no figures (their report.compilations[i].cost is None)"
+)
+
+
+class CostMeter:
+    """One model's program costs (``XlaMonitor(cost=...)``)."""
+
+    def __init__(self, mode: str, peak_flops: Optional[float], backend: Backend, notes: Notes):
+        self.mode = mode
+        self.backend = backend
+        self.notes = notes
+        self._peak_flops = peak_flops  # the user's, per device; else the table's, once the device is known
+        self._peak: Optional[Tuple[float, str]] = None
+        self._pending: Dict[Tuple[str, int], Any] = {}  # (phase, fingerprint) -> the batch's shapes
+        self._costs: Dict[Tuple[str, int], ProgramCost] = {}  # (phase, fingerprint) -> its program's cost
+        self._spent: Dict[str, int] = {}  # phase -> analyses (done or pending) in this call
+        self._attached: Dict[str, int] = {}  # phase -> records given their figures (records only grow)
+
+    def call_began(self) -> None:
+        """A fit (or a standalone evaluate / predict) began: its own budget of analyses per phase."""
+        self._spent = {}
+        for phase, _ in self._pending:
+            self._spent[phase] = self._spent.get(phase, 0) + 1
+
+    def capture(self, phase: str, plan: CallPlan, batches: list) -> None:
+        """A call with new signatures began: keep their batches' shapes for an analysis later."""
+        if self.mode == "off":
+            return
+        for index, _, signature in plan.new:
+            key = (phase, fingerprint(signature))
+            if key in self._costs or key in self._pending:
+                continue
+            if self._spent.get(phase, 0) >= ANALYSES_PER_CALL:
+                self.notes.add_once(f"cost-capped-{phase}", CAPPED.format(cap=ANALYSES_PER_CALL, phase=phase))
+                return
+            self._spent[phase] = self._spent.get(phase, 0) + 1
+            try:
+                self._pending[key] = self.backend.cost_spec(batches[index])
+            except Exception as error:  # noqa: BLE001 - a batch the backend cannot describe: no figures
+                self._costs[key] = ProgramCost(source=self.backend.cost_source, unavailable=_failed(error))
+
+    def analyse(self, model: Any, phases: Dict[str, PhaseStats]) -> None:
+        """Off the step path (an epoch end, a call's end): analyse the kept programs, and give each
+        ledger record of their signatures the figures."""
+        if not self._pending and not self._costs:
+            return
+        self.peak(model)
+        for key, spec in list(self._pending.items()):
+            del self._pending[key]
+            try:
+                self._costs[key] = self.backend.program_cost(model, key[0], spec)
+            except Exception as error:  # noqa: BLE001 - never from here: the figures are unavailable
+                self._costs[key] = ProgramCost(source=self.backend.cost_source, unavailable=_failed(error))
+        for phase, stats in phases.items():
+            records = stats.records
+            for record in records[self._attached.get(phase, 0) :]:  # each record once, when it is new
+                if record.cost is None:
+                    record.cost = self._costs.get((phase, fingerprint(record.signature)))
+            self._attached[phase] = len(records)
+
+    def peak(self, model: Any) -> Optional[Tuple[float, str]]:
+        """One device's peak FLOP/s for the model's compute dtype, and where it comes from; None: unknown."""
+        if self._peak is None:
+            if self._peak_flops is not None:
+                self._peak = (self._peak_flops, "XlaMonitor(peak_flops=...)")
+            else:
+                kind = self.backend.device_kind()
+                dtype = str(getattr(getattr(model, "dtype_policy", None), "compute_dtype", "float32"))
+                table = peak_flops_for(kind, dtype) if kind else None
+                if table is not None:
+                    self._peak = (table, f"the peak table for {kind} ({dtype})")
+        return self._peak
+
+    def steady_program(self, phase: str, stats: PhaseStats) -> Optional[ProgramCost]:
+        """The cost of the program the phase's steady steps ran: its most frequent signature's."""
+        batches = stats.history.batches
+        costed = [(batches.get(fp, 0), cost) for (name, fp), cost in self._costs.items() if name == phase]
+        costed = [item for item in costed if item[1].flops is not None]
+        return max(costed, key=lambda item: item[0])[1] if costed else None
+
+    def rates(self, phases: Dict[str, PhaseStats]) -> Dict[str, Dict[str, Any]]:
+        """Per phase with a costed steady program: its achieved rates (``core.cost.phase_rates``)."""
+        out = {}
+        for phase, stats in phases.items():
+            cost = self.steady_program(phase, stats)
+            if cost is not None:
+                timing = stats.timing
+                out[phase] = phase_rates(
+                    cost, timing.median_seconds, timing.median_samples, self._peak, self._withheld(stats)
+                )
+        return out
+
+    def _withheld(self, stats: PhaseStats) -> Optional[str]:
+        """Why the steady step cannot carry a rate under asynchronous dispatch (JAX), or None."""
+        if not self.backend.ends_calls_in_wrapper:
+            return None
+        per_run = stats.steps_run / max(stats.runs, 1)
+        if per_run >= ASYNC_RUN_STEPS:
+            return None
+        return (
+            f"runs of {per_run:.0f} steps on average; under JAX's asynchronous dispatch the first calls of a "
+            f"run only queue work, so a steady step is the device's from runs of {ASYNC_RUN_STEPS} steps"
+        )
+
+    def scalars(self, phase: str, stats: PhaseStats) -> List[Scalar]:
+        """``xla/flops_per_second`` and ``xla/mfu`` for the phase at its steady step time, when known."""
+        rates = self.rates({phase: stats}).get(phase)
+        if rates is None:
+            return []
+        out = []
+        if rates["flops_per_second"] is not None:
+            out.append(Scalar(phase, TAG_FLOPS_PER_SECOND, rates["flops_per_second"], stats.step))
+        if rates["mfu"] is not None:
+            out.append(Scalar(phase, TAG_MFU, rates["mfu"], stats.step))
+        return out
+
+
+def _failed(error: BaseException) -> str:
+    return f"the analysis failed: {type(error).__name__}: {error}"[:200]
