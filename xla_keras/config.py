@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Optional, Tuple, Union
 
-from xla_keras.core.arguments import directory, integer
+from xla_keras.core.arguments import directory, integer, number
 from xla_keras.core.cost import COST_CHOICES
 from xla_keras.jit.modes import MODES, validate_mode
 from xla_keras.storms.detection import ON_STORM
@@ -107,15 +107,9 @@ class MonitorConfig:
 
 
 def _compile_budget(budget: Any) -> Optional[float]:
-    if budget is None:
-        return None
-    if not isinstance(budget, bool):
-        try:
-            value = float(budget)
-        except (TypeError, ValueError):
-            value = None
-        if value is not None and 0.0 < value < 1.0:
-            return value
+    value = number(budget)
+    if budget is None or value is not None and 0.0 < value < 1.0:
+        return value
     raise ValueError(
         f"compile_budget must be a share of a phase's time in (0, 1), e.g. 0.1, or None (no budget "
         f"advice); got {budget!r}"
@@ -123,28 +117,18 @@ def _compile_budget(budget: Any) -> Optional[float]:
 
 
 def _peak_flops(value: Any) -> Optional[float]:
-    if value is None:
-        return None
-    if not isinstance(value, bool):
-        try:
-            flops = float(value)
-        except (TypeError, ValueError):
-            flops = 0.0
-        if 0.0 < flops < float("inf"):
-            return flops
+    flops = number(value)
+    if value is None or flops is not None and flops > 0.0:
+        return flops
     raise ValueError(
         f"peak_flops must be one device's peak FLOP/s > 0, e.g. 312e12, or None (the table); got {value!r}"
     )
 
 
 def _seconds(value: Any, name: str) -> float:
-    if not isinstance(value, bool):
-        try:
-            seconds = float(value)
-        except (TypeError, ValueError):
-            seconds = -1.0
-        if 0.0 <= seconds < float("inf"):
-            return seconds
+    seconds = number(value)
+    if seconds is not None and seconds >= 0.0:
+        return seconds
     raise ValueError(f"{name} must be a number of seconds >= 0, e.g. 1.0 (0: the share alone decides); got {value!r}")
 
 

@@ -1,4 +1,4 @@
-"""Argument checks shared by the public entry points. Pure.
+"""Argument checks shared by the public entry points, and reading records back by key. Pure.
 
 Users pass what Keras accepts: numpy integers where an int is meant,
 ``pathlib.Path`` (or ``~``) where a directory is meant.
@@ -17,6 +17,24 @@ def integer(value: Any) -> Optional[int]:
     if isinstance(value, numbers.Integral) and not isinstance(value, bool):
         return int(value)
     return None
+
+
+def number(value: Any) -> Optional[float]:
+    """``value`` as a float if it is a finite number (numpy ones and numeric strings included, bool
+    excluded), else None."""
+    if isinstance(value, bool):
+        return None
+    try:
+        result = float(value)
+    except (TypeError, ValueError):
+        return None
+    return result if result == result and abs(result) != float("inf") else None
+
+
+def known_fields(cls: Any, data: Any) -> dict:
+    """The items of ``data`` that are fields of the dataclass ``cls``: a record read back by key, never
+    by position, unknown keys (a newer schema's) ignored."""
+    return {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
 
 
 def directory(value: Any, name: str) -> Optional[str]:

@@ -12,6 +12,7 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Any, Dict, Mapping, Optional, Tuple
 
+from xla_keras.core.arguments import known_fields
 from xla_keras.core.timing import MIN_STEADY_SAMPLES
 
 # A bounded number of analyses per phase of a fit (or of a standalone evaluate / predict): one per
@@ -130,7 +131,7 @@ class ProgramCost:
         Returns:
             A ``ProgramCost``.
         """
-        return cls(**{k: v for k, v in d.items() if k in cls.__dataclass_fields__})
+        return cls(**known_fields(cls, d))
 
     @classmethod
     def from_xla(cls, analysis: Optional[Mapping[str, Any]], memory: Any, source: str, exact: bool) -> "ProgramCost":

@@ -13,6 +13,7 @@ from collections import deque
 from dataclasses import dataclass, field, replace
 from typing import Deque, Dict, Optional, Sequence, Tuple
 
+from xla_keras.core.arguments import known_fields
 from xla_keras.report.units import ms_text
 
 MAX_SAMPLES = 2048  # per mode: bounded memory on the step path
@@ -112,7 +113,7 @@ class Decision:
 
     @classmethod
     def from_dict(cls, d: dict) -> "Decision":
-        known = {k: v for k, v in d.items() if k in cls.__dataclass_fields__}
+        known = known_fields(cls, d)
         known["switch_steps"] = tuple(known.get("switch_steps") or ())
         return cls(**known)
 

@@ -11,6 +11,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
+from xla_keras.core.arguments import known_fields
 from xla_keras.core.types import PHASES
 from xla_keras.report.records import Compilation, SlowStep
 from xla_keras.report.render import (
@@ -225,7 +226,7 @@ class XlaReport:
 
             ```
         """
-        known = {k: v for k, v in d.items() if k in cls.__dataclass_fields__}
+        known = known_fields(cls, d)
         known["compilations"] = [Compilation.from_dict(c) for c in d.get("compilations", [])]
         known["slow_steps"] = [SlowStep.from_dict(s) for s in d.get("slow_steps", [])]
         known["storms"] = [Storm.from_dict(s) for s in d.get("storms", [])]

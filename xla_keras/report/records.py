@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Dict, Optional
 
+from xla_keras.core.arguments import known_fields
 from xla_keras.core.cost import ProgramCost
 from xla_keras.core.signatures import InputSignature, from_jsonable, to_jsonable
 from xla_keras.core.timing import excess_over_steady
@@ -120,7 +121,7 @@ class Compilation:
         Returns:
             A ``Compilation``.
         """
-        known = {k: v for k, v in d.items() if k in cls.__dataclass_fields__}
+        known = known_fields(cls, d)
         known["signature"] = from_jsonable(d["signature"])
         if d.get("cost") is not None:
             known["cost"] = ProgramCost.from_dict(d["cost"])
@@ -196,6 +197,6 @@ class SlowStep:
         Returns:
             A ``SlowStep``.
         """
-        known = {k: v for k, v in d.items() if k in cls.__dataclass_fields__}
+        known = known_fields(cls, d)
         known["signature"] = from_jsonable(d["signature"])
         return cls(**known)

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
+from xla_keras.core.arguments import known_fields
+
 
 @dataclass
 class PhaseAdvice:
@@ -92,7 +94,7 @@ class PhaseAdvice:
         Returns:
             A ``PhaseAdvice``.
         """
-        return cls(**{k: v for k, v in d.items() if k in cls.__dataclass_fields__})
+        return cls(**known_fields(cls, d))
 
 
 def over_budget(

@@ -13,7 +13,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from xla_keras.core.arguments import integer
+from xla_keras.core.arguments import integer, known_fields
 from xla_keras.core.messages import WIDTH, shaped, within
 from xla_keras.core.signatures import InputSignature, diff, fingerprint
 from xla_keras.storms.fix_code import data_name
@@ -117,7 +117,7 @@ class Storm:
         Returns:
             A ``Storm``.
         """
-        return cls(**{k: v for k, v in d.items() if k in cls.__dataclass_fields__})
+        return cls(**known_fields(cls, d))
 
 
 class StormDetector:
