@@ -29,7 +29,8 @@ def cost_spec(batch: Any) -> Any:
 def program_cost(step: Any, model: Any, phase: str, spec: Any) -> ProgramCost:
     """XLA's analysis of the step program ``step`` (``model``'s ``phase`` step) for ``spec``'s batch shapes."""
     if step is None or not _internals.is_jitted(step):
-        return ProgramCost(source=SOURCE, unavailable="the step is not jitted (jit_compile=False): no XLA program")
+        why = "the step that runs now is not jitted (jit_compile=False, a fallback, or jit='fastest' off)"
+        return ProgramCost(source=SOURCE, unavailable=f"{why}: no XLA program to analyse")
     state = _internals.step_state_specs(model, phase)
     events = RECORDER.begin()  # kept out of the ledger: these are the analysis's, not the steps'
     started = time.perf_counter()

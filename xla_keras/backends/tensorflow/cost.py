@@ -36,7 +36,8 @@ def program_cost(step: Any, spec: Any) -> ProgramCost:
     import tensorflow as tf
 
     if step is None or not _internals.function_jit_flag(step):
-        return ProgramCost(source=SOURCE, unavailable="the step is not jit-compiled: no one XLA program per step")
+        why = "the step that runs now is not jit-compiled (auto-clustering, off, a fallback, or jit='fastest' off)"
+        return ProgramCost(source=SOURCE, unavailable=f"{why}: no one XLA program per step to analyse")
     zeros = tf.nest.map_structure(lambda s: tf.zeros(s.shape, s.dtype), spec)
     flops = dot_conv_flops(step.experimental_get_compiler_ir(zeros)(stage="hlo"))
     missing = NOT_GIVEN if flops is not None else f"flops (no dot or convolution read); {NOT_GIVEN}"
