@@ -116,7 +116,9 @@ def test_hlo_products_are_counted_two_flops_per_multiply_add():
     assert dot_conv_flops("%add.1 = f32[2]{0} add(f32[2]{0} %a, f32[2]{0} %b)") is None
 
 
-@pytest.mark.parametrize("kwargs, words", [({"cost": "on"}, "'auto', 'off'"), ({"cost": None}, "'auto', 'off'")])
+@pytest.mark.parametrize(
+    "kwargs, words", [({"cost": "on"}, "'auto', 'full', 'off'"), ({"cost": None}, "'auto', 'full', 'off'")]
+)
 def test_bad_cost_names_the_choices(kwargs, words):
     with pytest.raises(ValueError, match=words):
         MonitorConfig(log_dir=None, **kwargs)
@@ -141,7 +143,7 @@ class FakeBackend:
     def cost_spec(self, batch):
         return len(batch)
 
-    def program_cost(self, model, phase, spec):
+    def program_cost(self, model, phase, spec, mode, notes):
         if self.fail:
             raise RuntimeError("no program")
         self.analysed.append((phase, spec))

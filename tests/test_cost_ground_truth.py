@@ -96,12 +96,19 @@ def _buffer_assignment(files):
 @pytest.mark.parametrize("model", MODELS)
 @pytest.mark.parametrize("phase", PHASES)
 def test_jax_memory_is_within_10_percent_of_xla_buffer_assignment(runs, model, phase):
+    from xla_keras.backends.jax.cost import COMPILE_SERVED_FROM
+    from xla_keras.core.versions import installed_version, release
+
     run = runs["jax"][model]
     modules = _dump_files(run, phase)
     # No second compile for the analysis: one dumped step module per compile the ledger counts.
     assert len(modules) == run["report"]["compilation_count"][phase] == 1, sorted(modules)
-    arguments, temp, total = _buffer_assignment(next(iter(modules.values())))
     cost = _first(run["report"], phase)["cost"]
+    if release(installed_version("jax")) < COMPILE_SERVED_FROM:
+        # This JAX compiles again for memory: by default the card reads the lowered step (FLOPs, bytes).
+        assert cost["peak_bytes"] is None and not cost["exact"] and "cost='full'" in cost["unavailable"]
+        return
+    arguments, temp, total = _buffer_assignment(next(iter(modules.values())))
     assert cost["exact"] and cost["unavailable"] is None
     assert 0.9 <= cost["peak_bytes"] / total <= 1.1, (cost, total)
     assert 0.9 <= cost["argument_bytes"] / arguments <= 1.1, (cost, arguments)

@@ -239,9 +239,10 @@ class Backend(Protocol):
     def cost_spec(self, batch: Any) -> Any:
         """The batch's shapes and dtypes, without its values: kept for ``program_cost`` later."""
 
-    def program_cost(self, model: Any, phase: str, spec: Any) -> ProgramCost:
-        """What the phase's step program for ``spec``'s shapes costs; off the step path, and without
-        compiling again where the backend can (``core/cost.py``). Unavailable figures are None."""
+    def program_cost(self, model: Any, phase: str, spec: Any, mode: str, notes: Notes) -> ProgramCost:
+        """What the phase's step program for ``spec``'s shapes costs, off the step path (``core/cost.py``).
+        ``mode`` "auto" never compiles again; "full" may, for figures only a compile gives (said in
+        ``source``). Unavailable figures are None; what the user should know goes to ``notes``."""
 
     def device_kind(self) -> str:
         """The name of the device the steps run on (for the peak table), or "" when unknown."""

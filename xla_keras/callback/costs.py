@@ -71,7 +71,7 @@ class CostMeter:
         for key, spec in list(self._pending.items()):
             del self._pending[key]
             try:
-                self._costs[key] = self.backend.program_cost(model, key[0], spec)
+                self._costs[key] = self.backend.program_cost(model, key[0], spec, self.mode, self.notes)
             except Exception as error:  # noqa: BLE001 - never from here: the figures are unavailable
                 self._costs[key] = ProgramCost(source=self.backend.cost_source, unavailable=_failed(error))
         for phase, stats in phases.items():

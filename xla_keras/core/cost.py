@@ -19,7 +19,7 @@ from xla_keras.core.timing import MIN_STEADY_SAMPLES
 # distinct signature, and during a storm only the first few programs (each storm compile is one more).
 ANALYSES_PER_CALL = 8
 
-COST_CHOICES = ("auto", "off")
+COST_CHOICES = ("auto", "full", "off")
 
 # Under JAX's asynchronous dispatch a call returns before the device ran it, and the first calls of a
 # run only fill JAX's queue: measured on 2 CPU cores (a 5 ms conv step), calls 1-34 of each run took

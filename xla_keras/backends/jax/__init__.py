@@ -129,8 +129,8 @@ class JaxBackend(KerasBackend):
     def cost_spec(self, batch: Any) -> Any:
         return cost.cost_spec(batch)
 
-    def program_cost(self, model: Any, phase: str, spec: Any) -> ProgramCost:
-        return cost.program_cost(self.step_function(model, phase), model, phase, spec)
+    def program_cost(self, model: Any, phase: str, spec: Any, mode: str, notes: Notes) -> ProgramCost:
+        return cost.program_cost(self.step_function(model, phase), model, phase, spec, mode, notes)
 
     def device_kind(self) -> str:
         return _internals.device_kind()

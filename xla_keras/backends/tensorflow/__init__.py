@@ -99,8 +99,8 @@ class TensorFlowBackend(KerasBackend):
     def cost_spec(self, batch: Any) -> Any:
         return cost.cost_spec(batch)
 
-    def program_cost(self, model: Any, phase: str, spec: Any) -> ProgramCost:
-        return cost.program_cost(self.step_function(model, phase), spec)
+    def program_cost(self, model: Any, phase: str, spec: Any, mode: str, notes: Notes) -> ProgramCost:
+        return cost.program_cost(self.step_function(model, phase), spec)  # one source: "full" adds nothing here
 
     def device_kind(self) -> str:
         return cost.device_kind()
