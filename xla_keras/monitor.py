@@ -122,9 +122,11 @@ class XlaMonitor(MonitorSurface):
             and still not be worth a finding. A storm is not subject to it: it always speaks.
         cost: the cost card: what each compiled program costs (``report.compilations[i].cost``: FLOPs,
             bytes, memory) and each phase's achieved FLOP/s and MFU (``report.costs``, the ``xla/flops_per_second``
-            and ``xla/mfu`` scalars). ``"auto"`` (the default) analyses each distinct signature's program once, at
-            an epoch's or a call's end, never on the step path, with sources that compile nothing again (JAX:
-            the executable that ran; TensorFlow: the step's HLO, FLOPs only); ``"off"``: no analysis.
+            and ``xla/mfu`` scalars). Analysed once per distinct signature, at an epoch's or a call's end, never on
+            the step path. ``"auto"`` (the default) uses only sources that compile nothing again (JAX 0.10 and
+            later: the executable that ran; older JAX: the lowered step, no memory; TensorFlow: the step's HLO,
+            FLOPs only); ``"full"`` also pays a second compile where memory needs one (JAX before 0.10);
+            ``"off"``: no analysis.
         peak_flops: one device's peak FLOP/s for the MFU; None (the default): a table of common GPUs and
             TPUs by device and compute dtype (``core.cost.PEAK_FLOPS``), and no MFU on other devices (CPUs).
 
