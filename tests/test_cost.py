@@ -72,8 +72,13 @@ def test_a_real_zero_alias_is_kept():
     "kind, dtype, peak",
     [
         ("NVIDIA A100-SXM4-40GB", "bfloat16", 312e12),
-        ("NVIDIA A100-SXM4-80GB", "float32", 19.5e12),
+        ("NVIDIA A100-SXM4-80GB", "float32", 156e12),  # TF32: XLA's default for float32 matmuls there
         ("NVIDIA H100 80GB HBM3", "bfloat16", 989e12),
+        ("NVIDIA H100 PCIe", "bfloat16", 756e12),
+        ("NVIDIA L40S", "bfloat16", 362e12),  # not the L4's row
+        ("NVIDIA L4", "bfloat16", 121e12),
+        ("TPU v5", "bfloat16", 459e12),
+        ("TPU v5 lite", "bfloat16", 197e12),
         ("Tesla T4", "float16", 65e12),
         ("TPU v4", "bfloat16", 275e12),
         ("TPU v4", "float32", None),  # no row for that dtype: no MFU rather than a wrong one
@@ -164,10 +169,13 @@ def _stats_with(sizes):
     return stats
 
 
-def _capture(meter, sizes):
+FUNCTION = object()  # the ledger's token of the step function that runs
+
+
+def _capture(meter, sizes, function=FUNCTION):
     for step, size in enumerate(sizes, 1):
         plan = CallPlan("train", step, 1, ((0, step, _signature(size)),), True)
-        meter.capture("train", plan, [[0] * size])
+        meter.capture("train", plan, [[0] * size], function)
 
 
 def test_one_analysis_per_signature_capped_per_call_and_every_record_gets_its_figures():
@@ -262,3 +270,41 @@ def test_what_the_result_never_reaches_and_padding_are_no_work():
     # %used: 4x2 outputs of 8 multiply-adds; %conv: 10 of its 12 window positions overlap the input
     # (the first and last output see one padded zero each); %dead feeds nothing (XLA removes it).
     assert dot_conv_flops(MODULE) == 2 * (4 * 2 * 8) + 2 * 10
+
+
+def test_a_rebuilt_function_is_another_program_and_its_records_get_its_own_figures():
+    backend = FakeBackend()
+    meter = CostMeter("auto", None, backend, Notes())
+    stats = _stats_with([8])
+    _capture(meter, [8])
+    meter.analyse(None, {"train": stats})
+    _capture(meter, [8])  # the same function again: nothing to analyse
+    assert len(backend.analysed) == 1
+    backend.program_cost = lambda model, phase, spec, mode, notes: ProgramCost(flops=5.0, source="rebuilt")
+    stats.records.append(Compilation("train", 9, _signature(8), 0.1, "jax"))  # model.compile(): compiled again
+    _capture(meter, [8], function=object())
+    meter.analyse(None, {"train": stats})
+    assert [r.cost.flops for r in stats.records] == [8e6, 5.0]
+
+
+def test_no_rate_from_a_program_the_steady_steps_did_not_run():
+    meter = CostMeter("auto", 1e12, FakeBackend(), Notes())
+    stats = _stats_with([8])
+    _capture(meter, [8])
+    meter.analyse(None, {"train": stats})
+    for _ in range(50):
+        stats.history.observe(_signature(16))  # the steady signature: never analysed (the cap, say)
+    stats.history.observe(_signature(8))
+    stats.timing.add_steady_run([0.01] * 50)
+    stats.steps_run, stats.runs = 51, 1
+    assert meter.rates({"train": stats}) == {}
+
+
+def test_a_convolution_window_is_read_in_its_spatial_dims_order():
+    # lhs labels b10f: spatial dim 1 comes first in the layout; the window lists dim 0 then dim 1.
+    line = (
+        "%c = f32[1,3,5,1]{3,2,1,0} convolution(f32[1,3,5,1]{3,2,1,0} %x, f32[3,1,1,1]{3,2,1,0} %k), "
+        "window={size=3x1 pad=1_1x0_0}, dim_labels=b10f_01io->b10f"
+    )
+    # dim 0: input 5 (lhs axis 2), kernel 3, output 5, pad 1_1: 13 overlapping pairs; dim 1: 3 x 1 x 3 = 3
+    assert dot_conv_flops(line) == 2 * 1 * 1 * 1 * 13 * 3

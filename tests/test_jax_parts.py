@@ -253,6 +253,10 @@ out["state"] = {p: shapes(_internals.step_state_specs(m2, p)) == shapes(m2._get_
     trainable_variables=True, non_trainable_variables=True, **kw)) for p, kw in parts.items()}
 out["state_parts"] = [len(_internals.step_state_specs(m2, p)) for p in parts]
 out["device_kind"] = _internals.device_kind()
+import jax
+fed = jax.device_put(np.ones((2, 4), "float32"))  # how Keras feeds accelerators: uncommitted
+pinned = jax.device_put(np.ones((2, 4), "float32"), jax.devices()[0])  # committed
+out["batch_specs"] = [s.sharding is None for s in _internals.batch_specs((fed, pinned))]
 print("CHECK " + json.dumps(out))
 """
 
@@ -282,6 +286,7 @@ def test_the_private_apis_the_jax_backend_uses_are_where_it_expects():
     assert out["distribution"]["default"] is True
     assert out["state"] == {"train": True, "test": True, "predict": True} and out["state_parts"] == [4, 3, 2]
     assert out["device_kind"] == "cpu"
+    assert out["batch_specs"] == [True, False]  # a spec with a sharding counts as committed: JAX's cache would miss
 
 
 def test_compiles_outside_the_steps_go_to_the_current_models_report_only():

@@ -34,23 +34,28 @@ class CostMeter:
         self.notes = notes
         self._peak_flops = peak_flops  # the user's, per device; else the table's, once the device is known
         self._peak: Optional[Tuple[float, str]] = None
-        self._pending: Dict[Tuple[str, int], Any] = {}  # (phase, fingerprint) -> the batch's shapes
-        self._costs: Dict[Tuple[str, int], ProgramCost] = {}  # (phase, fingerprint) -> its program's cost
+        # A program is a (phase, signature fingerprint, id of the step function's token in the ledger): a
+        # rebuilt function (model.compile(), a jit switch) compiles the same shapes into another program.
+        self._pending: Dict[Tuple[str, int, int], Any] = {}  # program -> the batch's shapes
+        self._costs: Dict[Tuple[str, int, int], ProgramCost] = {}  # program -> its cost
+        self._latest: Dict[Tuple[str, int], ProgramCost] = {}  # (phase, fingerprint) -> its last program's cost
         self._spent: Dict[str, int] = {}  # phase -> analyses (done or pending) in this call
         self._attached: Dict[str, int] = {}  # phase -> records given their figures (records only grow)
+        self._peak_error: Optional[str] = None
 
     def call_began(self) -> None:
         """A fit (or a standalone evaluate / predict) began: its own budget of analyses per phase."""
         self._spent = {}
-        for phase, _ in self._pending:
+        for phase, _, _ in self._pending:
             self._spent[phase] = self._spent.get(phase, 0) + 1
 
-    def capture(self, phase: str, plan: CallPlan, batches: list) -> None:
-        """A call with new signatures began: keep their batches' shapes for an analysis later."""
+    def capture(self, phase: str, plan: CallPlan, batches: list, function: object) -> None:
+        """A call with new signatures began (``function``: the ledger's token of the step function that
+        runs them): keep their batches' shapes for an analysis later."""
         if self.mode == "off":
             return
         for index, _, signature in plan.new:
-            key = (phase, fingerprint(signature))
+            key = (phase, fingerprint(signature), id(function))
             if key in self._costs or key in self._pending:
                 continue
             if self._spent.get(phase, 0) >= ANALYSES_PER_CALL:
@@ -67,18 +72,22 @@ class CostMeter:
         ledger record of their signatures the figures."""
         if not self._pending and not self._costs:
             return
-        self.peak(model)
+        try:
+            self.peak(model)
+        except Exception as error:  # noqa: BLE001 - no peak: no MFU, the rest of the card goes on
+            self._peak_error = _failed(error)
         for key, spec in list(self._pending.items()):
             del self._pending[key]
             try:
-                self._costs[key] = self.backend.program_cost(model, key[0], spec, self.mode, self.notes)
+                cost = self.backend.program_cost(model, key[0], spec, self.mode, self.notes)
             except Exception as error:  # noqa: BLE001 - never from here: the figures are unavailable
-                self._costs[key] = ProgramCost(source=self.backend.cost_source, unavailable=_failed(error))
+                cost = ProgramCost(source=self.backend.cost_source, unavailable=_failed(error))
+            self._costs[key] = self._latest[key[:2]] = cost
         for phase, stats in phases.items():
             records = stats.records
             for record in records[self._attached.get(phase, 0) :]:  # each record once, when it is new
                 if record.cost is None:
-                    record.cost = self._costs.get((phase, fingerprint(record.signature)))
+                    record.cost = self._latest.get((phase, fingerprint(record.signature)))
             self._attached[phase] = len(records)
 
     def peak(self, model: Any) -> Optional[Tuple[float, str]]:
@@ -95,11 +104,14 @@ class CostMeter:
         return self._peak
 
     def steady_program(self, phase: str, stats: PhaseStats) -> Optional[ProgramCost]:
-        """The cost of the program the phase's steady steps ran: its most frequent signature's."""
+        """The cost of the program the phase's steady steps ran: its most frequent signature's (None when
+        that one has no figures: a rarer program's FLOPs over the steady median would be no rate)."""
         batches = stats.history.batches
-        costed = [(batches.get(fp, 0), cost) for (name, fp), cost in self._costs.items() if name == phase]
-        costed = [item for item in costed if item[1].flops is not None]
-        return max(costed, key=lambda item: item[0])[1] if costed else None
+        if not batches:
+            return None
+        dominant = max(batches, key=lambda fp: batches[fp])
+        cost = self._latest.get((phase, dominant))
+        return cost if cost is not None and cost.flops is not None else None
 
     def rates(self, phases: Dict[str, PhaseStats]) -> Dict[str, Dict[str, Any]]:
         """Per phase with a costed steady program: its achieved rates (``core.cost.phase_rates``)."""
@@ -120,10 +132,7 @@ class CostMeter:
         per_run = stats.steps_run / max(stats.runs, 1)
         if per_run >= ASYNC_RUN_STEPS:
             return None
-        return (
-            f"runs of {per_run:.0f} steps on average; under JAX's asynchronous dispatch the first calls of a "
-            f"run only queue work, so a steady step is the device's from runs of {ASYNC_RUN_STEPS} steps"
-        )
+        return f"runs of {per_run:.0f} steps, under the {ASYNC_RUN_STEPS} a JAX steady step needs (async dispatch)"
 
     def scalars(self, phase: str, stats: PhaseStats) -> List[Scalar]:
         """``xla/flops_per_second`` and ``xla/mfu`` for the phase at its steady step time, when known."""

@@ -125,7 +125,8 @@ class StepPath:
         stats = session.phases[phase]
         free_probe = state.backend.probes_every_call  # JAX: its events cost nothing, every call is seen
         if plan.new:
-            current.costs.capture(phase, plan, batches)  # the new batches' shapes, for an analysis off the step path
+            # the new batches' shapes, for an analysis off the step path
+            current.costs.capture(phase, plan, batches, session.ledger.function(phase))
             if not state.dist.default:
                 self._note_per_device(phase, batches[plan.new[0][0]], plan.new[0][2])
         if current.traces.maybe_start(

@@ -31,18 +31,26 @@ MEMORY_FIELDS = ("argument_bytes", "output_bytes", "alias_bytes", "temp_bytes", 
 
 # Dense peak FLOP/s per device and compute dtype, from the vendors' data sheets (no sparsity). A device
 # kind matches a row when the row's key is in its lowercased name (JAX's ``device_kind``, TensorFlow's
-# GPU ``device_name``); the first match wins, so longer names come first. CPUs have no row: their peak
-# depends on cores and clocks, so MFU is withheld unless ``XlaMonitor(peak_flops=...)`` says it.
+# GPU ``device_name``); the first match wins, so longer names come first ("l40s" before "l4", "h100 pcie"
+# before "h100"). float32 is the TF32 tensor-core peak where the GPU has one: XLA's float32 matmuls run
+# in TF32 there by default. CPUs have no row: their peak depends on cores and clocks, so MFU is withheld
+# unless ``XlaMonitor(peak_flops=...)`` says it.
 PEAK_FLOPS: Tuple[Tuple[str, Dict[str, float]], ...] = (
-    ("h100", {"bfloat16": 989e12, "float16": 989e12, "float32": 67e12}),
-    ("a100", {"bfloat16": 312e12, "float16": 312e12, "float32": 19.5e12}),
-    ("l4", {"bfloat16": 121e12, "float16": 121e12, "float32": 30.3e12}),
-    ("a10g", {"bfloat16": 70e12, "float16": 70e12, "float32": 31.2e12}),
+    ("h100 pcie", {"bfloat16": 756e12, "float16": 756e12, "float32": 378e12}),
+    ("h100 nvl", {"bfloat16": 835e12, "float16": 835e12, "float32": 418e12}),
+    ("h100", {"bfloat16": 989e12, "float16": 989e12, "float32": 495e12}),
+    ("a100", {"bfloat16": 312e12, "float16": 312e12, "float32": 156e12}),
+    ("l40s", {"bfloat16": 362e12, "float16": 362e12, "float32": 183e12}),
+    ("l40", {"bfloat16": 181e12, "float16": 181e12, "float32": 90.5e12}),
+    ("l4", {"bfloat16": 121e12, "float16": 121e12, "float32": 60e12}),
+    ("a10g", {"bfloat16": 70e12, "float16": 70e12, "float32": 35e12}),
     ("v100", {"float16": 125e12, "float32": 15.7e12}),
     ("t4", {"float16": 65e12, "float32": 8.1e12}),
-    ("tpu v5p", {"bfloat16": 459e12}),
     ("tpu v5 lite", {"bfloat16": 197e12}),
     ("tpu v5e", {"bfloat16": 197e12}),
+    ("tpu v5p", {"bfloat16": 459e12}),
+    ("tpu v5", {"bfloat16": 459e12}),  # JAX names the v5p "TPU v5"
+    ("tpu v4 lite", {"bfloat16": 138e12}),
     ("tpu v4", {"bfloat16": 275e12}),
 )
 

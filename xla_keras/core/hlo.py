@@ -62,10 +62,11 @@ def _convolution_macs(out: List[int], lhs: List[int], rhs: List[int], rest: str)
     lhs_labels, rhs_labels, out_labels = labels[1], labels[2], labels[3]
     if not (len(lhs_labels) == len(lhs) and len(rhs_labels) == len(rhs) and len(out_labels) == len(out)):
         return None
-    spatial = [c for c in lhs_labels if c.isdigit()]
-    w = _window(window[1], len(spatial))
+    rank = sum(c.isdigit() for c in lhs_labels)
+    w = _window(window[1], rank)
     pairs = 1
-    for i, dim in enumerate(spatial):
+    for i in range(rank):  # the window lists spatial dims in their number's order (0, 1, ...)
+        dim = str(i)
         pairs *= _valid_pairs(
             lhs[lhs_labels.index(dim)],
             rhs[rhs_labels.index(dim)],

@@ -236,15 +236,14 @@ _STATE_LISTS = {
 def step_state_specs(model: Any, phase: str) -> tuple:
     """The step's state argument as ``JAXTrainer._get_jax_state`` builds it for ``phase``: the variables'
     current values (references, nothing copied: the same arguments as the step's, so JAX's caches serve
-    the lowering and the executable), or ``jax.ShapeDtypeStruct`` where a value is purged mid-fit."""
+    the lowering and the executable), or a ``jax.ShapeDtypeStruct`` where Keras purged a value mid-loop
+    (``Variable._value`` is None: reading ``.value`` then would build a fresh initialised copy)."""
     import jax
 
     def spec(variable: Any) -> Any:
-        try:
-            value = variable.value
-        except Exception:  # noqa: BLE001 - purged (mid-fit): its shape and dtype
-            value = None
-        return value if value is not None else jax.ShapeDtypeStruct(tuple(variable.shape), variable.dtype)
+        if getattr(variable, "_value", None) is None:
+            return jax.ShapeDtypeStruct(tuple(variable.shape), variable.dtype)
+        return variable.value
 
     lists = []
     for name in _STATE_LISTS[phase]:
@@ -254,6 +253,27 @@ def step_state_specs(model: Any, phase: str) -> tuple:
             raise InternalsMoved(f"JAXTrainer state ({name})", e) from e
         lists.append([spec(v) for v in variables])
     return tuple(lists)
+
+
+def batch_specs(batch: Any) -> Any:
+    """The batch's ``jax.ShapeDtypeStruct``s, as the step received it: a committed array's sharding is
+    kept, an uncommitted one's (``jax.device_put(x)``, how Keras feeds accelerators) is not, since a spec
+    with a sharding counts as committed and would miss JAX's cache (private ``_committed``)."""
+    import jax
+
+    def spec(leaf: Any) -> Any:
+        sharding = getattr(leaf, "sharding", None) if getattr(leaf, "_committed", False) else None
+        return jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=sharding)
+
+    return jax.tree.map(spec, batch)
+
+
+def mesh_devices(model: Any) -> int:
+    """Devices a Keras distribution spreads the step over (1 without one)."""
+    distribution = keras_distribution()
+    mesh = getattr(distribution, "device_mesh", None)
+    devices = getattr(mesh, "devices", None)
+    return int(getattr(devices, "size", 1) or 1) if distribution is not None else 1
 
 
 def device_kind() -> str:

@@ -58,7 +58,14 @@ def program_cost(step: Any, model: Any, phase: str, spec: Any, mode: str, notes:
         RECORDER.end(events)
     if compiled is None:
         cost = ProgramCost.from_xla(_one(lowered.cost_analysis()), None, LOWERED, exact=False)
-        cost.unavailable = NO_MEMORY.format(version=version)
+        devices = _internals.mesh_devices(model)
+        if devices > 1:  # the lowered module is the whole program, before XLA splits it: not one device's
+            cost.flops = cost.bytes_accessed = None
+            cost.unavailable = f"the lowered step is the whole program for {devices} devices; " + NO_MEMORY
+        else:
+            missing = [name for name in ("flops", "bytes_accessed") if getattr(cost, name) is None]
+            cost.unavailable = (f"{', '.join(missing)} not given; " if missing else "") + NO_MEMORY
+        cost.unavailable = cost.unavailable.format(version=version)
         return cost
     source = SOURCE
     if any(event == _internals.COMPILE_EVENT for event, *_ in events):
@@ -67,11 +74,17 @@ def program_cost(step: Any, model: Any, phase: str, spec: Any, mode: str, notes:
         if mode != "full":
             _compiles_again = True
             notes.add_once("cost-compiled-again", COMPILED_AGAIN.format(version=version, seconds=seconds))
+    return ProgramCost.from_xla(
+        _guarded(compiled.cost_analysis), _guarded(compiled.memory_analysis), source, exact=True
+    )
+
+
+def _guarded(analysis: Any) -> Any:
+    """One of XLA's analyses, or None where the platform cannot give it (jax-ml/jax#16008)."""
     try:
-        memory = compiled.memory_analysis()
-    except Exception:  # noqa: BLE001 - some platforms cannot say (jax-ml/jax#16008): memory unavailable
-        memory = None
-    return ProgramCost.from_xla(_one(compiled.cost_analysis()), memory, source, exact=True)
+        return _one(analysis())
+    except Exception:  # noqa: BLE001 - unavailable, never a training failure
+        return None
 
 
 def _one(analysis: Any) -> Any:
@@ -82,7 +95,5 @@ def _one(analysis: Any) -> Any:
 
 
 def cost_spec(batch: Any) -> Any:
-    """The batch's shapes, dtypes and shardings (``jax.ShapeDtypeStruct``), without its values."""
-    import jax
-
-    return jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=getattr(a, "sharding", None)), batch)
+    """The batch's shapes, dtypes and (committed) shardings, without its values."""
+    return _internals.batch_specs(batch)

@@ -171,7 +171,8 @@ function statusStrip(s) {
     card('Break-even', s.break_even_words || breakEven,
          s.fallback ? `fallback: ${s.fallback.reason}${s.fallback_words ? '; ' + s.fallback_words : ''}` : '',
          'break-even'),
-    s.cost_words ? card('Cost', s.cost_words.split('; ')[0], s.cost_words, 'cost') : el('span'),
+    s.cost_words ? card('Cost', s.cost_words.split(/; (?=(?:train|test|predict) )/)[0], s.cost_words, 'cost') :
+      el('span'),
   ]);
 }
 
