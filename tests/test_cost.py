@@ -308,3 +308,13 @@ def test_a_convolution_window_is_read_in_its_spatial_dims_order():
     )
     # dim 0: input 5 (lhs axis 2), kernel 3, output 5, pad 1_1: 13 overlapping pairs; dim 1: 3 x 1 x 3 = 3
     assert dot_conv_flops(line) == 2 * 1 * 1 * 1 * 13 * 3
+
+
+def test_a_batch_the_backend_cannot_describe_leaves_its_records_unavailable_with_the_reason():
+    backend = FakeBackend()
+    backend.cost_spec = lambda batch: (_ for _ in ()).throw(TypeError("a distributed batch"))
+    meter = CostMeter("auto", None, backend, Notes())
+    stats = _stats_with([8])
+    _capture(meter, [8])
+    meter.analyse(None, {"train": stats})
+    assert stats.records[0].cost.flops is None and "TypeError: a distributed batch" in stats.records[0].cost.unavailable

@@ -41,7 +41,6 @@ class CostMeter:
         self._latest: Dict[Tuple[str, int], ProgramCost] = {}  # (phase, fingerprint) -> its last program's cost
         self._spent: Dict[str, int] = {}  # phase -> analyses (done or pending) in this call
         self._attached: Dict[str, int] = {}  # phase -> records given their figures (records only grow)
-        self._peak_error: Optional[str] = None
 
     def call_began(self) -> None:
         """A fit (or a standalone evaluate / predict) began: its own budget of analyses per phase."""
@@ -65,7 +64,8 @@ class CostMeter:
             try:
                 self._pending[key] = self.backend.cost_spec(batches[index])
             except Exception as error:  # noqa: BLE001 - a batch the backend cannot describe: no figures
-                self._costs[key] = ProgramCost(source=self.backend.cost_source, unavailable=_failed(error))
+                cost = ProgramCost(source=self.backend.cost_source, unavailable=_failed(error))
+                self._costs[key] = self._latest[key[:2]] = cost
 
     def analyse(self, model: Any, phases: Dict[str, PhaseStats]) -> None:
         """Off the step path (an epoch end, a call's end): analyse the kept programs, and give each
@@ -75,7 +75,7 @@ class CostMeter:
         try:
             self.peak(model)
         except Exception as error:  # noqa: BLE001 - no peak: no MFU, the rest of the card goes on
-            self._peak_error = _failed(error)
+            self.notes.add_once("cost-peak", f"cost card: no MFU, the device's peak is unknown ({_failed(error)})")
         for key, spec in list(self._pending.items()):
             del self._pending[key]
             try:
