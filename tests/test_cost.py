@@ -178,6 +178,15 @@ def _capture(meter, sizes, function=FUNCTION):
         meter.capture("train", plan, [[0] * size], function)
 
 
+def _analysed(backend, sizes=(8,), mode="auto", peak=None, notes=None):
+    """A meter that captured one call per size and analysed them, and the phase holding their records."""
+    meter = CostMeter(mode, peak, backend, notes if notes is not None else Notes())
+    stats = _stats_with(list(sizes))
+    _capture(meter, list(sizes))
+    meter.analyse(None, {"train": stats})
+    return meter, stats
+
+
 def test_one_analysis_per_signature_capped_per_call_and_every_record_gets_its_figures():
     backend, notes = FakeBackend(), Notes()
     meter = CostMeter("auto", None, backend, notes)
@@ -198,20 +207,14 @@ def test_one_analysis_per_signature_capped_per_call_and_every_record_gets_its_fi
 
 
 def test_a_failed_analysis_is_unavailable_with_the_reason_and_training_goes_on():
-    meter = CostMeter("auto", None, FakeBackend(fail=True), Notes())
-    stats = _stats_with([8])
-    _capture(meter, [8])
-    meter.analyse(None, {"train": stats})
+    meter, stats = _analysed(FakeBackend(fail=True))
     cost = stats.records[0].cost
     assert cost.flops is None and "RuntimeError: no program" in cost.unavailable
 
 
 def test_cost_off_analyses_nothing():
     backend = FakeBackend()
-    meter = CostMeter("off", None, backend, Notes())
-    stats = _stats_with([8])
-    _capture(meter, [8])
-    meter.analyse(None, {"train": stats})
+    meter, stats = _analysed(backend, mode="off")
     assert backend.analysed == [] and stats.records[0].cost is None and meter.rates({"train": stats}) == {}
 
 
@@ -223,10 +226,7 @@ def _steady(stats, steps, seconds, runs):
 
 @pytest.mark.parametrize("runs, withheld", [(1, False), (10, True)])
 def test_under_asynchronous_dispatch_short_runs_withhold_the_rates(runs, withheld):
-    meter = CostMeter("auto", 2e12, FakeBackend(ends_calls_in_wrapper=True), Notes())
-    stats = _stats_with([8])
-    _capture(meter, [8])
-    meter.analyse(None, {"train": stats})
+    meter, stats = _analysed(FakeBackend(ends_calls_in_wrapper=True), peak=2e12)
     _steady(stats, 400, 0.004, runs)  # 400 steps in one run, or in runs of 40
     rates = meter.rates({"train": stats})["train"]
     assert (rates["flops_per_second"] is None) is withheld
@@ -274,10 +274,7 @@ def test_what_the_result_never_reaches_and_padding_are_no_work():
 
 def test_a_rebuilt_function_is_another_program_and_its_records_get_its_own_figures():
     backend = FakeBackend()
-    meter = CostMeter("auto", None, backend, Notes())
-    stats = _stats_with([8])
-    _capture(meter, [8])
-    meter.analyse(None, {"train": stats})
+    meter, stats = _analysed(backend)
     _capture(meter, [8])  # the same function again: nothing to analyse
     assert len(backend.analysed) == 1
     backend.program_cost = lambda model, phase, spec, mode, notes: ProgramCost(flops=5.0, source="rebuilt")
@@ -288,10 +285,7 @@ def test_a_rebuilt_function_is_another_program_and_its_records_get_its_own_figur
 
 
 def test_no_rate_from_a_program_the_steady_steps_did_not_run():
-    meter = CostMeter("auto", 1e12, FakeBackend(), Notes())
-    stats = _stats_with([8])
-    _capture(meter, [8])
-    meter.analyse(None, {"train": stats})
+    meter, stats = _analysed(FakeBackend(), peak=1e12)
     for _ in range(50):
         stats.history.observe(_signature(16))  # the steady signature: never analysed (the cap, say)
     stats.history.observe(_signature(8))
@@ -313,8 +307,5 @@ def test_a_convolution_window_is_read_in_its_spatial_dims_order():
 def test_a_batch_the_backend_cannot_describe_leaves_its_records_unavailable_with_the_reason():
     backend = FakeBackend()
     backend.cost_spec = lambda batch: (_ for _ in ()).throw(TypeError("a distributed batch"))
-    meter = CostMeter("auto", None, backend, Notes())
-    stats = _stats_with([8])
-    _capture(meter, [8])
-    meter.analyse(None, {"train": stats})
+    meter, stats = _analysed(backend)
     assert stats.records[0].cost.flops is None and "TypeError: a distributed batch" in stats.records[0].cost.unavailable
