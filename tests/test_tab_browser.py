@@ -30,21 +30,27 @@ SHAPES = [(8, 84), (8, 84), (8, 90), (8, 90), (8, 96), (4, 96)]
 SHAPES_CHANGED = ["first signature", "x axis 1: 84 → 90", "x axis 1: 90 → 96", "batch 8 → 4 (last batch)"]
 
 
-def _check_advised_card(card, item):
-    """A storm's or budget advice's card, against its record in xla_report.json: the headline, then
-    ``Cause:`` (one clause, from what varied and the fix), then the fix code; the advice text hidden
-    behind a closed "details" until it is opened."""
+def _check_advised_card(frame, selector, item):
+    """A storm's or budget advice's card (the first matching ``selector``), against its record in
+    xla_report.json: the headline, then ``Cause:`` (one clause, from what varied and the fix), then
+    the fix code; the advice text hidden behind a closed "details" until it is opened."""
     from xla_keras.storms.detection import cause_clause
 
-    classes = card.evaluate("c => Array.from(c.children).slice(0, 3).map(e => e.className)")
+    card = frame.locator(selector).first
+    classes = frame.locator("body").evaluate(
+        "(body, sel) => Array.from(body.querySelector(sel).children).slice(0, 3).map(e => e.className)", selector
+    )
     assert classes[0] == "headline" and classes[1] == "cause", classes
     assert card.locator(":scope > *").nth(2).locator(".fix-code").count() == 1  # the fix's code block
     assert card.locator(".cause").inner_text() == f"Cause: {cause_clause(item['varying'], item['fix'])}"
     assert not card.locator("details.advice-details .advice").is_visible()
-    # Opened and read in one step: the tab re-renders its cards every reload (closed again).
-    was_open, shown, text = card.evaluate(
-        """c => { const d = c.querySelector('details.advice-details'); const was = d.open; d.open = true;
-                  const p = d.querySelector('.advice'); return [was, p.offsetParent !== null, p.innerText]; }"""
+    # Found, opened and read in one script: the tab redraws whenever a reload (each second here) brings
+    # anything new, and a card found by one call may be detached by the next (a CI run saw it).
+    was_open, shown, text = frame.locator("body").evaluate(
+        """(body, sel) => { const d = body.querySelector(sel).querySelector('details.advice-details');
+                            const was = d.open; d.open = true; const p = d.querySelector('.advice');
+                            return [was, p.offsetParent !== null, p.innerText]; }""",
+        selector,
     )
     assert not was_open and shown and item["advice"][:60] in text
 
@@ -281,7 +287,7 @@ def test_the_xla_tab_in_headless_chromium(tab_server):
             # a phase over the compile budget (4 train compiles in a short fit): its card leads with
             # the headline, the cause and the fix code; the long advice waits behind "details"
             assert frame.locator("#budget .budget").count() == len(report["advice"]) >= 1
-            _check_advised_card(frame.locator("#budget .budget").first, report["advice"][0])
+            _check_advised_card(frame, "#budget .budget", report["advice"][0])
 
             # the storm: its card shows the advice and the fix code, with a copy button
             _select(frame, "storm")
@@ -289,7 +295,7 @@ def test_the_xla_tab_in_headless_chromium(tab_server):
             card = frame.locator("#storms .storm").first
             assert frame.locator("#storms .storm").count() == len(reports["storm"]["storms"])
             assert card.locator(".fix-code").first.inner_text().strip() == storm["fix"]["code"].strip()
-            _check_advised_card(card, storm)
+            _check_advised_card(frame, "#storms .storm", storm)
             card.locator("button.copy").first.click()
             expect(card.locator("button.copy").first).not_to_have_text("Copy the fix", timeout=5000)
             assert card.locator("button.copy").first.inner_text() in ("Copied", "Selected: press Ctrl-C")
