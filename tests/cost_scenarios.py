@@ -1,13 +1,15 @@
 """Real fits whose cost card is checked against analytic FLOP counts and XLA's own buffer assignment.
 
 Run in a fresh subprocess by tests/test_cost_ground_truth.py (KERAS_BACKEND, and XLA_FLAGS with
-``--xla_dump_to`` under JAX, are set before Keras is imported):
+``--xla_dump_to``, are set before Keras is imported):
 
     KERAS_BACKEND=jax XLA_FLAGS=--xla_dump_to=DIR python tests/cost_scenarios.py OUT.json
 
-Per model (``dense``, ``conv``): the monitor's report, the analytic FLOPs of its train and test steps
-(computed here from the layer sizes, not from anything the monitor or XLA says), and the dump files
-that appeared during its fit (JAX: XLA's buffer assignment of each step module).
+Per model (``dense``, ``conv``): the monitor's report of a fit with the default card, the analytic
+FLOPs of its train and test steps (computed here from the layer sizes, not from anything the monitor
+or XLA says), and the dump files that appeared during the fit (XLA's buffer assignment of each step
+module); then an evaluate with ``cost="off"`` of a new batch size (it compiles its test step), and a
+fit with ``cost="full"`` of new train and validation batch sizes, with the files dumped during it.
 """
 
 import json
@@ -49,6 +51,22 @@ def analytic(macs):
     return {"train": 3 * forward - 2 * BATCH * macs[0], "test": forward}
 
 
+def _dumped(dump):
+    """A function returning the names of the files XLA dumped since its last call (or since this one)."""
+
+    def listing():
+        return set(os.listdir(dump)) if dump and os.path.isdir(dump) else set()
+
+    seen = [listing()]
+
+    def since():
+        now = listing()
+        new, seen[0] = sorted(now - seen[0]), now
+        return new
+
+    return since
+
+
 def main(out):
     import keras
 
@@ -63,19 +81,23 @@ def main(out):
         model.compile("adam", "mse", jit_compile=True)
         x = rng.random((BATCH * STEPS, *shape), dtype=np.float32)
         y = rng.random((BATCH * STEPS, 1), dtype=np.float32)
-        before = set(os.listdir(dump)) if dump and os.path.isdir(dump) else set()
+        dumped_since = _dumped(dump)
         monitor = xla_keras.XlaMonitor(log_dir=None, verbose=0)
         model.fit(x, y, batch_size=BATCH, epochs=2, verbose=0, callbacks=[monitor], validation_data=(x[:256], y[:256]))
-        files = sorted(set(os.listdir(dump)) - before) if dump and os.path.isdir(dump) else []
         results[name] = {
             "report": monitor.report.to_dict(),
             "analytic": analytic(macs),
             "dump_dir": dump,
-            "dump_files": files,
+            "dump_files": dumped_since(),
         }
         off = xla_keras.XlaMonitor(log_dir=None, verbose=0, cost="off")
         model.evaluate(x[:128], y[:128], batch_size=32, verbose=0, callbacks=[off])  # a new shape: compiles
         results[name]["off"] = off.report.to_dict()
+        dumped_since()
+        full = xla_keras.XlaMonitor(log_dir=None, verbose=0, cost="full")
+        fit = {"batch_size": 48, "validation_batch_size": 16, "validation_data": (x[:128], y[:128])}
+        model.fit(x[:480], y[:480], epochs=1, verbose=0, callbacks=[full], **fit)  # new shapes: both compile
+        results[name]["full"] = {"report": full.report.to_dict(), "dump_files": dumped_since()}
     with open(out, "w") as f:
         json.dump(results, f)
 

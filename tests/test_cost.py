@@ -63,6 +63,35 @@ def test_unavailable_figures_are_none_and_named(analysis, memory, unavailable):
         assert cost.peak_bytes is None  # never a peak from a missing part
 
 
+def _allocation(size, parameter=False, aliased=False, live_out=False, constant=False, thread_local=False):
+    return {
+        "size": size,
+        "is_entry_computation_parameter": parameter,
+        "is_parameter_aliased_with_output": aliased,
+        "maybe_live_out": live_out,
+        "is_constant": constant,
+        "is_thread_local": thread_local,
+    }
+
+
+def test_tensorflow_memory_sums_xla_buffer_assignment_as_xla_memory_statistics_do():
+    from xla_keras.backends.tensorflow.cost import buffer_memory
+
+    allocations = [
+        _allocation(1000, parameter=True, aliased=True, live_out=True),  # a variable updated in place
+        _allocation(300, parameter=True),  # the batch
+        _allocation(176, live_out=True),  # the output tuple
+        _allocation(4, live_out=True),  # the loss
+        _allocation(5000),  # the preallocated temp
+        _allocation(20, constant=True),
+        _allocation(96, thread_local=True),
+    ]
+    memory = buffer_memory(allocations)
+    assert memory == {"argument_bytes": 1300, "output_bytes": 1180, "alias_bytes": 1000, "temp_bytes": 5000}
+    # the peak counts the updated variable once: everything but constants and thread-local buffers
+    assert ProgramCost(**memory).peak_bytes == 1300 + 176 + 4 + 5000
+
+
 def test_a_real_zero_alias_is_kept():
     cost = ProgramCost.from_xla({"flops": 5.0, "bytes accessed": 7.0}, _memory(alias=0), "xla", True)
     assert cost.alias_bytes == 0 and cost.peak_bytes == 109724 + 101544 + 50308

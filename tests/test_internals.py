@@ -53,6 +53,18 @@ def test_list_of_batches_runs_the_jitted_step_and_traces_are_counted():
     assert runtime.tracing_count(step_fn) == 1
 
 
+def test_compiled_buffer_allocations_read_xla_buffer_assignment_of_the_step():
+    model = _model(True)
+    model.make_test_function()
+    step_fn = _internals.find_step_function(model.test_function)
+    x, y = tf.zeros((3, 4)), tf.zeros((3, 2))
+    allocations = _internals.compiled_buffer_allocations(step_fn, (x, y))
+    assert allocations and all(set(a) == set(_internals.ALLOCATION_FIELDS) for a in allocations)
+    parameters = sorted(a["size"] for a in allocations if a["is_entry_computation_parameter"])
+    # the batch (3x4 and 3x2 float32) and the layer's kernel (4x2) and bias (2) are entry parameters
+    assert {48, 24, 32, 8} <= set(parameters), parameters
+
+
 def test_wrap_marker_and_unwrap():
     def original(it):
         return it

@@ -125,8 +125,8 @@ class XlaMonitor(MonitorSurface):
             and ``xla/mfu`` scalars). Analysed once per distinct signature, at an epoch's or a call's end, never on
             the step path. ``"auto"`` (the default) uses only sources that compile nothing again (JAX 0.10 and
             later: the executable that ran; older JAX: the lowered step, no memory; TensorFlow: the step's HLO,
-            FLOPs only); ``"full"`` also pays a second compile where memory needs one (JAX before 0.10);
-            ``"off"``: no analysis.
+            FLOPs only); ``"full"`` also pays a second compile where memory needs one (TensorFlow, JAX before
+            0.10); ``"off"``: no analysis.
         peak_flops: one device's peak FLOP/s for the MFU; None (the default): a table of common GPUs and
             TPUs by device and compute dtype (``core.cost.PEAK_FLOPS``), and no MFU on other devices (CPUs).
 

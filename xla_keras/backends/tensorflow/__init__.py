@@ -100,7 +100,7 @@ class TensorFlowBackend(KerasBackend):
         return cost.cost_spec(batch)
 
     def program_cost(self, model: Any, phase: str, spec: Any, mode: str, notes: Notes) -> ProgramCost:
-        return cost.program_cost(self.step_function(model, phase), spec)  # one source: "full" adds nothing here
+        return cost.program_cost(self.step_function(model, phase), spec, mode)
 
     def device_kind(self) -> str:
         return cost.device_kind()

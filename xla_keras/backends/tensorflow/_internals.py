@@ -114,6 +114,31 @@ def function_jit_flag(step_fn: Any) -> bool:
         raise InternalsMoved("tf.function._jit_compile", e) from e
 
 
+# XLA's buffer assignment fields the cost card reads, as XLA's BufferAllocationProto names them.
+ALLOCATION_FIELDS = (
+    "size",
+    "is_entry_computation_parameter",
+    "is_parameter_aliased_with_output",
+    "maybe_live_out",
+    "is_constant",
+    "is_thread_local",
+)
+
+
+def compiled_buffer_allocations(step_fn: Any, args: Any) -> List[dict]:
+    """XLA's buffer assignment of ``step_fn`` compiled for ``args``: a dict of ``ALLOCATION_FIELDS`` per
+    allocation. Compiles the step again: TensorFlow keeps its executable out of Python's reach, and
+    ``stage="optimized_hlo_proto_serialized"`` is the one stage that returns an executable's ``HloProto``
+    (the proto's module lives in TensorFlow's private ``compiler.xla`` package)."""
+    try:
+        from tensorflow.compiler.xla.service import hlo_pb2
+    except ImportError as e:
+        raise InternalsMoved("tensorflow.compiler.xla.service.hlo_pb2", e) from e
+    blob = step_fn.experimental_get_compiler_ir(args)(stage="optimized_hlo_proto_serialized")
+    allocations = hlo_pb2.HloProto.FromString(blob).buffer_assignment.buffer_allocations
+    return [{field: getattr(a, field) for field in ALLOCATION_FIELDS} for a in allocations]
+
+
 # --------------------------------------------------------------------------
 # Batches: the iterator Keras passes in and distribution wrappers.
 
