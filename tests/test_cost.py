@@ -63,11 +63,10 @@ def test_unavailable_figures_are_none_and_named(analysis, memory, unavailable):
         assert cost.peak_bytes is None  # never a peak from a missing part
 
 
-def _allocation(size, parameter=False, aliased=False, live_out=False, constant=False, thread_local=False):
+def _allocation(size, parameter=False, live_out=False, constant=False, thread_local=False):
     return {
         "size": size,
         "is_entry_computation_parameter": parameter,
-        "is_parameter_aliased_with_output": aliased,
         "maybe_live_out": live_out,
         "is_constant": constant,
         "is_thread_local": thread_local,
@@ -78,7 +77,7 @@ def test_tensorflow_memory_sums_xla_buffer_assignment_as_xla_memory_statistics_d
     from xla_keras.backends.tensorflow.cost import buffer_memory
 
     allocations = [
-        _allocation(1000, parameter=True, aliased=True, live_out=True),  # a variable updated in place
+        _allocation(1000, parameter=True, live_out=True),  # a variable updated in place
         _allocation(300, parameter=True),  # the batch
         _allocation(176, live_out=True),  # the output tuple
         _allocation(4, live_out=True),  # the loss

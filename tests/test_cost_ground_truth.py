@@ -93,19 +93,22 @@ def _modules(backend, dump_dir, files):
 
 
 def _buffer_assignment(files):
-    """(argument bytes, temp bytes) from XLA's buffer assignment, total bytes from its memory report."""
+    """(argument bytes, temp bytes) from XLA's buffer assignment; total bytes from its memory report,
+    or from the assignment itself where XLA writes no report (TensorFlow 2.16)."""
     (assignment,) = [f for f in files if f.endswith("cpu_after_optimizations-buffer-assignment.txt")]
-    (usage,) = [f for f in files if f.endswith("cpu_after_optimizations-memory-usage-report.txt")]
+    usage = [f for f in files if f.endswith("cpu_after_optimizations-memory-usage-report.txt")]
     arguments = temp = 0
     with open(assignment) as f:
-        for line in f:
-            match = re.match(r"allocation \d+: size (\d+), (.*)$", line)
-            if match and match[2].startswith("parameter "):
-                arguments += int(match[1])
-            elif match and "preallocated-temp" in match[2]:
-                temp += int(match[1])
-    with open(usage) as f:
-        total = int(re.search(r"Total bytes(?: used)?: (\d+)", f.read())[1])
+        text = f.read()
+    for match in re.finditer(r"^allocation \d+: size (\d+), (.*)$", text, re.M):
+        if match[2].startswith("parameter "):
+            arguments += int(match[1])
+        elif "preallocated-temp" in match[2]:
+            temp += int(match[1])
+    if usage:
+        with open(usage[0]) as f:
+            text = f.read()
+    total = int(re.search(r"^Total bytes(?: used)?: (\d+)", text, re.M)[1])
     return arguments, temp, total
 
 

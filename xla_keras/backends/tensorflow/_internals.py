@@ -114,15 +114,9 @@ def function_jit_flag(step_fn: Any) -> bool:
         raise InternalsMoved("tf.function._jit_compile", e) from e
 
 
-# XLA's buffer assignment fields the cost card reads, as XLA's BufferAllocationProto names them.
-ALLOCATION_FIELDS = (
-    "size",
-    "is_entry_computation_parameter",
-    "is_parameter_aliased_with_output",
-    "maybe_live_out",
-    "is_constant",
-    "is_thread_local",
-)
+# XLA's buffer assignment fields the cost card reads, as XLA's BufferAllocationProto names them (in
+# every TensorFlow tested; 2.16's has no ``is_parameter_aliased_with_output``).
+ALLOCATION_FIELDS = ("size", "is_entry_computation_parameter", "maybe_live_out", "is_constant", "is_thread_local")
 
 
 def compiled_buffer_allocations(step_fn: Any, args: Any) -> List[dict]:
