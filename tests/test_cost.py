@@ -63,13 +63,15 @@ def test_unavailable_figures_are_none_and_named(analysis, memory, unavailable):
         assert cost.peak_bytes is None  # never a peak from a missing part
 
 
-def _allocation(size, parameter=False, live_out=False, constant=False, thread_local=False):
+def _allocation(size, parameter=False, aliased=False, live_out=False, constant=False, thread_local=False, color=0):
     return {
         "size": size,
         "is_entry_computation_parameter": parameter,
+        "aliased_with_output": aliased,
         "maybe_live_out": live_out,
         "is_constant": constant,
         "is_thread_local": thread_local,
+        "color": color,
     }
 
 
@@ -77,18 +79,60 @@ def test_tensorflow_memory_sums_xla_buffer_assignment_as_xla_memory_statistics_d
     from xla_keras.backends.tensorflow.cost import buffer_memory
 
     allocations = [
-        _allocation(1000, parameter=True, live_out=True),  # a variable updated in place
+        _allocation(1000, parameter=True, aliased=True, live_out=True),  # a variable updated in place
         _allocation(300, parameter=True),  # the batch
         _allocation(176, live_out=True),  # the output tuple
         _allocation(4, live_out=True),  # the loss
         _allocation(5000),  # the preallocated temp
         _allocation(20, constant=True),
         _allocation(96, thread_local=True),
+        _allocation(4096, parameter=True, color=5),  # in the host memory space: not the device's
+        _allocation(2048, color=5),
     ]
     memory = buffer_memory(allocations)
     assert memory == {"argument_bytes": 1300, "output_bytes": 1180, "alias_bytes": 1000, "temp_bytes": 5000}
     # the peak counts the updated variable once: everything but constants and thread-local buffers
     assert ProgramCost(**memory).peak_bytes == 1300 + 176 + 4 + 5000
+
+
+def _tf_step():
+    tf = pytest.importorskip("tensorflow")
+
+    @tf.function(jit_compile=True)
+    def one_step_on_data(x):
+        return tf.matmul(x, tf.ones((8, 4)))
+
+    return tf, one_step_on_data
+
+
+def test_tensorflow_memory_that_cannot_be_read_says_why_in_one_line_and_the_flops_stand(monkeypatch):
+    from xla_keras.backends.tensorflow import _internals, cost
+
+    tf, step = _tf_step()
+
+    def fails(step_fn, args):
+        raise RuntimeError("INTERNAL: no proto\n\tat some C++ frame\n\tat another")
+
+    monkeypatch.setattr(_internals, "compiled_buffer_allocations", fails)
+    card = cost.program_cost(step, tf.TensorSpec((16, 8), tf.float32), "full")
+    assert card.flops == 2 * 16 * 8 * 4 and card.peak_bytes is None and not card.exact
+    assert "memory: reading XLA's buffer assignment failed: RuntimeError: INTERNAL: no proto" in card.unavailable
+    assert "C++ frame" not in card.unavailable and len(card.unavailable) <= 200
+    monkeypatch.setattr(tf.config, "list_logical_devices", lambda: [SimpleNamespace(device_type="TPU")])
+    card = cost.program_cost(step, tf.TensorSpec((16, 8), tf.float32), "full")
+    assert card.peak_bytes is None and "memory: read on CPU and GPU only (TPU here)" in card.unavailable
+
+
+def test_tensorflow_full_memory_of_a_real_step_and_the_default_compiles_nothing():
+    from xla_keras.backends.tensorflow import cost
+
+    tf, step = _tf_step()
+    spec = tf.TensorSpec((16, 8), tf.float32)
+    assert cost.program_cost(step, spec, "auto").peak_bytes is None  # no second compile by default
+    card = cost.program_cost(step, spec, "full")
+    # arguments: x (16x8 float32); output: the 16x4 product; nothing aliased
+    assert (card.argument_bytes, card.output_bytes, card.alias_bytes) == (512, 256, 0), card
+    assert "compiled again" in card.source and card.unavailable.endswith("code bytes: not in XLA's buffer assignment")
 
 
 def test_a_real_zero_alias_is_kept():

@@ -59,10 +59,28 @@ def test_compiled_buffer_allocations_read_xla_buffer_assignment_of_the_step():
     step_fn = _internals.find_step_function(model.test_function)
     x, y = tf.zeros((3, 4)), tf.zeros((3, 2))
     allocations = _internals.compiled_buffer_allocations(step_fn, (x, y))
-    assert allocations and all(set(a) == set(_internals.ALLOCATION_FIELDS) for a in allocations)
+    assert allocations and all(set(a) == {*_internals.ALLOCATION_FIELDS, _internals.ALIASED} for a in allocations)
     parameters = sorted(a["size"] for a in allocations if a["is_entry_computation_parameter"])
     # the batch (3x4 and 3x2 float32) and the layer's kernel (4x2) and bias (2) are entry parameters
     assert {48, 24, 32, 8} <= set(parameters), parameters
+    # the variables the test step updates (its metrics' totals) are read from the alias config: where
+    # the proto also says it itself (TensorFlow 2.20+), both agree
+    assert any(a[_internals.ALIASED] for a in allocations)
+    proto = step_fn.experimental_get_compiler_ir((x, y))(stage="optimized_hlo_proto_serialized")
+    from tensorflow.compiler.xla.service import hlo_pb2
+
+    own = hlo_pb2.HloProto.FromString(proto).buffer_assignment.buffer_allocations
+    if "is_parameter_aliased_with_output" in hlo_pb2.BufferAllocationProto.DESCRIPTOR.fields_by_name:
+        assert [a.is_parameter_aliased_with_output for a in own] == [a[_internals.ALIASED] for a in allocations]
+
+
+def test_compiled_buffer_allocations_refuse_a_proto_without_a_buffer_assignment():
+    class Step:
+        def experimental_get_compiler_ir(self, args):
+            return lambda stage: b""
+
+    with pytest.raises(ValueError, match="no buffer assignment"):
+        _internals.compiled_buffer_allocations(Step(), ())
 
 
 def test_wrap_marker_and_unwrap():

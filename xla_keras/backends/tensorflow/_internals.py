@@ -114,23 +114,41 @@ def function_jit_flag(step_fn: Any) -> bool:
         raise InternalsMoved("tf.function._jit_compile", e) from e
 
 
-# XLA's buffer assignment fields the cost card reads, as XLA's BufferAllocationProto names them (in
-# every TensorFlow tested; 2.16's has no ``is_parameter_aliased_with_output``).
-ALLOCATION_FIELDS = ("size", "is_entry_computation_parameter", "maybe_live_out", "is_constant", "is_thread_local")
+# XLA's BufferAllocationProto fields the cost card reads (in every TensorFlow tested; ``color`` is the
+# memory space, with XLA's default colorer), and whether an output reuses the allocation: 2.16's proto
+# has no such field, so it is read from the module's input-output alias config (every version has it).
+ALLOCATION_FIELDS = (
+    "size",
+    "is_entry_computation_parameter",
+    "maybe_live_out",
+    "is_constant",
+    "is_thread_local",
+    "color",
+)
+ALIASED = "aliased_with_output"
 
 
 def compiled_buffer_allocations(step_fn: Any, args: Any) -> List[dict]:
-    """XLA's buffer assignment of ``step_fn`` compiled for ``args``: a dict of ``ALLOCATION_FIELDS`` per
-    allocation. Compiles the step again: TensorFlow keeps its executable out of Python's reach, and
-    ``stage="optimized_hlo_proto_serialized"`` is the one stage that returns an executable's ``HloProto``
-    (the proto's module lives in TensorFlow's private ``compiler.xla`` package)."""
+    """XLA's buffer assignment of ``step_fn`` compiled again for ``args`` (TensorFlow keeps the executable
+    that ran out of Python's reach; ``stage="optimized_hlo_proto_serialized"`` returns an executable's
+    ``HloProto``): a dict of ``ALLOCATION_FIELDS`` and ``ALIASED`` per allocation. ValueError if none."""
     try:
         from tensorflow.compiler.xla.service import hlo_pb2
     except ImportError as e:
         raise InternalsMoved("tensorflow.compiler.xla.service.hlo_pb2", e) from e
-    blob = step_fn.experimental_get_compiler_ir(args)(stage="optimized_hlo_proto_serialized")
-    allocations = hlo_pb2.HloProto.FromString(blob).buffer_assignment.buffer_allocations
-    return [{field: getattr(a, field) for field in ALLOCATION_FIELDS} for a in allocations]
+    proto = hlo_pb2.HloProto.FromString(
+        step_fn.experimental_get_compiler_ir(args)(stage="optimized_hlo_proto_serialized")
+    )
+    if not proto.buffer_assignment.buffer_allocations:
+        raise ValueError("the compiled step's HloProto holds no buffer assignment")
+    aliases = {
+        (e.parameter_number, tuple(e.parameter_shape_index)) for e in proto.hlo_module.input_output_alias.entries
+    }
+    allocations = []
+    for a in proto.buffer_assignment.buffer_allocations:
+        aliased = a.is_entry_computation_parameter and (a.parameter_number, tuple(a.parameter_shape_index)) in aliases
+        allocations.append({**{field: getattr(a, field) for field in ALLOCATION_FIELDS}, ALIASED: aliased})
+    return allocations
 
 
 # --------------------------------------------------------------------------

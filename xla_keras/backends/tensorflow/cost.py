@@ -24,6 +24,7 @@ MEMORY_SOURCE = "memory: XLA's buffer assignment of the step compiled again ({se
 NO_BYTES = "bytes accessed: TensorFlow gives Python no XLA cost analysis"
 NO_MEMORY = "memory: XlaMonitor(cost='full') compiles the step again for XLA's buffer assignment"
 NO_CODE = "code bytes: not in XLA's buffer assignment"
+HOST_MEMORY_SPACE = 5  # XLA's Layout::kHostMemorySpace: host buffers are not the device's memory
 
 
 def cost_spec(batch: Any) -> Any:
@@ -39,28 +40,28 @@ def cost_spec(batch: Any) -> Any:
 
 
 def buffer_memory(allocations: Iterable[Mapping[str, Any]]) -> Dict[str, int]:
-    """A program's memory from XLA's buffer assignment, summed as XLA's own memory statistics sum it
-    (``CompiledMemoryStats``, what JAX's ``memory_analysis()`` reads): arguments are the entry
-    parameters' allocations, outputs the allocations that may be live out, alias the parameters'
-    among them, temp every other allocation but constants and thread-local ones. A parameter is live
-    out only where an output reuses its buffer (XLA copies a parameter returned as it is; measured on
-    TensorFlow 2.16 and 2.21, and the same as 2.21's ``is_parameter_aliased_with_output``).
+    """A program's device memory from XLA's buffer assignment, summed as XLA sums its own memory
+    statistics (``CompiledMemoryStats.PopulateBufferStatsFromAllocations``, what JAX's
+    ``memory_analysis()`` reads): arguments are the entry parameters' allocations, alias those an output
+    reuses, outputs the allocations that may be live out, temp every other one but constants and
+    thread-local ones. Allocations in the host memory space are not device memory: set apart, as there.
 
     Args:
-        allocations: one mapping per allocation, with ``_internals.ALLOCATION_FIELDS``.
+        allocations: one mapping per allocation, with ``_internals.ALLOCATION_FIELDS`` and ``ALIASED``.
 
     Returns:
         ``argument_bytes``, ``output_bytes``, ``alias_bytes`` and ``temp_bytes``.
     """
     memory = dict.fromkeys(("argument_bytes", "output_bytes", "alias_bytes", "temp_bytes"), 0)
     for a in allocations:
+        if a["color"] == HOST_MEMORY_SPACE:
+            continue
         size = int(a["size"])
         if a["is_entry_computation_parameter"]:
             memory["argument_bytes"] += size
+            memory["alias_bytes"] += size if a[_internals.ALIASED] else 0
         if a["maybe_live_out"]:
             memory["output_bytes"] += size
-            if a["is_entry_computation_parameter"]:
-                memory["alias_bytes"] += size
         elif not (a["is_entry_computation_parameter"] or a["is_constant"] or a["is_thread_local"]):
             memory["temp_bytes"] += size
     return memory
@@ -68,30 +69,50 @@ def buffer_memory(allocations: Iterable[Mapping[str, Any]]) -> Dict[str, int]:
 
 def program_cost(step: Any, spec: Any, mode: str) -> ProgramCost:
     """FLOPs of the jit-compiled step ``step`` for the batch shapes of ``spec``; with ``mode`` "full",
-    its memory too, from the step compiled again."""
+    its memory too, from the step compiled again. Each part that fails says why; the other stands."""
     import tensorflow as tf
 
     if step is None or not _internals.function_jit_flag(step):
         why = "the step that runs now is not jit-compiled (auto-clustering, off, a fallback, or jit='fastest' off)"
         return ProgramCost(source=SOURCE, unavailable=f"{why}: no one XLA program per step to analyse")
     zeros = tf.nest.map_structure(lambda s: tf.zeros(s.shape, s.dtype), spec)
-    cost = ProgramCost(flops=dot_conv_flops(step.experimental_get_compiler_ir(zeros)(stage="hlo")), source=SOURCE)
+    cost = ProgramCost(source=SOURCE, exact=False)  # FLOPs counted before XLA's optimisations: an estimate
     missing = [NO_BYTES, NO_MEMORY]
+    try:
+        cost.flops = dot_conv_flops(step.experimental_get_compiler_ir(zeros)(stage="hlo"))
+        if cost.flops is None:
+            missing.insert(0, "flops: no dot or convolution read")
+    except Exception as error:  # noqa: BLE001 - unavailable, with the reason; never a training failure
+        missing.insert(0, f"flops: reading the step's HLO failed: {_first_line(error)}")
     if mode == "full":
-        started = time.perf_counter()
-        try:
-            memory = buffer_memory(_internals.compiled_buffer_allocations(step, zeros))
-        except Exception as error:  # noqa: BLE001 - the FLOPs stand; the memory says why it is missing
-            missing[1] = f"memory: compiling the step again failed: {type(error).__name__}: {error}"[:200]
-        else:
-            for key, value in memory.items():
-                setattr(cost, key, value)
-            cost.source = f"{SOURCE}; {MEMORY_SOURCE.format(seconds=time.perf_counter() - started)}"
-            missing[1] = NO_CODE
-    if cost.flops is None:
-        missing.insert(0, "flops: no dot or convolution read")
+        missing[-1] = _read_memory(cost, step, zeros)
     cost.unavailable = "; ".join(missing)
     return cost
+
+
+def _read_memory(cost: ProgramCost, step: Any, zeros: Any) -> str:
+    """Fills ``cost``'s memory from XLA's buffer assignment of the step compiled again; returns what
+    stays missing, in words."""
+    import tensorflow as tf
+
+    devices = {device.device_type for device in tf.config.list_logical_devices()}
+    if not devices <= {"CPU", "GPU"}:  # TensorFlow reads the proto without a check: known set on CPU and GPU
+        return f"memory: read on CPU and GPU only ({', '.join(sorted(devices - {'CPU', 'GPU'}))} here)"
+    started = time.perf_counter()
+    try:
+        memory = buffer_memory(_internals.compiled_buffer_allocations(step, zeros))
+    except Exception as error:  # noqa: BLE001 - the FLOPs stand; the memory says why it is missing
+        return f"memory: reading XLA's buffer assignment failed: {_first_line(error)}"
+    for key, value in memory.items():
+        setattr(cost, key, value)
+    cost.source = f"{SOURCE}; {MEMORY_SOURCE.format(seconds=time.perf_counter() - started)}"
+    return NO_CODE
+
+
+def _first_line(error: BaseException) -> str:
+    """An error in one short line (TensorFlow's are often many)."""
+    text = str(error).strip()
+    return f"{type(error).__name__}: {text.splitlines()[0] if text else ''}"[:120]
 
 
 def device_kind() -> str:
