@@ -93,7 +93,7 @@ def main(out):
         off = xla_keras.XlaMonitor(log_dir=None, verbose=0, cost="off")
         model.evaluate(x[:128], y[:128], batch_size=32, verbose=0, callbacks=[off])  # a new shape: compiles
         results[name]["off"] = off.report.to_dict()
-        dumped_since()
+        dumped_since()  # the off evaluate's files: not the full fit's
         full = xla_keras.XlaMonitor(log_dir=None, verbose=0, cost="full")
         fit = {"batch_size": 48, "validation_batch_size": 16, "validation_data": (x[:128], y[:128])}
         model.fit(x[:480], y[:480], epochs=1, verbose=0, callbacks=[full], **fit)  # new shapes: both compile
