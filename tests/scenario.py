@@ -43,6 +43,11 @@ class ScenarioRun:
         self.stderr = stderr
 
 
+def failed(what, stdout, stderr):
+    """The error for a scenario subprocess that failed: the tails of what it printed."""
+    return AssertionError(f"{what} failed:\n{stdout[-3000:]}\n{stderr[-6000:]}")
+
+
 def run_scenario(tmp_root, scenario, jit, *, env_flags="", extra_args=()):
     dump = os.path.join(tmp_root, "dump")
     env = dict(os.environ)
@@ -62,7 +67,7 @@ def run_scenario(tmp_root, scenario, jit, *, env_flags="", extra_args=()):
         [sys.executable, SCENARIO, scenario, jit, *extra_args], env=env, capture_output=True, text=True, timeout=600
     )
     if proc.returncode != 0:
-        raise AssertionError(f"scenario {scenario}/{jit} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}")
+        raise failed(f"scenario {scenario}/{jit}", proc.stdout, proc.stderr)
     line = [ln for ln in proc.stdout.splitlines() if ln.startswith("XLA_KERAS_REPORT ")][-1]
     report = json.loads(line[len("XLA_KERAS_REPORT ") :])
     modules = 0

@@ -14,6 +14,7 @@ import subprocess
 import sys
 
 import pytest
+from scenario import failed
 from side_by_side import family, start
 
 pytestmark = pytest.mark.scenario
@@ -33,7 +34,7 @@ def _run(tmp, backend):
     env["XLA_FLAGS"] = f"--xla_dump_to={os.path.join(tmp, 'dump_' + backend)}"
     proc = subprocess.run([sys.executable, SCRIPT, out], env=env, capture_output=True, text=True, timeout=900)
     if proc.returncode != 0:
-        raise AssertionError(f"cost scenarios ({backend}) failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}")
+        raise failed(f"cost scenarios ({backend})", proc.stdout, proc.stderr)
     with open(out) as f:
         return json.load(f)
 

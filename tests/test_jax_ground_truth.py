@@ -20,6 +20,7 @@ import sys
 
 import pytest
 from note_checks import problems
+from scenario import failed
 from side_by_side import drain, family, start
 
 from xla_keras.report.units import ms_text
@@ -71,7 +72,7 @@ def _finish(started):
     proc, out = started
     stdout, stderr = proc.communicate(timeout=900)
     if proc.returncode != 0:
-        raise AssertionError(f"jax scenarios failed:\n{stdout[-3000:]}\n{stderr[-6000:]}")
+        raise failed("jax scenarios", stdout, stderr)
     with open(out) as f:
         return json.load(f)
 
