@@ -128,6 +128,11 @@ def process(spec):
             )
         except Exception as caught:  # noqa: BLE001 - reported to the test
             error = f"{type(caught).__name__}: {caught}"[:1500]
+            # What the files say while the fit's frames are still alive (no collection, no exit yet).
+            on_disk = os.path.join(fit["monitor"]["log_dir"] or "", "xla_report.json")
+            if fit["monitor"]["log_dir"] and os.path.exists(on_disk):
+                with open(on_disk) as f:
+                    fit["run_state_at_the_error"] = json.load(f)["run_state"]
         result["fits"].append(
             {
                 "report": monitor.report.to_dict(),
@@ -135,6 +140,7 @@ def process(spec):
                 "error": error,
                 "stopped_at": monitor.report.steps["train"],
                 "modes": modes,
+                "run_state_at_the_error": fit.get("run_state_at_the_error"),
             }
         )
     print("XLA_KERAS_MW " + json.dumps(result), flush=True)

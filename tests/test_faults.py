@@ -793,6 +793,68 @@ def test_ctrl_c_in_keras_own_loop_code_is_cleaned_up_once_the_fit_is_gone(tmp_pa
         assert json.load(f)["steps"]["train"] == 6  # every train step of epoch 1 ran
 
 
+@pytest.mark.slow
+def test_an_error_in_another_callbacks_batch_begin_hook_is_seen_at_once(tmp_path):
+    """A callback that reads a weight at batch begin gets the device's error (a dead peer, say): the
+    files say "interrupted" while the user still holds the traceback (no garbage collection needed)."""
+
+    class FailsAtBatchBegin(keras.callbacks.Callback):
+        def on_train_batch_begin(self, batch, logs=None):
+            if int(self.model.optimizer.iterations.numpy()) + 1 == K:
+                raise RuntimeError("the device failed")
+
+    log_dir = str(tmp_path / "logs")
+    monitor = xla_keras.XlaMonitor(log_dir=log_dir, jit="on", verbose=0)
+    x, y = _xy()
+    with pytest.raises(RuntimeError, match="the device failed") as held:
+        _model().fit(x, y, batch_size=BATCH, epochs=2, callbacks=[monitor, FailsAtBatchBegin()], verbose=0)
+    with open(os.path.join(log_dir, REPORT_FILE)) as f:
+        on_disk = json.load(f)
+    assert held.value.__traceback__ is not None  # the fit's frames are still alive
+    assert on_disk["run_state"] == "interrupted" and on_disk["steps"]["train"] == K - 1
+    assert not monitor.in_call
+
+
+_EXIT_DURING_A_FIT = """
+import os, sys
+import numpy as np, keras
+import xla_keras
+from tensorflow.python.data.ops import dataset_ops
+
+real_iter = dataset_ops.DatasetV2.__iter__
+
+class Arm(keras.callbacks.Callback):
+    def on_test_begin(self, logs=None):  # Keras's own loop code then fails creating the validation iterator
+        def iterate(self):
+            raise RuntimeError("failed in Keras's own loop code")
+        dataset_ops.DatasetV2.__iter__ = iterate
+
+model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
+model.compile("sgd", "mse")
+x, y = np.ones((64, 4), "float32"), np.ones((64, 1), "float32")
+monitor = xla_keras.XlaMonitor(log_dir=sys.argv[1], verbose=0)
+model.fit(x, y, batch_size=8, epochs=2, validation_split=0.25, callbacks=[monitor, Arm()], verbose=0)
+"""
+
+
+@pytest.mark.slow
+def test_a_fit_still_running_at_interpreter_exit_is_written_interrupted(tmp_path):
+    """An uncaught exception from Keras's own loop code: Python keeps its traceback (and the fit's frames)
+    to the end, so no hook and no garbage collection tells the monitor; its exit handler does."""
+    import subprocess
+    import sys
+
+    log_dir = tmp_path / "logs"
+    script = tmp_path / "exits.py"
+    script.write_text(_EXIT_DURING_A_FIT)
+    done = subprocess.run([sys.executable, str(script), str(log_dir)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 1 and "failed in Keras's own loop code" in done.stderr, done.stderr[-2000:]
+    with open(log_dir / REPORT_FILE) as f:
+        on_disk = json.load(f)
+    assert on_disk["run_state"] == "interrupted", on_disk["run_state"]
+    assert on_disk["steps"]["train"] == 6  # every train step of epoch 1 ran
+
+
 def test_an_unfinished_first_step_still_counts_its_compile_when_it_runs_again():
     class CtrlCWhileTracing(keras.layers.Layer):
         armed = False

@@ -87,7 +87,10 @@ def test_scalars_text_and_report_file_are_written_as_on_tensorflow(checks):
     train.Reload()
     tags = set(train.Tags()["tensors"]) | set(train.Tags()["scalars"])
     assert {TAG_COMPILATIONS, TAG_STEP_TIME, "xla/report", "xla/report_data"} <= tags, tags
-    assert len(train.Scalars(TAG_STEP_TIME)) >= 20  # update_freq="batch": steady steps, compiles excluded
+    # update_freq="batch" under JAX: one point per interval between drains, at its last step (each epoch of
+    # 15 steps here, the first one's compile left out), never a dispatch time per step.
+    points = train.Scalars(TAG_STEP_TIME)
+    assert [p.step for p in points] == [15, 30] and all(p.value > 0 for p in points)
     validation = EventAccumulator(os.path.join(log_dir, "validation"), size_guidance={"tensors": 0})
     validation.Reload()
     assert TAG_COMPILATIONS in validation.Tags()["scalars"]
@@ -95,6 +98,8 @@ def test_scalars_text_and_report_file_are_written_as_on_tensorflow(checks):
         parsed = parse_report(json.load(f))
     assert parsed.report.backend == "jax" and parsed.report.probe == "jax.monitoring"
     assert parsed.report.steps == {"train": 30, "test": 10, "predict": 0}
+    assert parsed.report.step_timing["train"]["basis"] == "between_drains"
+    assert parsed.report.step_timing["train"]["intervals"] == len(points)
 
 
 def test_jax_profiler_traces_land_where_the_profile_tab_finds_them(checks):

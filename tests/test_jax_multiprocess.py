@@ -183,6 +183,9 @@ def test_a_process_that_dies_leaves_the_chief_files_flushed(runs):
     fit = chief.result["fits"][0]
     # Gloo saw the peer go: in the step's all-reduce, or in the epoch end's gather (the chief runs ahead).
     assert fit["error"] and re.search(r"Gloo [\w-]+ failed.*(closed|reset) by peer", fit["error"]), fit["error"]
+    # Written when the error surfaced (in a callback's batch-begin hook, a guarded hook or a step), not left
+    # to the collection of the fit's frames or to the exit: a slower machine once found it still "running".
+    assert fit["run_state_at_the_error"] == "interrupted"
     with open(where / "logs" / "xla_report.json") as f:
         on_disk = json.load(f)
     assert on_disk["run_state"] == "interrupted"

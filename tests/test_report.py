@@ -28,7 +28,7 @@ COMPILATION_KEYS = [
     "estimated_because",
     "cost",  # schema 9 (the cost card)
 ]
-SLOW_STEP_KEYS = ["phase", "step", "seconds", "steady_seconds", "signature"]
+SLOW_STEP_KEYS = ["phase", "step", "seconds", "steady_seconds", "signature", "basis"]  # basis: schema 10
 REPORT_KEYS = [
     "jit_mode",
     "jit_active",
@@ -43,6 +43,7 @@ REPORT_KEYS = [
     "steady_step_seconds",
     "steady_step_seconds_by_phase",
     "steady_step_counts",
+    "step_timing",  # schema 10
     "compile_seconds",
     "wall_seconds",
     "compile_share",
@@ -348,9 +349,9 @@ def test_reports_carry_their_schema_version_and_parse_back():
 
     report = full_report()
     data = report.to_dict()
-    assert data["schema_version"] == SCHEMA_VERSION == 9
+    assert data["schema_version"] == SCHEMA_VERSION == 10
     parsed = parse_report(json.loads(json.dumps(data)))
-    assert parsed.schema_version == 9 and not parsed.newer and parsed.message is None
+    assert parsed.schema_version == 10 and not parsed.newer and parsed.message is None
     assert parsed.report.to_dict() == data
 
 
@@ -364,6 +365,32 @@ def test_a_0_1_report_without_schema_version_is_read_as_version_1():
     parsed = parse_report(data)
     assert parsed.schema_version == 1 and not parsed.newer
     assert [c.call_batches for c in parsed.report.compilations] == [1] * len(data["compilations"])
+
+
+@pytest.mark.parametrize("backend, basis, slow_basis", [("tensorflow", "per_step", "step"), ("jax", "dispatch", "host")])
+def test_a_schema_9_report_says_how_its_step_times_were_measured(backend, basis, slow_basis):
+    """Before schema 10 a JAX report timed steps start to start under asynchronous dispatch: its steady step
+    is read as a dispatch time, said so wherever it is shown, never as a step time."""
+    from xla_keras.report.figures import dispatch_timed, steady_words
+    from xla_keras.report.schema import parse_report
+
+    data = full_report().to_dict()
+    data.update(schema_version=9, backend=backend)
+    del data["step_timing"]
+    for slow in data["slow_steps"]:
+        del slow["basis"]
+    report = parse_report(data).report
+    assert report.step_timing["train"] == {
+        "basis": basis,
+        "steps": data["steady_step_counts"]["train"],
+        "intervals": 0,
+        "withheld": None,
+    }
+    assert {s.basis for s in report.slow_steps} == {slow_basis}
+    assert dispatch_timed(report) is (backend == "jax")
+    words = steady_words(report, "train")
+    assert ("a dispatch time, not a step time" in words) is (backend == "jax")
+    assert ("a dispatch time" in str(report)) is (backend == "jax")
 
 
 def test_a_newer_report_is_read_for_the_keys_this_version_knows_and_says_so():
@@ -455,7 +482,7 @@ def test_the_end_of_fit_summary_is_12_lines_with_one_line_per_finding():
         "  STORM (train, step 30): 8 new input shapes; input 'x/tokens' axis 1 varies (3..59, 41 values)",
         "  ADVICE (test, fit 1): recompiles took 900 ms = 15% of the phase; input 'x/tokens' axis 1 varies",
         "  fallback     : XLA off from train step 30",
-        "  slow steps   : 2 known-signature steps far above the steady median",
+        "  slow steps   : 2 known-signature steps far above the steady step",
     ]
     assert lines[7] == "  fix          : ds = xla_keras.data.apply_fix(ds, monitor.report.storms[0].fix)"
     assert lines[-2] == "  notes        : 2 (print(monitor.report))"

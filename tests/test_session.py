@@ -93,15 +93,22 @@ def test_steady_steps_make_the_step_time_scalar_at_the_chosen_frequency():
     assert all(sc.tag != TAG_STEP_TIME for sc in step(epoch, epoch.clock, sig(8), 0.002)[1].scalars)
 
 
-def test_end_of_run_writes_the_epoch_mean_and_the_steady_median():
+def test_end_of_run_writes_the_epoch_mean_and_the_steady_step():
+    """The run's interval: from its begin hook to its end, the compiling call taken out by its own time,
+    Keras's work before the first step and after the last one in it."""
     clock = Clock()
     s = session(clock)
+    s.run_began("train", clock.now)
+    clock.now += 0.010  # the epoch's data iterator
     step(s, clock, sig(8), 0.3, observation=CompileObservation((0.25,)))
     for seconds in (0.002, 0.004):
         step(s, clock, sig(8), seconds)
+    clock.now += 0.002  # the end of the epoch's data
+    s.drained("train", clock.now, boundary=True)
     scalars = {sc.tag: sc.value for sc in s.end_of_run("train")}
-    assert scalars["xla/step_time_ms"] == pytest.approx(3.0)
-    assert scalars["xla/steady_step_time_ms"] == pytest.approx(3.0)
+    assert scalars["xla/step_time_ms"] == pytest.approx(9.0)  # (0.010 + 0.002 + 0.004 + 0.002) / 2 steps
+    assert scalars["xla/steady_step_time_ms"] == pytest.approx(9.0)
+    assert s.phases["train"].timing.step_median_seconds == pytest.approx(0.003)  # what slow steps are judged by
 
 
 def test_a_probed_step_that_saw_no_compile_records_nothing_and_is_not_steady():

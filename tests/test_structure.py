@@ -16,7 +16,8 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PACKAGE_DIR = os.path.join(ROOT, "xla_keras")
 
-MONITOR_MAX_LINES, MODULE_MAX_LINES, CLASS_MAX_LINES = 400, 450, 300
+# Sanity limits, not targets: a module holds one idea (split by idea, never by a line count).
+MONITOR_MAX_LINES, MODULE_MAX_LINES, CLASS_MAX_LINES = 600, 800, 500
 
 # Pure by design: every module of these subpackages, found on disk, imports no framework.
 PURE_PACKAGES = ("xla_keras.core", "xla_keras.storms", "xla_keras.report", "xla_keras.jit", "xla_keras.data")

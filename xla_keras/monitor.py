@@ -234,6 +234,7 @@ class XlaMonitor(MonitorSurface):
     @_hook
     @_watched
     def on_epoch_begin(self, epoch, logs=None):
+        self._lifecycle.run_began("train")
         if self._state.fastest is not None:
             self._state.fastest.epoch_began(epoch)
 
@@ -304,8 +305,12 @@ class XlaMonitor(MonitorSurface):
         return self._steps.began(phase, batches, start)
 
     @_hook
-    def call_ran(self, phase: str, handle: Optional[Any]) -> None:
-        self._steps.ran(phase, handle)
+    def call_ran(self, phase: str, handle: Optional[Any]) -> bool:
+        return self._steps.ran(phase, handle)
+
+    @_hook
+    def call_drained(self, phase: str, at: Optional[float]) -> None:
+        self._steps.drained(phase, at)
 
     def call_failed(self, phase: str, handle: Optional[Any], began: bool = True) -> None:
         """The model or the data raised (or Ctrl-C): clean up, never masking the user's exception."""

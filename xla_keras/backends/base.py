@@ -106,9 +106,13 @@ class StepObserver(Protocol):
         the previous call of the phase ends there, which may switch the phase's function: then
         ``step_wrapper`` tells). Returns a probe handle for ``call_ran``, or None."""
 
-    def call_ran(self, phase: str, probe: Optional[Any]) -> None:
+    def call_ran(self, phase: str, probe: Optional[Any]) -> bool:
         """The call returned: stop the probe (or take the compile events a wrapper caught during a call
-        the steady lane took), record what it saw."""
+        the steady lane took), record what it saw. True: a wrapper that ends calls itself (JAX) waits for
+        the call's outputs now and says when they were ready (``call_drained``)."""
+
+    def call_drained(self, phase: str, at: Optional[float]) -> None:
+        """The device finished every call of ``phase`` so far at ``at`` (None: waiting failed)."""
 
     def call_failed(self, phase: str, probe: Optional[Any], began: bool = True) -> None:
         """The call raised (the model, the data, Ctrl-C): clean up without masking the error.
@@ -229,12 +233,19 @@ class Backend(Protocol):
 
     def running_fit(self, model: Any) -> Any: ...
 
+    def batch_begin_hooks_in_use(self, callback_list: Any) -> Tuple[str, ...]:
+        """The batch-begin hooks some callback of the running call's list overrides (guarded too)."""
+
     def multi_worker_fit_problem(self) -> Optional[str]:
         """Why Keras's own fit will fail in the multi-worker cluster the environment describes, or None."""
 
     def gather(self, values: Sequence[float]) -> Optional[List[List[float]]]:
         """Every process's ``values`` (as long as this one's), in process order: a collective, so every
         process of the distribution must call it at the same point. None where there is none."""
+
+    def wait_for(self, outputs: Any) -> bool:
+        """Block until the device finished the call that returned ``outputs`` (a step function's return
+        value); False when waiting failed. Only where steps are dispatched asynchronously (JAX)."""
 
     def cost_spec(self, batch: Any) -> Any:
         """The batch's shapes and dtypes, without its values: kept for ``program_cost`` later."""

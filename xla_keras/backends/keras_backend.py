@@ -187,3 +187,20 @@ class KerasBackend:
 
     def running_fit(self, model: Any) -> Any:
         return self._internals.running_fit(model)
+
+    def batch_begin_hooks_in_use(self, callback_list: Any) -> Tuple[str, ...]:
+        """The batch-begin hooks some callback of ``callback_list`` (a monitor aside) overrides; Keras's
+        ``on_batch_begin`` is the train hook's alias."""
+        import keras
+
+        base = keras.callbacks.Callback
+        aliases = {"on_train_batch_begin": ("on_train_batch_begin", "on_batch_begin")}
+        used = []
+        for hook in ("on_train_batch_begin", "on_test_batch_begin", "on_predict_batch_begin"):
+            for callback in getattr(callback_list, "callbacks", None) or ():
+                if getattr(callback, "_xla_keras_monitor", False):
+                    continue
+                if any(getattr(type(callback), n, None) is not getattr(base, n) for n in aliases.get(hook, (hook,))):
+                    used.append(hook)
+                    break
+        return tuple(used)

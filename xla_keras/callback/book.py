@@ -37,7 +37,7 @@ class ModelReport:
         missing_viewer: Callable[[], Optional[str]],
     ):
         self.backend = backend
-        self.session = Session(config)
+        self.session = Session(config, between_drains=backend.ends_calls_in_wrapper)
         self.sink = OutputSink(log_dir)
         self.traces = TraceWindows(config.profile, backend, self.session.notes, missing_viewer)
         self.error: Optional[str] = None  # why the monitor disabled itself, if it did

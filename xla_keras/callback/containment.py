@@ -90,8 +90,12 @@ class Containment:
             pass
 
     def release_at_exit(self) -> None:
-        """At interpreter exit: free the profiler, restore the flags, flush what we hold."""
+        """At interpreter exit: free the profiler, restore the flags, flush what we hold. A call still
+        running here never reached its end hook and never will (an exception Keras's own loop code let
+        through, whose traceback keeps the call's frames alive to the end): it was interrupted."""
         state = self.state
+        if state.enabled and state.in_call:
+            self.callback_failed()
         self.steps.disarm()
         self.steps.abandon_probe(state.active_probe)
         state.current.traces.stop()

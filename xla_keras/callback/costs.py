@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any, Dict, List, Optional, Tuple
 
 from xla_keras.backends.base import Backend
-from xla_keras.core.cost import ANALYSES_PER_CALL, ASYNC_RUN_STEPS, ProgramCost, peak_flops_for, phase_rates
+from xla_keras.core.cost import ANALYSES_PER_CALL, ProgramCost, peak_flops_for, phase_rates
 from xla_keras.core.phases import PhaseStats
 from xla_keras.core.signatures import fingerprint
 from xla_keras.core.types import CallPlan, Notes, Scalar
@@ -119,20 +119,14 @@ class CostMeter:
         for phase, stats in phases.items():
             cost = self.steady_program(phase, stats)
             if cost is not None:
-                timing = stats.timing
                 out[phase] = phase_rates(
-                    cost, timing.median_seconds, timing.median_samples, self._peak, self._withheld(stats)
+                    cost, stats.timing.median_seconds, stats.timing.median_samples, self._peak, self._withheld(stats)
                 )
         return out
 
     def _withheld(self, stats: PhaseStats) -> Optional[str]:
-        """Why the steady step cannot carry a rate under asynchronous dispatch (JAX), or None."""
-        if not self.backend.ends_calls_in_wrapper:
-            return None
-        per_run = stats.steps_run / max(stats.runs, 1)
-        if per_run >= ASYNC_RUN_STEPS:
-            return None
-        return f"runs of {per_run:.0f} steps, under the {ASYNC_RUN_STEPS} a JAX steady step needs (async dispatch)"
+        """Why the phase has no steady step to carry a rate (JAX: no interval between drains yet), or None."""
+        return stats.steady_withheld(self.backend.ends_calls_in_wrapper)
 
     def scalars(self, phase: str, stats: PhaseStats) -> List[Scalar]:
         """``xla/flops_per_second`` and ``xla/mfu`` for the phase at its steady step time, when known."""

@@ -3,7 +3,7 @@ switch at its checks, keep the faster mode when the fit ends. The trial itself i
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from xla_keras.callback.functions import StepFunctions
 from xla_keras.callback.state import CallState
@@ -53,8 +53,9 @@ class FastestDriver:
                 state.fastest.agree_at = state.fastest.trial.next_check
         self.functions.read_back("train")
 
-    def due(self, now: Optional[float] = None) -> None:
-        """The train step reached the trial's next check: switch, or keep the decision."""
+    def due(self, now: Optional[float] = None, drain: Optional[Callable[[], None]] = None) -> None:
+        """The train step reached the trial's next check: switch, or keep the decision. ``drain`` (JAX):
+        waits for the device, closing the block's last interval in the mode that ran it."""
         state = self.state
         run, step = state.fastest, state.session.phases["train"].step
         if run is None or not run.due(step):
@@ -63,6 +64,8 @@ class FastestDriver:
             scalars = state.session.drain("train", end=now)
             if scalars:
                 state.sink.scalars(scalars)
+            if drain is not None and run.trial.running:
+                drain()
         deciding, chief = run.trial.running, state.dist.process == 0
         switch = run.check(step) if run.agree_at is None else agreed_check(run, step, chief, state.backend.gather)
         if not run.trial.running and (deciding or switch is not None):

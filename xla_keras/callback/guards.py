@@ -43,6 +43,12 @@ GUARDED_HOOKS = (
 )
 
 
+# Guarded only in a list where some callback overrides one of them (``Backend.batch_begin_hooks_in_use``):
+# then the callback's own work there costs more than the guard's frame, and an error it raises (a device
+# error surfacing where a callback reads a weight, say) would otherwise reach the user with the monitor
+# still believing the call runs. Keras's own batch-begin hooks of a list with no such callback do nothing.
+BATCH_BEGIN_HOOKS = ("on_train_batch_begin", "on_test_batch_begin", "on_predict_batch_begin")
+
 END_HOOKS = ("on_train_end", "on_test_end", "on_predict_end")  # after these, the monitor may speak
 
 
@@ -90,9 +96,15 @@ def guarded(*passthrough: Type[BaseException]) -> Callable:
     return decorate
 
 
-def guard_callback_list(monitor: Guarded, callback_list: Any, end_of_data: Tuple[Type[BaseException], ...]) -> None:
+def guard_callback_list(
+    monitor: Guarded,
+    callback_list: Any,
+    end_of_data: Tuple[Type[BaseException], ...],
+    begin_hooks: Tuple[str, ...] = (),
+) -> None:
     """See the module's docstring. ``end_of_data``: what Keras catches to end an epoch
-    (it goes on after those: they are no error)."""
+    (it goes on after those: they are no error). ``begin_hooks``: the batch-begin hooks some callback
+    of the list overrides (``BATCH_BEGIN_HOOKS``), guarded too."""
     if callback_list is None:
         return
     token = monitor.call_token = object()
@@ -124,7 +136,7 @@ def guard_callback_list(monitor: Guarded, callback_list: Any, end_of_data: Tuple
 
         return run
 
-    for name in GUARDED_HOOKS:
+    for name in GUARDED_HOOKS + tuple(h for h in begin_hooks if h in BATCH_BEGIN_HOOKS):
         hook = getattr(type(callback_list), name, None)
         if hook is not None:
             setattr(callback_list, name, guard(hook))  # instance attributes: gone with the list

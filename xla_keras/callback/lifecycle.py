@@ -93,7 +93,8 @@ class Lifecycle:
         self._check_log_dir()
         callback_list = backend.running_callback_list(state.model)
         state.list_guarded, state.summary_due = callback_list is not None, None
-        guard_callback_list(state.observer, callback_list, backend.end_of_data())
+        begin_hooks = backend.batch_begin_hooks_in_use(callback_list) if callback_list is not None else ()
+        guard_callback_list(state.observer, callback_list, backend.end_of_data(), begin_hooks)
         session.wall.begin()
 
     def _check_log_dir(self) -> None:
@@ -183,6 +184,12 @@ class Lifecycle:
             self.functions.read_back(phase)
             self.functions.set_up_cache()
             self._say_status()  # as a fit says it: the same line for evaluate and predict
+        self.run_began(phase)
+
+    def run_began(self, phase: str) -> None:
+        """An epoch, or a validation / evaluate / predict run, begins now (its time from here is its steps')."""
+        session = self.state.session
+        session.run_began(phase, session.clock())
 
     def _say_status(self) -> None:
         """The jit line, at the start of a fit, an evaluate or a predict; once while it stays the same

@@ -4,6 +4,10 @@ counting, the probe the compile timing.
 
 A call ends at its batch-end hook (TensorFlow) or when the next call of its phase begins (JAX: no
 sync, start to start); calls still pending at a phase boundary are settled untimed.
+
+JAX's steps are timed between drains (``core/timing.py``): the full path decides when the wrapper waits
+for the device after a call (after a compile, a profiler window, and about once a second: never on the
+steady lane), and at phase boundaries the monitor waits on the phase's last outputs itself.
 """
 
 from __future__ import annotations
@@ -36,6 +40,8 @@ class StepPath:
         self._repeat_plans = {p: CallPlan(p, 0, 1, (), False) for p in PHASES}
         # The steady lanes (core/repeats.py): the JAX wrapper asks its phase's first, at every call.
         self.lanes: Dict[str, SteadyLane] = {p: SteadyLane() for p in PHASES}
+        # JAX: the running call of each phase ends with the device drained (the wrapper waits after it).
+        self._sync: Dict[str, bool] = dict.fromkeys(PHASES, False)
 
     def due(self, phase: str, now: float) -> bool:
         """The next call of ``phase`` begins at ``now``: the previous one ends there (start to start).
@@ -46,9 +52,16 @@ class StepPath:
             self.end_call(phase, now)
             worked = True
         if state.fastest is not None and phase == "train":
-            self.fastest.due(now)
+            self.fastest.due(now, (lambda: self._drain_now("train")) if state.ends_in_wrapper else None)
             worked = True
         return worked
+
+    def _drain_now(self, phase: str) -> None:
+        """JAX: wait for the phase's last call now (a jit='fastest' check: its block ends here)."""
+        held = self.lanes[phase].held
+        if held is not None:
+            state = self.state
+            self.drained(phase, state.session.clock() if state.backend.wait_for(held) else None)
 
     def disarm(self) -> None:
         """Every phase's steady lane stops and counts the calls it took: the full path decides the next
@@ -57,20 +70,36 @@ class StepPath:
             lane.disarm()
 
     def settle(self, phases: Iterable[str]) -> None:
-        """End calls still pending at a phase boundary, untimed (their end is not observable without
-        a device sync: the wait includes what the device still had queued)."""
+        """A phase boundary: each phase's interval closes here (``core/timing.py``). JAX: calls still pending
+        end untimed first (their end is not observable without a device sync: the wait includes what the
+        device still had queued), then the monitor waits for the phase's last outputs (Keras has just
+        drained, or is about to: it costs nothing)."""
         self.disarm()
         state = self.state
-        if not state.ends_in_wrapper:
-            return
         session = state.session
+        phases = tuple(phases)
+        session.boundary(phases)
         now = session.clock()
         for phase in phases:
-            scalars = session.drain(phase, end=now, timed=False)
-            if scalars:
-                state.sink.scalars(scalars)
-            if session.call_pending(phase):
-                self.end_call(phase, now, timed=False)
+            at: Optional[float] = now
+            if state.ends_in_wrapper:
+                # The run's last call ends where it returned: its host time (a stall in its pull shows),
+                # never the device's drain that follows.
+                lane = self.lanes[phase]
+                returned, lane.returned = lane.returned, None
+                end, timed = (returned, True) if returned is not None else (now, False)
+                scalars = session.drain(phase, end=end, timed=timed)
+                if scalars:
+                    state.sink.scalars(scalars)
+                if session.call_pending(phase):
+                    self.end_call(phase, max(end, session.calls[phase].start), timed=timed)
+                held, lane.held = lane.held, None
+                if held is not None:
+                    at = session.clock() if state.backend.wait_for(held) else None
+            if session.phases[phase].interval.open or at is None:
+                scalars = session.drained(phase, at, boundary=True)
+                if scalars:
+                    state.sink.scalars(scalars)
 
     def unobserved(self, phase: str) -> None:
         self.disarm()
@@ -81,10 +110,15 @@ class StepPath:
         JAX: the previous call of the phase ends at ``now``. Returns a probe handle when this call must
         be probed, else None."""
         state = self.state
+        sync_at = None
         if state.ends_in_wrapper:  # JAX (TensorFlow arms no lane, and its calls end at the batch-end hook)
             self.disarm()
+            start = now
             if self.due(phase, now):
                 now = time.perf_counter()  # the monitor's work at the end of the last call is no step's time
+            session = state.session
+            sync_at = session.interval_call(phase, start)  # opens an interval if the device is idle
+            self._sync[phase] = session.sync_wanted(phase, start) or self._trial_sample_due(phase, start)
         if not state.observing:
             state.session.calls[phase].repeating = False
             return None
@@ -113,8 +147,9 @@ class StepPath:
                 if sink.due():
                     state.flush()
                 self._plans[phase] = self._repeat_plans[phase]
-                if state.fastest is None:  # jit='fastest' checks its trial at steps of its own: no lane
-                    session.repeats.arm_lane(self.lanes[phase], phase, batches[0], quiet - 1, sink.due_at())
+                if state.fastest is None and not self._sync[phase]:  # jit='fastest' checks at steps of its own
+                    deadline = sink.due_at() if sync_at is None else min(sink.due_at(), sync_at)  # the next sync
+                    session.repeats.arm_lane(self.lanes[phase], phase, batches[0], quiet - 1, deadline)
                 state.active_probe = probe.start(self._plans[phase], jit)  # a compile there is seen
                 return state.active_probe
             scalars = session.drain(phase, end=now)  # the repeats before this call end where it starts
@@ -124,6 +159,9 @@ class StepPath:
         self._plans[phase] = plan
         stats = session.phases[phase]
         free_probe = state.backend.probes_every_call  # JAX: its events cost nothing, every call is seen
+        if plan.new and state.ends_in_wrapper:  # it compiles: its interval is no steady one, the next starts after it
+            session.interval_spoiled(phase, "compile")
+            self._sync[phase] = True
         if plan.new:
             # the new batches' shapes, for an analysis off the step path
             current.costs.capture(phase, plan, batches, session.ledger.function(phase))
@@ -139,6 +177,9 @@ class StepPath:
             state.dist.multi_worker,
         ):
             session.call_in_trace_window(phase)
+            if state.ends_in_wrapper:  # a profiled step is slower: out of the steady intervals
+                session.interval_spoiled(phase, "profiler window")
+                self._sync[phase] = True
             if not free_probe:
                 return None
         if not (plan.probe or free_probe) or current.probe is None:
@@ -161,11 +202,13 @@ class StepPath:
                 ),
             )
 
-    def ran(self, phase: str, handle: Optional[Any]) -> None:
+    def ran(self, phase: str, handle: Optional[Any]) -> bool:
         """The call returned: stop its probe and record what it saw (a call the lane took: the compile
-        events the wrapper caught, recorded at its step)."""
+        events the wrapper caught, recorded at its step). True: the wrapper waits for the device now
+        (JAX: ``drained`` follows)."""
+        sync, self._sync[phase] = self._sync[phase], False
         if handle is None:
-            return
+            return sync
         state = self.state
         current = state.current
         try:
@@ -174,12 +217,32 @@ class StepPath:
             observation = probe.stop(handle, self._plans[phase], current.jit_state)
         finally:
             state.active_probe = None
+        if observation is not None and observation.modules and state.ends_in_wrapper:
+            state.session.interval_spoiled(phase, "compile")  # the next interval starts after this call
+            sync = True
         if self._plans[phase] is self._repeat_plans[phase]:
             if observation is not None:  # a repeat compiled after all: record it now, at its step
                 self.disarm()  # (counting the calls the lane took first: it may be one of them)
                 self.apply(phase, state.session.repeat_observed(phase, observation))
-            return
+            return sync
         state.session.call_observed(phase, observation)
+        return sync
+
+    def drained(self, phase: str, at: Optional[float]) -> None:
+        """JAX: the wrapper waited for the device after a call, and it was done at ``at`` (None: the
+        wait failed). The phase's interval closes there; the next one opens at once."""
+        state = self.state
+        self.disarm()  # the calls the lane took belong to the interval that closes
+        scalars = state.session.drained(phase, at)
+        if scalars:
+            state.sink.scalars(scalars)
+
+    def _trial_sample_due(self, phase: str, now: float) -> bool:
+        """jit='fastest' measuring on JAX: its samples are shorter intervals (``jit.trial``)."""
+        run = self.state.fastest
+        if run is None or phase != "train" or not run.trial.running:
+            return False
+        return run.trial.sample_due(self.state.session.phases["train"], now)
 
     def abandon_probe(self, handle: Optional[Any]) -> None:
         state = self.state

@@ -21,12 +21,6 @@ ANALYSES_PER_CALL = 8
 
 COST_CHOICES = ("auto", "full", "off")
 
-# Under JAX's asynchronous dispatch a call returns before the device ran it, and the first calls of a
-# run only fill JAX's queue: measured on 2 CPU cores (a 5 ms conv step), calls 1-34 of each run took
-# 0.16-0.4 ms start to start and the rest 3-7 ms. A run's steady median is the device's step only when
-# most of its calls come after the queue filled, so achieved rates there need runs this long on average.
-ASYNC_RUN_STEPS = 100
-
 MEMORY_FIELDS = ("argument_bytes", "output_bytes", "alias_bytes", "temp_bytes", "code_bytes")
 
 # Dense peak FLOP/s per device and compute dtype, from the vendors' data sheets (no sparsity). A device

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Tuple
 
 from xla_keras.core.signatures import InputSignature
-from xla_keras.core.timing import PhaseTiming
+from xla_keras.core.timing import BETWEEN_DRAINS, PER_STEP, DrainedInterval, PhaseTiming
 from xla_keras.core.types import MEASURED, CompileObservation, Scalar
 from xla_keras.report.records import Compilation, SlowStep
 from xla_keras.storms.budget import PhaseAdvice
@@ -50,6 +50,8 @@ class PhaseStats:
         self.max_records = max_records
         self.slow: List[SlowStep] = []
         self.slow_count = 0
+        # JAX: (host seconds, step, batches, signature) of calls that may be slow, before the steady step is known
+        self.slow_candidates: List[Tuple[float, int, int, Optional[InputSignature]]] = []
         self.epoch_steady_sum = 0.0
         self.epoch_steady_n = 0
         self.rebuilds = 0  # step functions rebuilt outside the monitor
@@ -57,6 +59,10 @@ class PhaseStats:
         # Repeat calls counted but not yet timed: [start, step, steady] (bounded: drained at REPEAT_DRAIN).
         self.repeats: List[list] = []
         self.call_base: Optional[CallBase] = None  # where the phase stood when the running call began
+        # JAX: the open interval between drains (core/timing.py), and whether the device is known to hold
+        # nothing of this phase (after a drain: the next call may open an interval at its start).
+        self.interval = DrainedInterval()
+        self.idle = True
 
     def call_began(self) -> None:
         """A fit, evaluate or predict begins: the compile budget judges the phase from here."""
@@ -83,8 +89,8 @@ class PhaseStats:
             self.records_dropped += 1
 
     def compile_seconds(self) -> float:
-        """Exact total; timing estimates use the current steady median."""
-        median = self.timing.median_seconds or 0.0
+        """Exact total; timing estimates use the current steady step."""
+        median = self.timing.estimate_base or 0.0
         return self.measured_seconds + max(0.0, self.timing_step_share - median * self.timing_batch_share)
 
     def take_view(self, version: int) -> None:
@@ -114,13 +120,31 @@ class PhaseStats:
         if update_freq == "epoch" and self.epoch_steady_n:
             scalars.append(Scalar(phase, TAG_STEP_TIME, 1e3 * self.epoch_steady_sum / self.epoch_steady_n, self.step))
         median = self.timing.median_seconds
-        if median is not None:
+        if median is not None:  # withheld (no number) while unknown
             scalars.append(Scalar(phase, TAG_STEADY_STEP_TIME, 1e3 * median, self.step))
         self.epoch_steady_sum, self.epoch_steady_n = 0.0, 0
         return scalars
 
-    def snapshot(self) -> PhaseSnapshot:
-        median = self.timing.median_seconds
+    def add_to_run(self, seconds_per_step: float, steps: int) -> None:
+        """Steady steps of the running run (epoch), for its step_time scalar."""
+        self.epoch_steady_sum += seconds_per_step * steps
+        self.epoch_steady_n += steps
+
+    def steady_withheld(self, between_drains: bool) -> Optional[str]:
+        """Why the phase has no steady step while it ran steps, or None (it has one, or ran nothing)."""
+        if self.timing.median_seconds is not None or not self.steps_run:
+            return None
+        if not between_drains:
+            return "every step compiled, was probed or ran in a profiler window"
+        if self.interval.open or not self.timing.interval_count:
+            return (
+                "no interval between drains yet: under asynchronous dispatch a step's time is known once the "
+                "device has drained (at the run's end, or the monitor's next sync, about once a second)"
+            )
+        return "every interval between drains held a compile, a profiler window or a switch of the step function"
+
+    def snapshot(self, between_drains: bool = False) -> PhaseSnapshot:
+        median = self.timing.estimate_base
         # Timing estimates use the final steady median: new records, never the stored ones changed.
         records = tuple(
             dataclasses.replace(r, seconds=r.estimate_from(median)) if r.source == "timing" else r for r in self.records
@@ -129,7 +153,7 @@ class PhaseStats:
             self.steps_run,
             self.compile_count,
             self.compile_seconds(),
-            median,
+            self.timing.median_seconds,
             self.timing.median_samples,
             records,
             self.records_dropped,
@@ -138,6 +162,9 @@ class PhaseStats:
             self.value_compiles,
             self.rebuilds,
             self.history,
+            self.timing.basis if not between_drains else BETWEEN_DRAINS,
+            self.timing.median_intervals,
+            self.steady_withheld(between_drains),
         )
 
 
@@ -169,6 +196,11 @@ class CallScratch:
     observation: Optional[CompileObservation] = None
     fingerprint: Optional[int] = None  # the last batch's, for the repeat fast path
     repeating: bool = False  # the last call took the repeat fast path
+    # TensorFlow: the last call's end (its batch-end hook), where the next call's step time starts: a step
+    # is timed from one batch end to the next, Keras's loop and the other callbacks included. None after a
+    # phase boundary (the next call is timed from its own start).
+    last_end: Optional[float] = None
+    synced: bool = False  # JAX: the monitor waited for the device after this call: its host time includes that
 
 
 class WallClock:
@@ -241,6 +273,9 @@ class PhaseSnapshot:
     value_compiles: int
     rebuilds: int
     history: ShapeHistory  # read-only for the report's notes (partial batches, train vs validation)
+    steady_basis: str = PER_STEP  # how the steady step was measured (core/timing.py BASES)
+    steady_intervals: int = 0  # the drained intervals it rests on (between_drains)
+    steady_withheld: Optional[str] = None  # why there is no steady step though steps ran
 
 
 @dataclass(frozen=True)

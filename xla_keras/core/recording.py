@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Dict, List, Optional, Tuple
 
 from xla_keras.core.phases import CallScratch, PhaseStats
 from xla_keras.core.signatures import InputSignature
-from xla_keras.core.timing import PhaseTiming
+from xla_keras.core.timing import SLOW_MIN_EXCESS_SECONDS, PhaseTiming
 from xla_keras.core.types import CallOutcome, CompileObservation, Scalar
 from xla_keras.report.records import Compilation, SlowStep
 from xla_keras.tensorboard.metadata import TAG_COMPILATIONS, TAG_COMPILE_TIME, TAG_STEP_TIME
@@ -16,16 +16,30 @@ if TYPE_CHECKING:
     from xla_keras.jit.trial import Trial
 
 
+# JAX: host times far enough above anything a steady step could be, kept until the first interval tells
+# the steady step (a stall in a fit's first run); at most this many.
+SLOW_CANDIDATES = 64
+
+
 class StepRecorder:
     """Records compiles (probed, or estimated from step time), steady and slow steps, and the repeats'
     times taken in bulk. While jit='fastest' measures both modes (``trial``), the train phase's step
     times go to the trial instead: the phase's median would mix the two modes."""
 
-    def __init__(self, phases: Dict[str, PhaseStats], calls: Dict[str, CallScratch], config: MonitorConfig):
+    def __init__(
+        self,
+        phases: Dict[str, PhaseStats],
+        calls: Dict[str, CallScratch],
+        config: MonitorConfig,
+        between_drains: bool = False,
+    ):
         self.phases = phases
         self.calls = calls
         self.config = config
         self.trial: Optional[Trial] = None
+        # JAX (core/timing.py): calls' times are host times, which only find slow steps; the steady step
+        # and its scalars come from the intervals between drains (``interval``).
+        self.between_drains = between_drains
 
     # ---------------------------------------------------------------- compiles
 
@@ -64,7 +78,7 @@ class StepRecorder:
                 call_compiles=len(call.new),
                 estimated_because=because,
             )
-            record.seconds = record.estimate_from(stats.timing.median_seconds)
+            record.seconds = record.estimate_from(stats.timing.estimate_base)
             self.compiled(phase, record, outcome)
 
     def observed(
@@ -138,8 +152,11 @@ class StepRecorder:
             return
         self.trial = None
         timing = self.phases["train"].timing = PhaseTiming()
-        for seconds in trial.samples[trial.on]:
-            timing.add_steady(seconds)
+        for seconds, steps in zip(trial.samples[trial.on], trial.sample_steps[trial.on]):
+            if self.between_drains:
+                timing.add_interval(seconds, steps)
+            else:
+                timing.add_steady(seconds)
 
     def drain(self, phase: str, end: Optional[float] = None, timed: bool = True) -> List[Scalar]:
         """Time the repeats whose end is known: each ends where the next one starts, the last at
@@ -177,7 +194,9 @@ class StepRecorder:
     ) -> None:
         """One call's time per batch, for the steady median (or a slow step); ``step``: its last. (The
         TensorFlow path, once per step: ``steady_steps`` with one time, without its runs.)"""
-        if self.trial is not None and phase == "train":
+        if self.between_drains:
+            self._host_steps(phase, stats, [(per_step, step)], n, signature)
+        elif self.trial is not None and phase == "train":
             self.steady_steps(phase, stats, [(per_step, step)], n, signature, scalars)
         elif per_step > stats.timing.slow_above():
             self._slow(phase, stats, per_step, step, n, signature)
@@ -185,8 +204,6 @@ class StepRecorder:
             stats.timing.add_steady(per_step)
             if stats.after_switch is not None:
                 stats.after_switch.add_steady(per_step)
-            stats.epoch_steady_sum += per_step
-            stats.epoch_steady_n += 1
             every = self.config.steps_per_scalar
             if every is not None and step % every < n:
                 scalars.append(Scalar(phase, TAG_STEP_TIME, 1e3 * per_step, step))
@@ -203,14 +220,16 @@ class StepRecorder:
         """Calls' times per batch with the step each ended at (``n`` batches a call), in order: the
         steady median's samples, or slow steps. Added in runs that share one median (the repeats drain
         64 at a time), with the same outcome as one by one."""
+        if self.between_drains:
+            self._host_steps(phase, stats, times, n, signature)
+            return
         every = self.config.steps_per_scalar
         if self.trial is not None and phase == "train":
             # jit='fastest' is measuring both modes: the phase's median (and its slow steps) would mix
             # them; it starts again from the kept mode's steps when the trial ends (trial_ended).
             for per_step, step in times:
                 self.trial.add(step, per_step)
-                stats.epoch_steady_sum += per_step
-                stats.epoch_steady_n += 1
+                stats.add_to_run(per_step, 1)  # the run's interval is dropped: its steps speak for the epoch
                 if every is not None and step % every < n:
                     scalars.append(Scalar(phase, TAG_STEP_TIME, 1e3 * per_step, step))
             return
@@ -231,6 +250,49 @@ class StepRecorder:
                     scalars.append(Scalar(phase, TAG_STEP_TIME, 1e3 * per_step, step))
             self._add_steady(stats, steady)
 
+    def interval(self, phase: str, per_step: float, steps: int, step: int, scalars: List[Scalar]) -> None:
+        """A clean interval between drains (JAX) ended at ``step``: ``steps`` steps of ``per_step`` seconds
+        each on average. It is one sample of the steady step, weighing ``steps``; the step-time scalar is
+        written here, at drains only (one point per interval: its mean)."""
+        stats = self.phases[phase]
+        if self.trial is not None and phase == "train":
+            # jit='fastest' measures: under JAX an interval is the trial's sample, not the phase's; TensorFlow's
+            # trial samples steps timed on their own, and a run then held both modes.
+            if self.between_drains:
+                self.trial.add_interval(step, per_step, steps)
+            return
+        stats.add_to_run(per_step, steps)
+        every = self.config.steps_per_scalar
+        if self.between_drains and every is not None and (step // every) > ((step - steps) // every):
+            scalars.append(Scalar(phase, TAG_STEP_TIME, 1e3 * per_step, step))
+        stats.timing.add_interval(per_step, steps)
+        if stats.after_switch is not None:
+            stats.after_switch.add_interval(per_step, steps)
+        if stats.slow_candidates and stats.timing.slow_above() < float("inf"):
+            waiting, stats.slow_candidates = stats.slow_candidates, []
+            for seconds, at, batches, signature in waiting:
+                self._host_steps(phase, stats, [(seconds, at)], batches, signature)
+
+    def _host_steps(
+        self,
+        phase: str,
+        stats: PhaseStats,
+        times: List[Tuple[float, int]],
+        n: int,
+        signature: Optional[InputSignature],
+    ) -> None:
+        """JAX: calls' host times (start to next start) against the steady step between drains. Far above it,
+        the loop itself stalled on the step (its batch's pull, a callback, a collection): a slow step, timed
+        on the host. Never a steady sample: the host time of a queued step is not its time."""
+        threshold = stats.timing.slow_above()  # inf while no steady step is known
+        for per_step, step in times:
+            if per_step > threshold:
+                self._slow(phase, stats, per_step, step, n, signature, basis="host")
+            elif threshold == float("inf") and per_step > SLOW_MIN_EXCESS_SECONDS:
+                # Judged once the first interval tells the steady step (a stall in the first run, say).
+                if len(stats.slow_candidates) < SLOW_CANDIDATES:
+                    stats.slow_candidates.append((per_step, step, n, signature))
+
     @staticmethod
     def _add_steady(stats: PhaseStats, values: List[float]) -> None:
         if not values:
@@ -238,14 +300,18 @@ class StepRecorder:
         stats.timing.add_steady_run(values)
         if stats.after_switch is not None:
             stats.after_switch.add_steady_run(values)
-        stats.epoch_steady_sum += sum(values)
-        stats.epoch_steady_n += len(values)
 
     @staticmethod
     def _slow(
-        phase: str, stats: PhaseStats, per_step: float, step: int, n: int, signature: Optional[InputSignature]
+        phase: str,
+        stats: PhaseStats,
+        per_step: float,
+        step: int,
+        n: int,
+        signature: Optional[InputSignature],
+        basis: str = "step",
     ) -> None:
         stats.slow_count += 1
         median = stats.timing.median_seconds
         if len(stats.slow) < stats.max_records and median is not None and signature is not None:
-            stats.slow.append(SlowStep(phase, step - n + 1, per_step, median, signature))
+            stats.slow.append(SlowStep(phase, step - n + 1, per_step, median, signature, basis))

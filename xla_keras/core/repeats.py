@@ -92,11 +92,28 @@ class SteadyLane:
     takes are counted when it disarms (``disarm``, at the next call of the full path, a phase boundary,
     a failure, a flush): until then only their start times are kept, at most ``budget`` of them."""
 
-    __slots__ = ("budget", "starts", "_deadline", "_matches", "_stats", "_fp", "_occurrences", "_wall")
+    __slots__ = (
+        "budget",
+        "starts",
+        "held",
+        "returned",
+        "_deadline",
+        "_matches",
+        "_stats",
+        "_fp",
+        "_occurrences",
+        "_wall",
+    )
 
     def __init__(self) -> None:
         self.budget = 0  # calls it may still take; 0: disarmed
         self.starts: List[float] = []  # the calls taken since it armed (their start times)
+        # The phase's last call's outputs, whoever ran it (JAX: what the monitor waits on to drain the
+        # device at a sync or a phase boundary; dropped at the boundary). One reference, replaced per call.
+        self.held: Any = None
+        # When that call returned (JAX: dispatched): the host's end of a run's last call, whose next start
+        # never comes (the device's drain at the boundary is not its time).
+        self.returned: Optional[float] = None
         self._deadline = 0.0
         self._matches: Callable[[Any], bool] = _never
         self._stats: Optional[PhaseStats] = None

@@ -1,16 +1,33 @@
 """Step times: steady vs compile steps, unexplained slow steps, break-even.
 
-Pure and bounded: a phase keeps its last ``window`` steady step times in a
-ring buffer plus running totals, so a fit of any length costs constant memory.
-The median is recomputed lazily (every ``_MEDIAN_EVERY`` samples on the step
-path) because sorting on every ~1 ms step would cost more than the step.
+The steady step is the wall time per step of intervals that begin and end with the device drained,
+compiles and profiler windows left out: the time a step takes in the fit, Keras's loop and callbacks
+between steps and each run's own work (an epoch's data iterator, the end of its data) included, as
+Keras's own "ms/step" counts it. Each interval is one sample weighing its steps; the steady step is
+their weighted median, robust to an odd interval (a collection, a loaded machine). How a phase's
+intervals come about (``BASES``):
+
+* ``"per_step"`` (TensorFlow): Keras turns every step's logs into floats at its batch end, so the
+  device has finished each step there, and a step's own time is known: from one batch end to the next.
+  An interval is a run (an epoch, a validation / evaluate / predict run), its compiling, probed or
+  profiled calls taken out by their own times. Each step's own time also finds slow steps.
+* ``"between_drains"`` (JAX): Keras dispatches steps asynchronously, and a step's start-to-start time
+  is mostly the time Python took to queue it. The device's time is known only over an interval that
+  begins and ends with the device drained (``DrainedInterval``): a run, cut by the monitor's sparse
+  syncs (about once a second, and after each compile, whose interval is left out). A step's host
+  time (start to next start) only finds the loop's own stalls.
+
+Pure and bounded: a phase keeps its last ``window`` samples in ring buffers plus running totals, so a fit
+of any length costs constant memory. The median of the steps timed on their own is recomputed lazily
+(every ``_MEDIAN_EVERY`` samples on the step path): sorting on every ~1 ms step would cost more than the
+step.
 """
 
 from __future__ import annotations
 
 from collections import deque
 from statistics import median
-from typing import Deque, List, Optional
+from typing import Deque, List, Optional, Tuple
 
 _MEDIAN_EVERY = 128
 # A known-signature step is "slow" only when it is both many times the median
@@ -23,19 +40,28 @@ MIN_STEADY_SAMPLES = 8
 # "vs off") is stated only when each side rests on at least this many steady steps: one step in the
 # middle of a storm once made XLA look 2-3 times slower than it was.
 MIN_COMPARE_STEPS = 20
+# How a phase's step times were measured (see the module's docstring).
+PER_STEP, BETWEEN_DRAINS = "per_step", "between_drains"
+BASES = (PER_STEP, BETWEEN_DRAINS)
 
 
 class PhaseTiming:
-    """Steady step times of one phase (train, test or predict)."""
+    """Steady step times of one phase (train, test or predict): steps timed on their own (``add_steady``,
+    TensorFlow: the base slow steps are judged against) and intervals (``add_interval``: the steady
+    step the report states)."""
 
     def __init__(self, window: int = 1024):
         if window < 1:
             raise ValueError(f"window must be >= 1, got {window!r}")
         self._recent: Deque[float] = deque(maxlen=window)
-        self.steady_count = 0
+        self._intervals: Deque[Tuple[float, int]] = deque(maxlen=window)  # (seconds per step, steps)
+        self.steady_count = 0  # steps timed on their own
         self.steady_total = 0.0
-        self._median: Optional[float] = None
+        self.interval_count = 0
+        self.interval_steps = 0
+        self._median: Optional[float] = None  # of the steps timed on their own, refreshed lazily
         self._median_at = -1
+        self._interval_median: Optional[float] = None
 
     def add_steady(self, seconds: float) -> None:
         self._recent.append(seconds)
@@ -57,6 +83,21 @@ class PhaseTiming:
         if self.steady_count <= 2 * _MEDIAN_EVERY or self.steady_count - self._median_at >= _MEDIAN_EVERY:
             self._refresh()
 
+    def add_interval(self, seconds_per_step: float, steps: int) -> None:
+        """One interval: ``steps`` steady steps that took ``seconds_per_step`` each on average (its wall
+        time over its steps). Intervals are few (a run each, and about one a second under JAX)."""
+        if steps < 1:
+            return
+        self._intervals.append((seconds_per_step, steps))
+        self.interval_count += 1
+        self.interval_steps += steps
+        self._interval_median = weighted_median(self._intervals)
+
+    @property
+    def basis(self) -> str:
+        """How the steps were timed: ``PER_STEP`` (each on its own), or ``BETWEEN_DRAINS`` (intervals only)."""
+        return BETWEEN_DRAINS if self._intervals and not self.steady_count else PER_STEP
+
     def samples_before_refresh(self) -> int:
         """How many ``add_steady`` calls from now until one refreshes the median (at least 1): the
         median, hence ``slow_above``, is the same for every sample before that one."""
@@ -65,11 +106,16 @@ class PhaseTiming:
         return max(1, _MEDIAN_EVERY - (self.steady_count - self._median_at))
 
     def slow_above(self) -> float:
-        """The step time above which a step is slow: ``SLOW_FACTOR`` times the steady median and
-        ``SLOW_MIN_EXCESS_SECONDS`` above it (inf while too few steps are steady)."""
-        if self.steady_count < MIN_STEADY_SAMPLES or self._median is None:
+        """The step time above which a step is slow: ``SLOW_FACTOR`` times the steady step and
+        ``SLOW_MIN_EXCESS_SECONDS`` above it; the steps timed on their own are the base where there are
+        some, else the intervals (inf while too few steps are steady)."""
+        if self.steady_count >= MIN_STEADY_SAMPLES and self._median is not None:
+            base = self._median
+        elif self.interval_steps >= MIN_STEADY_SAMPLES and self._interval_median is not None:
+            base = self._interval_median
+        else:
             return float("inf")
-        return max(SLOW_FACTOR * self._median, self._median + SLOW_MIN_EXCESS_SECONDS)
+        return max(SLOW_FACTOR * base, base + SLOW_MIN_EXCESS_SECONDS)
 
     def _refresh(self) -> None:
         self._median = median(self._recent) if self._recent else None
@@ -77,21 +123,43 @@ class PhaseTiming:
 
     @property
     def median_seconds(self) -> Optional[float]:
-        """Median of the recent steady steps (exact at read time)."""
+        """The steady step: the intervals' weighted median, or the median of the steps timed on their
+        own while no interval closed yet (exact at read time)."""
+        if self._intervals:
+            return self._interval_median
+        return self.step_median_seconds
+
+    @property
+    def step_median_seconds(self) -> Optional[float]:
+        """The median of the steps timed on their own (None under JAX, where none are)."""
         if self._median_at != self.steady_count:
             self._refresh()
         return self._median
 
     @property
+    def estimate_base(self) -> Optional[float]:
+        """What a compile estimated from its step's time subtracts: a steady step timed on its own, else
+        the steady step."""
+        step = self.step_median_seconds
+        return step if step is not None else self._interval_median
+
+    @property
     def median_samples(self) -> int:
-        """The steady steps the median rests on (the last ``window`` of them)."""
+        """The steady steps the steady step rests on (the last ``window`` samples')."""
+        if self._intervals:
+            return sum(steps for _, steps in self._intervals)
         return len(self._recent)
 
     @property
+    def median_intervals(self) -> int:
+        """The intervals the steady step rests on (0: on steps timed one by one)."""
+        return len(self._intervals)
+
+    @property
     def recent_median_seconds(self) -> Optional[float]:
-        """The median as last refreshed on the step path (at most _MEDIAN_EVERY samples old):
-        no sort, for per-step decisions."""
-        return self._median
+        """The median of the steps timed on their own as last refreshed on the step path (at most
+        _MEDIAN_EVERY samples old), else the intervals': no sort, for per-step decisions."""
+        return self._median if self._median is not None else self._interval_median
 
     def is_slow(self, seconds: float) -> bool:
         """Whether a known-signature step ran far above the steady median.
@@ -99,6 +167,68 @@ class PhaseTiming:
         Uses the median cached on the step path: no sort per step.
         """
         return seconds > self.slow_above()
+
+
+def weighted_median(samples: "Deque[Tuple[float, int]] | List[Tuple[float, int]]") -> Optional[float]:
+    """The median step of samples that each stand for ``steps`` steps of one time: the middle step's
+    time when every step is listed by its sample's time (with one step each: ``statistics.median``)."""
+    ordered = sorted(samples)
+    total = sum(steps for _, steps in ordered)
+    if not total:
+        return None
+    half, seen = total / 2, 0
+    for i, (seconds, steps) in enumerate(ordered):
+        seen += steps
+        if seen > half:
+            return seconds
+        if seen == half:
+            return (seconds + ordered[i + 1][0]) / 2
+    return ordered[-1][0]
+
+
+class DrainedInterval:
+    """One phase's open interval: from a moment the device had nothing of the phase left to run
+    (``start``, after ``step``) to the next such moment. A compile, a profiler window or a switch of the
+    step function inside it spoils it under JAX (their device time is not observable); TensorFlow, where
+    each call's time is known, takes such calls out (``exclude``)."""
+
+    __slots__ = ("start", "step", "spoiled", "excluded_seconds", "excluded_steps")
+
+    def __init__(self) -> None:
+        self.start: Optional[float] = None  # None: closed (the phase's next run or call opens one)
+        self.step = 0
+        self.spoiled: Optional[str] = None
+        self.excluded_seconds = 0.0
+        self.excluded_steps = 0
+
+    @property
+    def open(self) -> bool:
+        return self.start is not None
+
+    def open_at(self, start: float, step: int) -> None:
+        self.start, self.step, self.spoiled = start, step, None
+        self.excluded_seconds, self.excluded_steps = 0.0, 0
+
+    def spoil(self, why: str) -> None:
+        if self.start is not None and self.spoiled is None:
+            self.spoiled = why
+
+    def exclude(self, seconds: float, steps: int) -> None:
+        """A call that is no steady step (a compile, a probe), timed on its own: out of the interval."""
+        if self.start is not None:
+            self.excluded_seconds += seconds
+            self.excluded_steps += steps
+
+    def close(self, at: float, step: int) -> Optional[Tuple[float, int]]:
+        """The device drained at ``at`` with the phase's steps up to ``step`` dispatched: (seconds per steady
+        step, steady steps) when the interval was clean and held one, else None. Closed after."""
+        start, first, spoiled = self.start, self.step, self.spoiled
+        self.start, self.spoiled = None, None
+        steps = step - first - self.excluded_steps
+        if start is None or spoiled is not None or steps <= 0:
+            return None
+        seconds = at - start - self.excluded_seconds
+        return (seconds / steps, steps) if seconds > 0 else None
 
 
 def excess_over_steady(step_seconds: float, steady_seconds: Optional[float]) -> float:

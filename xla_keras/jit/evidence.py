@@ -22,8 +22,9 @@ class Block:
     on: bool
     start: int  # its first train step
     skip: int  # steps not measured after the switch
-    values: List[float] = field(default_factory=list)
+    values: List[float] = field(default_factory=list)  # its samples: one step each, or one interval's mean (JAX)
     complete: bool = False
+    steps: int = 0  # the steps its samples measured
 
     def wants(self, step: int) -> bool:
         return step >= self.start + self.skip
@@ -63,14 +64,18 @@ def compile_each(
 
 
 def summary(
-    samples: Dict[bool, Deque[float]], blocks: Sequence[Block], first_call: Dict[bool, Optional[float]]
+    samples: Dict[bool, Deque[float]],
+    blocks: Sequence[Block],
+    first_call: Dict[bool, Optional[float]],
+    steps: Dict[bool, int],
 ) -> dict:
-    """The evidence's fields of a decision (and of the trial's view while it runs), per mode."""
+    """The evidence's fields of a decision (and of the trial's view while it runs), per mode (``steps``:
+    the steady steps each mode's samples measured)."""
     on, off = spread(samples[True]), spread(samples[False])
     return {
         "medians": {"on": on.median if on else None, "off": off.median if off else None},
         "spreads": {"on": on.iqr if on else None, "off": off.iqr if off else None},
-        "steps_measured": {"on": len(samples[True]), "off": len(samples[False])},
+        "steps_measured": {"on": steps[True], "off": steps[False]},
         "blocks": {"on": measured_blocks(blocks, True), "off": measured_blocks(blocks, False)},
         "first_call_seconds": {"on": first_call[True], "off": first_call[False]},
     }

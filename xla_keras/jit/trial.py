@@ -8,6 +8,9 @@ The trial, step by step (every number is a constant below, with its reason):
    step, and the next ``WARMUP_STEPS`` are not measured either.
 2. The gate, at the end of block 0 (``xla_keras.jit.gate``), may keep the
    default without a trial, and says why.
+   Under JAX's asynchronous dispatch a step's own time is not observable: while the trial runs, the
+   monitor waits for the device about every ``TRIAL_SAMPLE_SECONDS`` (and after each settling step),
+   and a sample is one such interval's mean step (weighing its steps), never a dispatch time.
 3. Blocks alternate (``xla_keras.jit.evidence``): each skips ``SETTLE_STEPS``
    after its switch (a mode's first block: its first call and
    ``WARMUP_STEPS``) and measures as many steady steps as take
@@ -37,7 +40,7 @@ import math
 from collections import deque
 from dataclasses import replace
 from statistics import median
-from typing import Deque, Dict, List, Optional, Sequence
+from typing import Any, Deque, Dict, List, Optional, Sequence
 
 from xla_keras.jit import evidence, gate
 from xla_keras.jit.decision import MAX_SAMPLES, Decision, Watch, measuring_view, mode_word
@@ -54,6 +57,9 @@ BLOCK_SECONDS = 0.25  # ... or as many as take this long at the default's step: 
 TRIAL_STEP_SHARE = 0.1  # ... but all the blocks of MAX_ROUNDS rounds within this share of the steps left
 PEEK_STEPS = 3  # ... or this many, when the block is already FAR_APART from the other mode
 FAR_APART = 2.0
+# JAX: while the trial runs, a sample is an interval between drains of about this long (on 2 CPU cores a
+# drain costs ~0.2 ms; one every 20 ms costs ~1% of the trial's steps, and the trial is a few % of the fit).
+TRIAL_SAMPLE_SECONDS = 0.02
 MAX_BLOCK_STEPS = 60  # a block that cannot measure (its steps compile, or a trace window) ends after this
 # many steps beyond its size
 MIN_ROUNDS = 3  # rounds (an on block beside an off block) before the rounds' interval may decide
@@ -122,6 +128,9 @@ class Trial:
         self._screened = False  # the shapes screen ran again after XLA's first call, priced by it
         self.blocks: List[Block] = [Block(default_on, start_step + 1, 1 + WARMUP_STEPS)]
         self.samples: Dict[bool, Deque[float]] = {True: deque(maxlen=MAX_SAMPLES), False: deque(maxlen=MAX_SAMPLES)}
+        # The steps each sample measured (1 per step; an interval's steps under JAX), beside ``samples``.
+        self.sample_steps: Dict[bool, Deque[int]] = {True: deque(maxlen=MAX_SAMPLES), False: deque(maxlen=MAX_SAMPLES)}
+        self.steps_measured: Dict[bool, int] = {True: 0, False: 0}
         self.first_call: Dict[bool, Optional[float]] = {True: None, False: None}
         self.compile_seconds: List[float] = []
         self.shape_costs: Deque[float] = deque(maxlen=MAX_SAMPLES)  # per compile, from compiling steps' time
@@ -143,11 +152,32 @@ class Trial:
 
     def add(self, step: int, seconds: float) -> None:
         """A steady train step (no compile, no probe) ended at ``step``."""
+        self.add_interval(step, seconds, 1)
+
+    def add_interval(self, step: int, seconds_per_step: float, steps: int) -> None:
+        """``steps`` steady train steps ending at ``step`` took ``seconds_per_step`` each: one step timed on
+        its own, or (JAX) a clean interval between drains. One sample of the running block when it lies
+        wholly past the block's settling steps."""
         block = self.blocks[-1]
-        if self.paused or not block.wants(step) or block.complete:
+        if self.paused or not block.wants(step - steps + 1) or block.complete:
             return
-        block.values.append(seconds)
-        self.samples[block.on].append(seconds)
+        block.values.append(seconds_per_step)
+        block.steps += steps
+        self.samples[block.on].append(seconds_per_step)
+        self.sample_steps[block.on].append(steps)
+        self.steps_measured[block.on] += steps
+
+    def sample_due(self, stats: Any, now: float) -> bool:
+        """JAX: whether the train call beginning at ``now`` should end with a drain (``stats``: the train
+        phase's, before the call): during the block's settling steps (the measured part starts clean), and
+        once the open interval has lasted ``TRIAL_SAMPLE_SECONDS``."""
+        if self.paused:
+            return False
+        block = self.blocks[-1]
+        if stats.step + 1 < block.start + block.skip:
+            return True
+        start = stats.interval.start
+        return start is not None and now - start >= TRIAL_SAMPLE_SECONDS
 
     def called(self, seconds: float) -> None:
         """A train call ended: the first one of a mode's function is its one-time cost."""
@@ -205,7 +235,7 @@ class Trial:
             self.paused = False
             return self._start(block.on, step)
         other = self.samples[not block.on]
-        n = len(block.values)
+        n = block.steps
         done = n >= self.block_steps or step - block.start + 1 >= self.block_steps + MAX_BLOCK_STEPS
         if not done and other and n >= PEEK_STEPS:
             ratio = median(block.values) / median(other)
@@ -298,7 +328,7 @@ class Trial:
     def _decide(
         self, on: bool, step: int, outlook: Outlook, basis: str, why: str, saving: Optional[float] = None
     ) -> Optional[bool]:
-        facts = evidence.summary(self.samples, self.blocks, self.first_call)
+        facts = evidence.summary(self.samples, self.blocks, self.first_call, self.steps_measured)
         self.decision = Decision(
             mode=mode_word(on),
             basis=basis,
@@ -386,7 +416,7 @@ def trial_words(trial: Trial) -> str:
         return trial.decision.why
     measuring = (
         "waiting for the first epoch's length"
-        if not trial._tried_other() and len(trial.blocks[-1].values) >= trial.block_steps
+        if not trial._tried_other() and trial.blocks[-1].steps >= trial.block_steps
         else f"block {len(trial.blocks)}"
     )
     return (
@@ -401,7 +431,7 @@ def trial_view(trial: Trial) -> dict:
         return trial.decision.to_dict()
     rounds = trial.rounds()
     return measuring_view(
-        evidence.summary(trial.samples, trial.blocks, trial.first_call),
+        evidence.summary(trial.samples, trial.blocks, trial.first_call, trial.steps_measured),
         now_on=trial.on,
         default_on=trial.default_on,
         trial_compile_seconds=sum(trial.compile_seconds),

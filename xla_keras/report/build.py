@@ -44,6 +44,12 @@ def build_report(snapshot: SessionSnapshot, context: ReportContext) -> XlaReport
         report.steps[name] = phase.steps
         report.steady_step_seconds_by_phase[name] = phase.steady_seconds
         report.steady_step_counts[name] = phase.steady_count
+        report.step_timing[name] = {
+            "basis": phase.steady_basis,
+            "steps": phase.steady_count,
+            "intervals": phase.steady_intervals,
+            "withheld": phase.steady_withheld,
+        }
         report.slow_steps.extend(phase.slow)
         report.slow_step_count += phase.slow_count
         report.compilations_dropped += phase.records_dropped

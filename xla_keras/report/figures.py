@@ -43,15 +43,36 @@ def compile_time_words(report: XlaReport) -> Tuple[str, str, str]:
 
 
 def steady_words(report: XlaReport, phase: str) -> Optional[str]:
-    """A phase's steady step with the steps it rests on, e.g. ``"1.06 ms (median of 81 steps)"``;
+    """A phase's steady step with how it was measured and the steps it rests on, e.g. ``"1.06 ms
+    (median of 81 steps)"``, ``"33.1 ms (between drains: 380 steps, 12 intervals)"``, ``"withheld (...)"``;
     None when not measured."""
+    timing = report.step_timing.get(phase) or {}
     seconds = report.steady_step_seconds_by_phase.get(phase)
     if seconds is None:
-        return None
+        withheld = timing.get("withheld")
+        return f"withheld ({withheld})" if withheld else None
     count = report.steady_step_counts.get(phase) or 0
+    basis = timing.get("basis")
+    if basis == "between_drains":
+        intervals = timing.get("intervals") or 0
+        return f"{ms_text(seconds)} (between drains: {count} steps, {intervals} interval{'s' * (intervals != 1)})"
+    if basis == "dispatch":
+        return f"{ms_text(seconds)} (a dispatch time, not a step time: JAX report of xla_keras before 0.4)"
     if not count:
         return ms_text(seconds)
     return f"{ms_text(seconds)} (" + ("1 step" if count == 1 else f"median of {count} steps") + ")"
+
+
+def dispatch_timed(report: XlaReport) -> bool:
+    """A JAX report of schema 9 or older: its step times are dispatch times, not step times."""
+    return any((t or {}).get("basis") == "dispatch" for t in report.step_timing.values())
+
+
+def slow_words(report: XlaReport) -> str:
+    """The slow steps in words: how many, against what, and how they were timed."""
+    host = any(s.basis == "host" for s in report.slow_steps)
+    timed = " (timed on the host: the loop's own time on each, JAX dispatches asynchronously)" if host else ""
+    return f"{report.slow_step_count} known-signature steps far above the steady step{timed}"
 
 
 def fallback_cost(fallback: Dict[str, Any]) -> Optional[str]:

@@ -22,7 +22,7 @@ from xla_keras.report.summary import summary
 from xla_keras.storms.budget import PhaseAdvice
 from xla_keras.storms.detection import Storm
 
-SCHEMA_VERSION = 9  # see schema.py for what each version added
+SCHEMA_VERSION = 10  # see schema.py for what each version added
 
 
 @dataclass
@@ -53,9 +53,17 @@ class XlaReport:
             the trial measures); None for the other modes.
         steps: steps per phase (test and predict count batches over the monitor's lifetime).
         steady_step_seconds: the train phase's steady step time (the median of the steps that
-            compiled nothing), or None.
+            compiled nothing), or None (not measured, or withheld: ``step_timing`` says why).
         steady_step_seconds_by_phase: the same for each phase.
         steady_step_counts: the steady steps each phase's median rests on (0: not measured).
+        step_timing: per phase, how its step times were measured: ``{"basis", "steps", "intervals",
+            "withheld"}``. ``basis`` is "per_step" (TensorFlow: each step's own time, from one batch end to
+            the next: Keras syncs with the device at every batch end), "between_drains" (JAX, whose steps are
+            dispatched asynchronously: the steady step is the median over intervals that begin and end with
+            the device drained, each interval's mean step weighing its steps; ``intervals`` counts them) or
+            "dispatch" (a JAX report of schema 9 or older: its step times were the time Python took to queue
+            a step, not a step time). ``steps``: the steady steps the figure rests on. ``withheld``: why the
+            phase ran steps and has no steady step (its figure is then None), else None.
         compile_seconds: the compiles' total time.
         wall_seconds: the monitored wall time (fits, standalone evaluates and predicts).
         compile_share: ``compile_seconds / wall_seconds`` (at most 1), or None before any time was
@@ -119,6 +127,7 @@ class XlaReport:
     steady_step_seconds: Optional[float] = None
     steady_step_seconds_by_phase: Dict[str, Optional[float]] = field(default_factory=lambda: dict.fromkeys(PHASES))
     steady_step_counts: Dict[str, int] = field(default_factory=lambda: dict.fromkeys(PHASES, 0))
+    step_timing: Dict[str, Dict[str, Any]] = field(default_factory=dict)
     compile_seconds: float = 0.0
     wall_seconds: float = 0.0
     compile_share: Optional[float] = None
@@ -165,7 +174,7 @@ class XlaReport:
             ```pycon
             >>> data = xla_keras.XlaReport(jit_mode="on").to_dict()
             >>> data["schema_version"], data["jit_mode"], data["compilation_count"]
-            (9, 'on', {'train': 0, 'test': 0, 'predict': 0})
+            (10, 'on', {'train': 0, 'test': 0, 'predict': 0})
 
             ```
         """
@@ -186,6 +195,7 @@ class XlaReport:
             "steady_step_seconds": self.steady_step_seconds,
             "steady_step_seconds_by_phase": dict(self.steady_step_seconds_by_phase),
             "steady_step_counts": dict(self.steady_step_counts),
+            "step_timing": {phase: dict(timing) for phase, timing in self.step_timing.items()},
             "compile_seconds": self.compile_seconds,
             "wall_seconds": self.wall_seconds,
             "compile_share": self.compile_share,

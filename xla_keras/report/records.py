@@ -149,9 +149,15 @@ class SlowStep:
     Args:
         phase: "train", "test" or "predict".
         step: 1-based global step of the phase.
-        seconds: the step's wall time.
-        steady_seconds: the phase's steady median then.
+        seconds: the step's time, measured as ``basis`` says.
+        steady_seconds: the phase's steady step then.
         signature: the step's input signature (compiled before).
+        basis: what ``seconds`` is. "step" (TensorFlow): the step's own time, from the batch end before it
+            to its own (Keras syncs with the device at every batch end). "host" (JAX, whose steps are
+            dispatched asynchronously): the time the training loop spent on the step, from its start to the
+            next step's: pulling its batch, dispatching it and the callbacks between steps, and, when the
+            device's queue is full, the wait for an earlier step to finish; the device may have hidden part
+            of a host stall behind the steps it still had queued.
 
     Example:
         A record as a saved report holds it (``report.to_dict()["slow_steps"]``), read back:
@@ -172,6 +178,7 @@ class SlowStep:
     seconds: float
     steady_seconds: float
     signature: InputSignature
+    basis: str = "step"
 
     def to_dict(self) -> Dict[str, Any]:
         """This slow step as the report's JSON holds it.
@@ -185,6 +192,7 @@ class SlowStep:
             "seconds": self.seconds,
             "steady_seconds": self.steady_seconds,
             "signature": to_jsonable(self.signature),
+            "basis": self.basis,
         }
 
     @classmethod

@@ -17,6 +17,7 @@ from xla_keras.report.figures import (
     fallback_cost,
     op_by_op_words,
     processes_words,
+    slow_words,
     steady_words,
 )
 from xla_keras.report.units import ms_text
@@ -80,8 +81,8 @@ def render(report: XlaReport, full: bool = False) -> str:
     if report.slow_step_count:
         worst = max(report.slow_steps, key=lambda s: s.seconds, default=None)
         lines.append(
-            f"  slow steps      : {report.slow_step_count} known-signature steps far above the "
-            f"steady median" + (f" (worst: {worst.phase} step {worst.step}, {ms_text(worst.seconds)})" if worst else "")
+            f"  slow steps      : {slow_words(report)}"
+            + (f" (worst: {worst.phase} step {worst.step}, {ms_text(worst.seconds)})" if worst else "")
         )
     trimmed = False
     for i, storm in enumerate(report.storms):
@@ -205,7 +206,7 @@ def render_markdown(report: XlaReport) -> str:
     if cost:
         out += ["", f"**cost:** {cost}"]
     if report.slow_step_count:
-        out += ["", f"**slow steps:** {report.slow_step_count} known-signature steps far above the steady median"]
+        out += ["", f"**slow steps:** {slow_words(report)}"]
     if report.storms:
         out += ["", "### Recompilation storms"]
         for storm in report.storms:

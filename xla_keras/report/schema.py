@@ -30,6 +30,11 @@ Report schema versions (``xla_report.json``, ``XlaReport.to_dict()``; the curren
 * 9 - a compile's ``cost`` (``ProgramCost``: FLOPs, bytes accessed, argument / output / alias / temp /
   code bytes, ``peak_bytes``, their source; null: not analysed) and the report's ``costs`` (per phase:
   achieved FLOP/s, bytes/s and MFU at the steady step). Older reports read with no cost.
+* 10 - ``step_timing`` (per phase: ``basis`` "per_step" or "between_drains", the steady ``steps`` and
+  ``intervals`` it rests on, why it is ``withheld``); a slow step's ``basis`` ("step" or "host"). JAX's
+  step times are measured between the device's drains. Older reports read with ``basis`` "per_step"
+  (TensorFlow) or "dispatch" (JAX: their step times were dispatch times, not step times), and slow steps
+  of basis "step" ("host" on JAX).
 """
 
 from __future__ import annotations
@@ -112,6 +117,22 @@ def parse_report(data: Dict[str, Any]) -> ParsedReport:
     return ParsedReport(report, version, False)
 
 
+# Old JAX reports (schema 9 or older) timed steps start to start under asynchronous dispatch: those
+# figures were the time Python took to queue a step. They are read as such, never as step times.
+DISPATCH = "dispatch"
+
+
 def _migrate(data: Dict[str, Any], version: int) -> Dict[str, Any]:
-    # 1 -> 2 only added keys and values (defaults fill them in): nothing to rewrite yet.
+    # 1 -> 9 only added keys and values (defaults fill them in). 10 added how step times were measured.
+    if version >= 10:
+        return data
+    data = dict(data)
+    jax = data.get("backend") == "jax"
+    counts = data.get("steady_step_counts") or {}
+    data["step_timing"] = {
+        phase: {"basis": DISPATCH if jax else "per_step", "steps": counts.get(phase, 0), "intervals": 0, "withheld": None}
+        for phase in (data.get("steady_step_seconds_by_phase") or {})
+    }
+    if jax:
+        data["slow_steps"] = [{**s, "basis": "host"} for s in data.get("slow_steps") or ()]
     return data

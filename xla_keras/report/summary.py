@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, List, Tuple
 
 from xla_keras.core.messages import WIDTH, within
 from xla_keras.core.types import PHASES
-from xla_keras.report.figures import compile_time_words, decision_lines, steady_words
+from xla_keras.report.figures import compile_time_words, decision_lines, slow_words, steady_words
 from xla_keras.report.units import ms_text
 from xla_keras.storms.detection import cause_clause, fix_line, storm_cause
 from xla_keras.storms.fixes import APPLIED_KINDS, fix_value
@@ -77,7 +77,7 @@ def _findings(report: XlaReport, where: str) -> Tuple[List[str], List[str]]:
     if decision:
         lines.append(within(f"  fastest      : {decision[0]}"))
     if report.slow_step_count:
-        lines.append(f"  slow steps   : {report.slow_step_count} known-signature steps far above the steady median")
+        lines.append(within(f"  slow steps   : {slow_words(report)}"))
     applied = [(fix, at, before) for fix, at, before in fixes if fix.get("kind") in APPLIED_KINDS]
     if not applied:
         return lines, []

@@ -17,7 +17,7 @@ from xla_keras.backends.base import CompileProbe, Distribution
 from xla_keras.backends.jax import _internals, cost
 from xla_keras.backends.jax.jit import MODES, JitController, persistent_cache
 from xla_keras.backends.jax.probe import JaxProbe
-from xla_keras.backends.jax.steps import StepWrappers, end_of_data
+from xla_keras.backends.jax.steps import StepWrappers, end_of_data, wait_for
 from xla_keras.backends.keras_backend import KerasBackend, is_keras3_model
 from xla_keras.core.cost import ProgramCost
 from xla_keras.core.signatures import InputSignature, signature_of
@@ -120,6 +120,9 @@ class JaxBackend(KerasBackend):
 
     def end_of_data(self) -> tuple:
         return end_of_data()
+
+    def wait_for(self, outputs: Any) -> bool:
+        return wait_for(outputs)
 
     def multi_worker_fit_problem(self) -> Optional[str]:
         return None

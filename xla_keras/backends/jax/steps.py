@@ -7,14 +7,18 @@ arrays, or jax.Arrays placed on devices: their ``.shape`` / ``.dtype`` are
 attribute reads, never a transfer or a sync), hands them to the observer, and
 gives Keras an iterator over the same batches. Same step, same compiles.
 
-Timing without a sync: JAX returns from a step before the device finishes it,
-so a step's end is not observable without blocking. A call therefore ends when
-the next call of its phase begins (start to start: what the step really cost
-the loop, compile included, once JAX's in-flight queue is full), or untimed at
-a phase boundary (epoch end, validation, the end of evaluate / predict). This
-is why the monitor does nothing in its batch-end hooks on JAX and tells Keras
-it is ``async_safe``: Keras then keeps dispatching batch-end callbacks on its
-executor thread, as in a fit without the monitor.
+Timing without a sync per step: JAX returns from a step before the device finishes
+it, so a step's end is not observable without blocking. A call therefore ends
+when the next call of its phase begins (start to start: the host's time on it),
+or untimed at a phase boundary (epoch end, validation, the end of evaluate /
+predict). The steps' real time comes from intervals that begin and end with the
+device drained (``core/timing.py``): the wrapper keeps the last call's outputs
+(one reference), and when the observer asks (after a compile, or about once a
+second) it waits for them once; at phase boundaries the monitor waits for them
+itself, where Keras has just drained anyway. This is why the monitor does nothing
+in its batch-end hooks on JAX and tells Keras it is ``async_safe``: Keras then
+keeps dispatching batch-end callbacks on its executor thread, as in a fit without
+the monitor.
 """
 
 from __future__ import annotations
@@ -27,6 +31,19 @@ from xla_keras.backends.base import StepObserver
 from xla_keras.backends.chain import FUNCTION_ATTR, WrapperChain, unwrap
 from xla_keras.backends.jax import _internals
 from xla_keras.backends.jax.probe import RECORDER
+
+
+def wait_for(outputs: Any) -> bool:
+    """Block until the device finished the call that returned ``outputs`` (its logs, or a predict
+    batch's outputs: never the state, which the next call donates). False when that failed (a device
+    error, or arrays already deleted): then when it finished is unknown."""
+    try:
+        import jax
+
+        jax.block_until_ready(outputs[0])
+        return True
+    except Exception:  # noqa: BLE001 - the step's own errors surface where Keras reads its results
+        return False
 
 
 def end_of_data() -> tuple:
@@ -73,14 +90,15 @@ def _make_wrapper(model: Any, phase: str, observer: StepObserver):
             if taken:
                 events = begin()  # a compile during the call (JAX reports it on this thread) is caught
                 try:
-                    outputs = original(state, iter((batch,)))
+                    outputs = lane.held = original(state, iter((batch,)))
                 except BaseException:
                     end(events)
                     observer.call_failed(phase, None)
                     raise
                 end(events)
-                if events:
-                    observer.call_ran(phase, events)  # it compiled after all: recorded at its step
+                lane.returned = clock()
+                if events and observer.call_ran(phase, events):  # it compiled after all: recorded at its step
+                    observer.call_drained(phase, clock() if wait_for(outputs) else None)
                 return outputs
             return _full_call(wrapped, original, state, [batch], start, phase, observer, model_ref())
         if not observer.active():
@@ -111,10 +129,13 @@ def _full_call(wrapped, original, state, batches: list, start: float, phase: str
         # XlaMonitor.model). Called directly, not through the new chain, so that monitors around this
         # call do not see the batch twice.
         original = unwrap(getattr(model, FUNCTION_ATTR[phase]))
+    lane = observer.steady_lane(phase)
     try:
-        outputs = original(state, iter(batches))
+        outputs = lane.held = original(state, iter(batches))
     except BaseException:
         observer.call_failed(phase, probe)
         raise
-    observer.call_ran(phase, probe)
+    lane.returned = time.perf_counter()
+    if observer.call_ran(phase, probe):  # the observer wants the device drained after this call
+        observer.call_drained(phase, time.perf_counter() if wait_for(outputs) else None)
     return outputs

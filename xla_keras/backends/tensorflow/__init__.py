@@ -138,6 +138,10 @@ class TensorFlowBackend(KerasBackend):
     def end_of_data(self) -> tuple:
         return end_of_data()
 
+    def wait_for(self, outputs: Any) -> bool:
+        """Keras syncs at every batch end on TensorFlow: a call's outputs are ready once its hook ran."""
+        return True
+
     def gather(self, values: Sequence[float]) -> Optional[List[List[float]]]:
         """Under MultiWorkerMirroredStrategy: every worker's ``values``, by the strategy's all-gather."""
         if self._gatherer is None:

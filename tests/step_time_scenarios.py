@@ -1,0 +1,213 @@
+"""Fits whose step times are checked against the wall clock (issue 42), on either Keras backend.
+
+Run in a fresh subprocess by tests/test_step_times.py, one process per backend and group of fits
+(KERAS_BACKEND, and on TensorFlow TF_CPP_VMODULE=device_compiler=1, are set before the import):
+
+    KERAS_BACKEND=jax|tensorflow python tests/step_time_scenarios.py OUT.json SPECS_JSON
+
+Each spec is one fit of a fresh model (``model``: "mlp" or "conv"; ``steps`` per epoch, ``epochs``,
+``verbose``, ``steps_per_execution``, ``delay_every`` / ``delay_seconds``: the data source sleeps
+before every N-th batch of an epoch; ``validation``, ``evaluate`` / ``predict`` runs after the fit;
+``jit``: the monitor's). The ground truth is the test's own:
+
+* the wall clock: a callback, last in the list, that blocks on one weight (``keras.ops.convert_to_numpy``)
+  at each run's end and times each run: a train epoch from its begin hook to its end (to validation's
+  begin when it validates), a validation / evaluate run from its begin to its end, a predict run from its
+  begin to its end, blocking on the last batch's outputs;
+* the compile seconds inside each run, from the framework's own words: JAX's ``jax_log_compiles``
+  lines (tracing, lowering, XLA compilation), TensorFlow's ``Compilation of XLA executable time`` lines
+  (device_compiler, on stderr, each stamped with the wall clock's seconds), read by the test.
+
+Per spec the output holds the monitor's ``report`` (``to_dict()``), ``runs`` (per phase, each run's
+``begin`` and ``end`` on ``time.time()`` and, JAX, the compile seconds logged inside it) and, with a
+delay, the global steps whose batch was delayed. A run's steps are the spec's.
+"""
+
+import json
+import logging
+import os
+import re
+import sys
+import time
+
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+BACKEND = os.environ.get("KERAS_BACKEND", "tensorflow")
+BATCH = 32
+_JAX_LINE = re.compile(r"Finished (?:tracing (?:\+ transforming )?\S+ for p?jit|jaxpr to MLIR module conversion \S+"
+                       r"|XLA compilation of \S+) in ([0-9.eE+-]+) sec")
+
+
+class JaxCompileLines(logging.Handler):
+    """JAX's own compile-time lines (``jax_log_compiles``), each with the wall clock it was logged at."""
+
+    def __init__(self):
+        super().__init__(logging.DEBUG)
+        self.lines = []  # (time.time(), seconds)
+
+    def emit(self, record):
+        match = _JAX_LINE.search(record.getMessage())
+        if match:
+            self.lines.append((record.created, float(match.group(1))))
+
+
+def model_for(kind, seed=0):
+    import keras
+
+    keras.utils.set_random_seed(seed)
+    if kind == "conv":
+        layers = [
+            keras.Input((16, 16, 3)),
+            keras.layers.Conv2D(16, 3, activation="relu"),
+            keras.layers.Conv2D(16, 3, activation="relu"),
+            keras.layers.GlobalAveragePooling2D(),
+            keras.layers.Dense(10),
+        ]
+    elif kind == "wide":  # a bigger MLP: ~3 GFLOP a step
+        layers = [keras.Input((512,)), keras.layers.Dense(2048, activation="relu"), keras.layers.Dense(10)]
+    else:
+        layers = [
+            keras.Input((64,)),
+            keras.layers.Dense(256, activation="relu"),
+            keras.layers.Dense(256, activation="relu"),
+            keras.layers.Dense(10),
+        ]
+    return keras.Sequential(layers)
+
+
+def data_for(kind, rows, seed=1):
+    rng = np.random.default_rng(seed)
+    shape = {"conv": (16, 16, 3), "wide": (512,)}.get(kind, (64,))
+    return rng.random((rows, *shape), dtype=np.float32), rng.integers(0, 10, (rows,))
+
+
+def dataset_for(spec, delayed):
+    """The spec's training data: arrays, or a PyDataset that sleeps before every ``delay_every``-th batch of
+    an epoch (recording the global step it delays: ``delayed``)."""
+    import keras
+
+    x, y = data_for(spec["model"], spec["steps"] * BATCH)
+    every = spec.get("delay_every")
+    if not every:
+        return x, y
+    steps, pause = spec["steps"], spec.get("delay_seconds", 0.2)
+
+    class Delayed(keras.utils.PyDataset):
+        def __init__(self):
+            super().__init__()
+            self.epoch = 0
+
+        def __len__(self):
+            return steps
+
+        def __getitem__(self, i):
+            if (i + 1) % every == 0:
+                delayed.append(self.epoch * steps + i + 1)
+                time.sleep(pause)
+            if i == steps - 1:
+                self.epoch += 1
+            return x[i * BATCH : (i + 1) * BATCH], y[i * BATCH : (i + 1) * BATCH]
+
+    return Delayed(), None
+
+
+def wall_clock(runs):
+    """The ground truth's callback: each run's wall time, the device drained at its end."""
+    import keras
+
+    class Wall(keras.callbacks.Callback):
+        async_safe = True  # its predict batch-end hook only keeps a reference: Keras stays asynchronous
+
+        def __init__(self):
+            super().__init__()
+            self.last = None
+
+        def _begin(self, phase):
+            runs[phase].append({"begin": time.time()})
+
+        def _end(self, phase, outputs=None):
+            run = runs[phase][-1]
+            if "end" not in run:
+                keras.ops.convert_to_numpy(outputs if outputs is not None else self.model.trainable_variables[0])
+                run["end"] = time.time()
+
+        def on_epoch_begin(self, epoch, logs=None):
+            self._begin("train")
+
+        def on_test_begin(self, logs=None):
+            if runs["train"] and "end" not in runs["train"][-1]:
+                self._end("train")  # validation begins: the epoch's training part ends here
+            self._begin("test")
+
+        def on_test_end(self, logs=None):
+            self._end("test")
+
+        def on_epoch_end(self, epoch, logs=None):
+            self._end("train")
+
+        def on_predict_begin(self, logs=None):
+            self._begin("predict")
+
+        def on_predict_batch_end(self, batch, logs=None):
+            self.last = (logs or {}).get("outputs")
+
+        def on_predict_end(self, logs=None):
+            self._end("predict", self.last)
+
+    return Wall()
+
+
+def run(spec, jax_lines):
+    import keras
+
+    import xla_keras
+
+    model = model_for(spec["model"])
+    model.compile(
+        "adam",
+        keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        steps_per_execution=spec.get("steps_per_execution", 1),
+    )
+    runs = {"train": [], "test": [], "predict": []}
+    delayed = []
+    monitor = xla_keras.XlaMonitor(log_dir=None, jit=spec.get("jit", "on"), verbose=0)
+    callbacks = [monitor, wall_clock(runs)]
+    x, y = dataset_for(spec, delayed)
+    validation = data_for(spec["model"], spec.get("validation", 0) * BATCH, seed=2) if spec.get("validation") else None
+    fit_args = dict(epochs=spec.get("epochs", 4), verbose=spec.get("verbose", 0), callbacks=callbacks)
+    if y is None:
+        model.fit(x, shuffle=False, validation_data=validation, **fit_args)
+    else:
+        model.fit(x, y, batch_size=BATCH, shuffle=False, validation_data=validation, **fit_args)
+    held_out = data_for(spec["model"], spec.get("evaluate_steps", 0) * BATCH, seed=3)
+    for _ in range(spec.get("evaluate", 0)):
+        model.evaluate(*held_out, batch_size=BATCH, verbose=0, callbacks=callbacks)
+    for _ in range(spec.get("predict", 0)):
+        model.predict(held_out[0], batch_size=BATCH, verbose=0, callbacks=callbacks)
+    if jax_lines is not None:  # the compile seconds JAX logged inside each run
+        for phase_runs in runs.values():
+            for r in phase_runs:
+                r["compile_seconds"] = sum(s for t, s in jax_lines.lines if r["begin"] <= t <= r["end"])
+    return {"spec": spec, "report": monitor.report.to_dict(), "runs": runs, "delayed": delayed}
+
+
+def main(out_path, specs):
+    jax_lines = None
+    if BACKEND == "jax":
+        import jax
+
+        jax.config.update("jax_log_compiles", True)
+        jax_lines = JaxCompileLines()
+        logging.getLogger("jax").addHandler(jax_lines)
+        logging.getLogger("jax").setLevel(logging.DEBUG)
+        logging.getLogger("jax").propagate = False  # the lines go to the handler, not to stderr
+    results = [run(spec, jax_lines) for spec in specs]
+    with open(out_path, "w") as f:
+        json.dump(results, f)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], json.loads(sys.argv[2]))
