@@ -8,7 +8,10 @@ Run in a fresh subprocess by tests/test_step_times.py, one process per backend a
 Each spec is one fit of a fresh model (``model``: "mlp" or "conv"; ``steps`` per epoch, ``epochs``,
 ``verbose``, ``steps_per_execution``, ``delay_every`` / ``delay_seconds``: the data source sleeps
 before every N-th batch of an epoch; ``validation``, ``evaluate`` / ``predict`` runs after the fit;
-``jit``: the monitor's). The ground truth is the test's own:
+``jit``: the monitor's; ``trial``: jit='fastest' rules to set, e.g. its gate lowered for a short fit;
+TensorFlow: ``mirrored`` (MirroredStrategy over 2 logical CPUs), ``asynchronous`` (eager ops run
+asynchronously)).
+The ground truth is the test's own:
 
 * the wall clock: a callback, last in the list, that blocks on one weight (``keras.ops.convert_to_numpy``)
   at each run's end and times each run: a train epoch from its begin hook to its end (to validation's
@@ -19,10 +22,12 @@ before every N-th batch of an epoch; ``validation``, ``evaluate`` / ``predict`` 
   (device_compiler, on stderr, each stamped with the wall clock's seconds), read by the test.
 
 Per spec the output holds the monitor's ``report`` (``to_dict()``), ``runs`` (per phase, each run's
-``begin`` and ``end`` on ``time.time()`` and, JAX, the compile seconds logged inside it) and, with a
-delay, the global steps whose batch was delayed. A run's steps are the spec's.
+``begin`` and ``end`` on ``time.time()`` and, JAX, the compile seconds logged inside it), ``begins``
+(each train batch's begin hook on ``time.time()``) and, with a delay, the global steps whose batch was
+delayed. A run's ``steps`` are the spec's.
 """
 
+import gc
 import json
 import logging
 import os
@@ -37,8 +42,10 @@ sys.path.insert(0, ROOT)
 
 BACKEND = os.environ.get("KERAS_BACKEND", "tensorflow")
 BATCH = 32
-_JAX_LINE = re.compile(r"Finished (?:tracing (?:\+ transforming )?\S+ for p?jit|jaxpr to MLIR module conversion \S+"
-                       r"|XLA compilation of \S+) in ([0-9.eE+-]+) sec")
+_JAX_LINE = re.compile(
+    r"Finished (?:tracing (?:\+ transforming )?\S+ for p?jit|jaxpr to MLIR module conversion \S+"
+    r"|XLA compilation of \S+) in ([0-9.eE+-]+) sec"
+)
 
 
 class JaxCompileLines(logging.Handler):
@@ -54,10 +61,45 @@ class JaxCompileLines(logging.Handler):
             self.lines.append((record.created, float(match.group(1))))
 
 
+# "sparse": an MLP on each token that is not padding (10% of 128), written for both modes: where the mask's
+# values are known (Keras's JAX steps op by op) it computes the real tokens only; a compiled step cannot know
+# which those are, so it computes every token and masks. A model where XLA off is faster (measured: 50 vs
+# 94 ms a step on 2 CPU cores), for jit='fastest'.
+SPARSE_SHAPE, SPARSE_HIDDEN, SPARSE_REAL = (128, 256), 1024, 0.1
+
+
+def _real_tokens_mlp():
+    import jax
+    import jax.numpy as jnp
+    import keras
+
+    length, width = SPARSE_SHAPE
+
+    class RealTokensMLP(keras.layers.Layer):
+        def build(self, shapes):
+            self.w1 = self.add_weight(shape=(width, SPARSE_HIDDEN), initializer="glorot_uniform")
+            self.w2 = self.add_weight(shape=(SPARSE_HIDDEN, width), initializer="glorot_uniform")
+
+        def call(self, x, mask):
+            if isinstance(mask, jax.core.Tracer):  # compiled: every token, masked
+                h = keras.ops.matmul(keras.ops.relu(keras.ops.matmul(x, self.w1)), self.w2)
+                return x + h * keras.ops.expand_dims(keras.ops.cast(mask, x.dtype), -1)
+            flat = jnp.reshape(x, (-1, width))
+            idx = jnp.nonzero(jnp.reshape(mask, (-1,)))[0]
+            h = jnp.matmul(jax.nn.relu(jnp.matmul(flat[idx], self.w1.value)), self.w2.value)
+            return jnp.reshape(flat.at[idx].add(h), x.shape)
+
+    return RealTokensMLP()
+
+
 def model_for(kind, seed=0):
     import keras
 
     keras.utils.set_random_seed(seed)
+    if kind == "sparse":
+        tokens, mask = keras.Input(SPARSE_SHAPE), keras.Input(SPARSE_SHAPE[:1], dtype="bool")
+        h = _real_tokens_mlp()(keras.layers.Dense(SPARSE_SHAPE[1])(tokens), mask)
+        return keras.Model([tokens, mask], keras.layers.Dense(10)(keras.layers.GlobalAveragePooling1D()(h)))
     if kind == "conv":
         layers = [
             keras.Input((16, 16, 3)),
@@ -80,8 +122,13 @@ def model_for(kind, seed=0):
 
 def data_for(kind, rows, seed=1):
     rng = np.random.default_rng(seed)
+    labels = rng.integers(0, 10, (rows,))
+    if kind == "sparse":
+        mask = np.zeros((rows, SPARSE_SHAPE[0]), bool)
+        mask[:, : int(SPARSE_SHAPE[0] * SPARSE_REAL)] = True
+        return [rng.random((rows, *SPARSE_SHAPE), dtype=np.float32), mask], labels
     shape = {"conv": (16, 16, 3), "wide": (512,)}.get(kind, (64,))
-    return rng.random((rows, *shape), dtype=np.float32), rng.integers(0, 10, (rows,))
+    return rng.random((rows, *shape), dtype=np.float32), labels
 
 
 def dataset_for(spec, delayed):
@@ -114,8 +161,9 @@ def dataset_for(spec, delayed):
     return Delayed(), None
 
 
-def wall_clock(runs):
-    """The ground truth's callback: each run's wall time, the device drained at its end."""
+def wall_clock(runs, begins):
+    """The ground truth's callback: each run's wall time, the device drained at its end; and every train
+    batch's begin on the wall clock (``begins``)."""
     import keras
 
     class Wall(keras.callbacks.Callback):
@@ -124,6 +172,11 @@ def wall_clock(runs):
         def __init__(self):
             super().__init__()
             self.last = None
+
+        def on_train_batch_begin(self, batch, logs=None):
+            # Keras calls batch begins on its loop's thread, at every call: the gaps between them are the
+            # loop's own time on each step, the test's own view of a stall (one float a step).
+            begins.append(time.time())
 
         def _begin(self, phase):
             runs[phase].append({"begin": time.time()})
@@ -160,21 +213,33 @@ def wall_clock(runs):
     return Wall()
 
 
+def strategy_scope(spec):
+    """TensorFlow: ``mirrored`` builds and fits under MirroredStrategy over the process's 2 logical CPUs."""
+    import contextlib
+
+    if not spec.get("mirrored"):
+        return contextlib.nullcontext()
+    import tensorflow as tf
+
+    return tf.distribute.MirroredStrategy([d.name for d in tf.config.list_logical_devices("CPU")]).scope()
+
+
 def run(spec, jax_lines):
     import keras
 
     import xla_keras
 
-    model = model_for(spec["model"])
-    model.compile(
-        "adam",
-        keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-        steps_per_execution=spec.get("steps_per_execution", 1),
-    )
+    with strategy_scope(spec):
+        model = model_for(spec["model"])
+        model.compile(
+            "adam",
+            keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+            steps_per_execution=spec.get("steps_per_execution", 1),
+        )
     runs = {"train": [], "test": [], "predict": []}
-    delayed = []
+    delayed, begins = [], []
     monitor = xla_keras.XlaMonitor(log_dir=None, jit=spec.get("jit", "on"), verbose=0)
-    callbacks = [monitor, wall_clock(runs)]
+    callbacks = [monitor, wall_clock(runs, begins)]
     x, y = dataset_for(spec, delayed)
     validation = data_for(spec["model"], spec.get("validation", 0) * BATCH, seed=2) if spec.get("validation") else None
     fit_args = dict(epochs=spec.get("epochs", 4), verbose=spec.get("verbose", 0), callbacks=callbacks)
@@ -182,20 +247,35 @@ def run(spec, jax_lines):
         model.fit(x, shuffle=False, validation_data=validation, **fit_args)
     else:
         model.fit(x, y, batch_size=BATCH, shuffle=False, validation_data=validation, **fit_args)
+    for r in runs["train"]:
+        r["steps"] = spec["steps"]
+    for r in runs["test"]:
+        r["steps"] = spec.get("validation", 0)
     held_out = data_for(spec["model"], spec.get("evaluate_steps", 0) * BATCH, seed=3)
     for _ in range(spec.get("evaluate", 0)):
         model.evaluate(*held_out, batch_size=BATCH, verbose=0, callbacks=callbacks)
+        runs["test"][-1]["steps"] = spec["evaluate_steps"]
     for _ in range(spec.get("predict", 0)):
         model.predict(held_out[0], batch_size=BATCH, verbose=0, callbacks=callbacks)
+        runs["predict"][-1]["steps"] = spec["evaluate_steps"]
     if jax_lines is not None:  # the compile seconds JAX logged inside each run
         for phase_runs in runs.values():
             for r in phase_runs:
                 r["compile_seconds"] = sum(s for t, s in jax_lines.lines if r["begin"] <= t <= r["end"])
-    return {"spec": spec, "report": monitor.report.to_dict(), "runs": runs, "delayed": delayed}
+    return {"spec": spec, "report": monitor.report.to_dict(), "runs": runs, "delayed": delayed, "begins": begins}
 
 
 def main(out_path, specs):
     jax_lines = None
+    if BACKEND == "tensorflow":
+        import tensorflow as tf
+
+        if any(spec.get("mirrored") for spec in specs):  # before TensorFlow makes its devices
+            cpu = tf.config.list_physical_devices("CPU")[0]
+            tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+        if any(spec.get("asynchronous") for spec in specs):
+            # TensorFlow's eager ops return before they ran: Keras still turns each step's logs into floats.
+            tf.config.experimental.set_synchronous_execution(False)
     if BACKEND == "jax":
         import jax
 
@@ -204,7 +284,20 @@ def main(out_path, specs):
         logging.getLogger("jax").addHandler(jax_lines)
         logging.getLogger("jax").setLevel(logging.DEBUG)
         logging.getLogger("jax").propagate = False  # the lines go to the handler, not to stderr
-    results = [run(spec, jax_lines) for spec in specs]
+    from xla_keras.jit import trial
+
+    results = []
+    for spec in specs:
+        # jit='fastest': the trial's gate lowered so that a short fit may try both modes, for this fit only
+        shipped = {name: getattr(trial, name) for name in spec.get("trial", {})}
+        for name, value in spec.get("trial", {}).items():
+            setattr(trial, name, value)
+        gc.collect()  # what the fits before left, collected before this one's clock starts
+        try:
+            results.append(run(spec, jax_lines))
+        finally:
+            for name, value in shipped.items():
+                setattr(trial, name, value)
     with open(out_path, "w") as f:
         json.dump(results, f)
 

@@ -83,6 +83,37 @@ def test_bad_bounds_name_what_is_accepted(kwargs, words):
         Bounds(**kwargs)
 
 
+def test_an_old_jax_reports_dispatch_time_is_not_compared_and_the_diff_says_so():
+    """A JAX report of schema 9 timed steps as JAX dispatched them: its steady figure was a dispatch time.
+    The diff never sets it against a step time, nor holds a bound to it, and says why."""
+    from xla_keras.report.schema import parse_report
+
+    old = _report([16], steady=0.0004, backend="jax").to_dict()
+    old["schema_version"] = 9
+    del old["step_timing"]
+    baseline = parse_report(old).report
+    run = _report([16], steady=0.033, backend="jax")
+    run.step_timing = {"train": {"basis": "between_drains", "steps": 90, "intervals": 4, "withheld": None}}
+    diff = diff_reports(baseline, run)
+    assert check(diff, Bounds(max_steady_ratio=1.1)) is None  # 80x "slower" is no regression: not compared
+    assert diff.not_compared == [
+        "train steady step: the baseline timed it as JAX dispatched it (a report of xla_keras before 0.4): "
+        "a dispatch time, not a step time"
+    ]
+    for fmt in ("text", "markdown"):
+        text = render(diff, fmt)
+        assert "not compared: a dispatch time" in text and "33 ms" not in text
+        assert "not compared: train steady step: the baseline timed it as JAX dispatched it" in text
+    assert json.loads(render(diff, "json"))["not_compared"] == diff.not_compared
+
+
+def test_a_withheld_steady_step_is_said_withheld():
+    run = _report([16], steady=None)
+    run.step_timing = {"train": {"basis": "between_drains", "steps": 0, "intervals": 0, "withheld": "no interval"}}
+    text = render(diff_reports(_report([16]), run))
+    assert "1 ms -> withheld" in text
+
+
 def test_markdown_is_a_table_for_a_pull_request_and_json_carries_its_schema():
     diff = diff_reports(_report([16]), _report([16, 24], storms=1))
     check(diff, Bounds({"train": 1}))

@@ -153,6 +153,9 @@ def test_fastest_switches_every_process_at_the_same_steps_and_keeps_one_decision
     assert decisions[0]["decided_at_step"] == decisions[1]["decided_at_step"]
     assert "process 0 measured and decided (measured)" in decisions[1]["why"]
     assert all(fit["error"] is None and fit["stopped_at"] == 300 for fit in (chief, other))
+    for fit in (chief, other):  # each process times its steps between its own drains: a local wait, no collective
+        timing = fit["report"]["step_timing"]["train"]
+        assert timing["basis"] == "between_drains" and timing["intervals"] >= 1 and timing["withheld"] is None
 
 
 def test_the_chief_report_holds_every_process_counts_and_only_the_chief_writes(runs):

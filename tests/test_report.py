@@ -367,7 +367,9 @@ def test_a_0_1_report_without_schema_version_is_read_as_version_1():
     assert [c.call_batches for c in parsed.report.compilations] == [1] * len(data["compilations"])
 
 
-@pytest.mark.parametrize("backend, basis, slow_basis", [("tensorflow", "per_step", "step"), ("jax", "dispatch", "host")])
+@pytest.mark.parametrize(
+    "backend, basis, slow_basis", [("tensorflow", "per_step", "step"), ("jax", "dispatch", "host")]
+)
 def test_a_schema_9_report_says_how_its_step_times_were_measured(backend, basis, slow_basis):
     """Before schema 10 a JAX report timed steps start to start under asynchronous dispatch: its steady step
     is read as a dispatch time, said so wherever it is shown, never as a step time."""

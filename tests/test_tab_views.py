@@ -170,6 +170,24 @@ def test_the_run_view_carries_the_reports_own_numbers():
     json.dumps(view, allow_nan=False)  # what the route returns
 
 
+def test_the_status_says_a_withheld_steady_step_and_an_old_jax_reports_dispatch_time():
+    withheld = full_report(
+        steady_step_seconds=None,
+        steady_step_seconds_by_phase={"train": None, "test": None, "predict": None},
+        step_timing={"train": {"basis": "between_drains", "steps": 0, "intervals": 0, "withheld": "no interval yet"}},
+        backend="jax",
+    )
+    s = views.run_view("fit1", withheld)["status"]
+    assert s["steady_step_seconds"] is None and s["steady_withheld"] == "no interval yet"
+    assert s["steady_words"] == {"train": "withheld (no interval yet)"}
+    old = full_report(steady_step_seconds_by_phase={"train": 0.002, "test": None, "predict": None}, backend="jax")
+    old["schema_version"] = 9
+    del old["step_timing"]
+    s = views.run_view("fit1", old)["status"]
+    assert s["steady_basis"] == "dispatch" and "a dispatch time, not a step time" in s["steady_words"]["train"]
+    assert views.summary("fit1", old)["steady_basis"] == "dispatch"
+
+
 def test_records_past_max_records_are_counted_and_said():
     report = full_report(compilations_dropped=998, compilation_count={"train": 1000, "test": 0, "predict": 0})
     view = views.run_view("fit1", report)

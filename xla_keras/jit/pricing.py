@@ -45,7 +45,7 @@ def price_faster(
     fast, slow = (on, off) if on_faster else (off, on)
     faster = (
         f"XLA {mode_word(on_faster)} steps are {slow.median / fast.median:.2f}x faster ({ms_text(fast.median)} "
-        f"vs {ms_text(slow.median)}, medians of {fast.n} and {slow.n} steps; on/off {ratio.words()} over "
+        f"vs {ms_text(slow.median)}, {_over(fast)} and {_over(slow)}; on/off {ratio.words()} over "
         f"{ratio.n} round{'s' if ratio.n > 1 else ''})"
     )
     if not on_faster:
@@ -69,3 +69,10 @@ def price_faster(
         else ""
     )
     return Verdict(True, "measured", words, None if gain is None else gain - cost, cost)
+
+
+def _over(side: Spread) -> str:
+    """What a median rests on: ``median of 40 steps``, or under JAX ``median of 6 intervals (40 steps)``."""
+    if side.steps == side.n:
+        return f"median of {side.n} steps"
+    return f"median of {side.n} intervals ({side.steps} steps)"

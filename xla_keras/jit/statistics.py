@@ -16,22 +16,29 @@ NOTCH = 1.58  # median +- NOTCH * IQR / sqrt(n): the notch of a box plot
 
 
 class Spread(NamedTuple):
-    """A mode's steady steps: median, interquartile range, count and the notch's half width."""
+    """A mode's steady steps: median, interquartile range, count and the notch's half width. ``n`` counts
+    the samples (the notch's); ``steps`` the steps they measured (a sample is one step, or under JAX one
+    interval between drains)."""
 
     median: float
     iqr: float
     n: int
+    steps: int = 0
 
     @property
     def half_notch(self) -> float:
         return NOTCH * self.iqr / math.sqrt(self.n)
 
 
-def spread(values: Sequence[float]) -> Optional[Spread]:
+def spread(values: Sequence[float], steps: Optional[int] = None) -> Optional[Spread]:
+    """The samples' spread; ``steps``: the steps they measured (their count when each is one step)."""
     if not values:
         return None
     ordered = sorted(values)
-    return Spread(median(ordered), _quantile(ordered, 0.75) - _quantile(ordered, 0.25), len(ordered))
+    n = len(ordered)
+    return Spread(
+        median(ordered), _quantile(ordered, 0.75) - _quantile(ordered, 0.25), n, n if steps is None else steps
+    )
 
 
 def _quantile(ordered: Sequence[float], q: float) -> float:

@@ -282,7 +282,8 @@ class Trial:
             if self.blocks[-1].on:
                 return self._decide(False, step, outlook, "compiles", why)
             return self._keep_default(step, "unfinished", outlook, why)
-        on, off = spread(self.samples[True]), spread(self.samples[False])
+        on = spread(self.samples[True], self.steps_measured[True])
+        off = spread(self.samples[False], self.steps_measured[False])
         rounds = self.rounds()
         if on is None or off is None or not rounds:
             return self._start(not self.blocks[-1].on, step)

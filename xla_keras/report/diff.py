@@ -20,6 +20,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 from xla_keras.core.types import PHASES
 from xla_keras.report.figures import quantity
 from xla_keras.report.model import XlaReport
+from xla_keras.report.schema import DISPATCH
 from xla_keras.report.units import ms_text
 
 DIFF_SCHEMA_VERSION = 1
@@ -39,6 +40,10 @@ FIGURES: Dict[str, Tuple[Callable[[XlaReport, str], Any], Callable[[Any], str]]]
         lambda s: "n/a" if s is None else ms_text(s),
     ),
     "steady_steps": (lambda r, p: r.steady_step_counts.get(p, 0), str),
+    # How the steady step was measured (schema 10): "per_step", "between_drains", or "dispatch" (a JAX report
+    # of schema 9 or older: its figure was a dispatch time, never compared with a step time).
+    "step_timing": (lambda r, p: (r.step_timing.get(p) or {}).get("basis"), lambda b: str(b)),
+    "steady_withheld": (lambda r, p: (r.step_timing.get(p) or {}).get("withheld"), lambda w: str(w or "")),
     "storms": (lambda r, p: sum(1 for s in r.storms if s.phase == p), str),
     # The cost card (schema 9): None for older reports and unanalysed phases.
     "flops_per_step": (lambda r, p: r.costs.get(p, {}).get("flops_per_step"), lambda v: quantity(v, "FLOP")),
@@ -81,6 +86,7 @@ class ReportDiff:
     jit_decision: Dict[str, Optional[str]]  # {"baseline": "on (measured)", "run": ...}
     capped: bool = False  # a report kept only part of its compile records: signatures may be missing
     crossed: Optional[str] = None  # set by ``check``: the bounds crossed, in one line
+    not_compared: List[str] = field(default_factory=list)  # figures left out, and why, in words
 
     def phase(self, name: str) -> Optional[PhaseDiff]:
         return next((p for p in self.phases if p.phase == name), None)
@@ -92,6 +98,7 @@ class ReportDiff:
             "jit_decision": dict(self.jit_decision),
             "signature_records_capped": self.capped,
             "crossed": self.crossed,
+            "not_compared": list(self.not_compared),
         }
 
 
@@ -117,7 +124,23 @@ def diff_reports(baseline: XlaReport, run: XlaReport) -> ReportDiff:
             )
         )
     capped = bool(baseline.compilations_dropped or run.compilations_dropped)
-    return ReportDiff(phases, {"baseline": _decision(baseline), "run": _decision(run)}, capped)
+    diff = ReportDiff(phases, {"baseline": _decision(baseline), "run": _decision(run)}, capped)
+    for p in phases:
+        sides = [name for name, side in (("the baseline", p.baseline), ("the run", p.run)) if _dispatch_timed(side)]
+        if sides:
+            diff.not_compared.append(
+                f"{p.phase} steady step: {' and '.join(sides)} timed it as JAX dispatched it (a report of xla_keras "
+                "before 0.4): a dispatch time, not a step time"
+            )
+    return diff
+
+
+def _dispatch_timed(side: Dict[str, Any]) -> bool:
+    return side.get("step_timing") == DISPATCH
+
+
+def _steady_comparable(p: PhaseDiff) -> bool:
+    return not (_dispatch_timed(p.baseline) or _dispatch_timed(p.run))
 
 
 @dataclass(frozen=True)
@@ -157,7 +180,7 @@ def check(diff: ReportDiff, bounds: Bounds) -> Optional[str]:
     if bounds.max_steady_ratio is not None:
         for p in diff.phases:
             before, after = p.baseline["steady_step_seconds"], p.run["steady_step_seconds"]
-            if before and after and after / before > bounds.max_steady_ratio:
+            if before and after and _steady_comparable(p) and after / before > bounds.max_steady_ratio:
                 reasons.append(
                     f"{p.phase} steady step {ms_text(after)}, {after / before:.2f}x the baseline "
                     f"(at most {bounds.max_steady_ratio}x)"
@@ -173,10 +196,24 @@ def _cell(name: str, before: Any, after: Any) -> str:
     return f"{write(before)} -> {write(after)}"
 
 
+def _steady_cell(p: PhaseDiff) -> str:
+    """The steady step's cell: "withheld" where a side could not know it yet (schema 10)."""
+    if not _steady_comparable(p):
+        return "not compared: a dispatch time"
+
+    def side(figures: Dict[str, Any]) -> str:
+        if figures["steady_step_seconds"] is None and figures.get("steady_withheld"):
+            return "withheld"
+        return FIGURES["steady_step_seconds"][1](figures["steady_step_seconds"])
+
+    before, after = side(p.baseline), side(p.run)
+    return after if before == after else f"{before} -> {after}"
+
+
 def _rows(diff: ReportDiff) -> List[List[str]]:
     rows = []
     for p in diff.phases:
-        steady = _cell("steady_step_seconds", p.baseline["steady_step_seconds"], p.run["steady_step_seconds"])
+        steady = _steady_cell(p)
         rows.append(
             [
                 p.phase,
@@ -224,6 +261,8 @@ def render(diff: ReportDiff, fmt: str = "text", names: Tuple[str, str] = ("basel
         if decision["baseline"] or decision["run"]:
             lines.append(f"  jit='fastest' decision: {decision['baseline']} -> {decision['run']}")
         lines.append(f"  {_verdict(diff)}")
+    for words in diff.not_compared:
+        lines.append(f"- not compared: {words}" if fmt == "markdown" else f"  not compared: {words}")
     if diff.capped:
         lines.append("(a report kept only part of its compile records: some signatures may be missing)")
     return "\n".join(lines)

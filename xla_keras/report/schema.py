@@ -130,7 +130,12 @@ def _migrate(data: Dict[str, Any], version: int) -> Dict[str, Any]:
     jax = data.get("backend") == "jax"
     counts = data.get("steady_step_counts") or {}
     data["step_timing"] = {
-        phase: {"basis": DISPATCH if jax else "per_step", "steps": counts.get(phase, 0), "intervals": 0, "withheld": None}
+        phase: {
+            "basis": DISPATCH if jax else "per_step",
+            "steps": counts.get(phase, 0),
+            "intervals": 0,
+            "withheld": None,
+        }
         for phase in (data.get("steady_step_seconds_by_phase") or {})
     }
     if jax:

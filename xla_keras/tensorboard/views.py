@@ -22,7 +22,6 @@ from xla_keras.report.figures import (
     processes_words,
     steady_words,
 )
-from xla_keras.report.model import XlaReport
 from xla_keras.report.schema import ParsedReport, parse_report
 from xla_keras.storms.detection import cause_clause
 from xla_keras.tensorboard.metadata import RUNS
@@ -131,9 +130,14 @@ def status(report: Dict[str, Any]) -> Dict[str, Any]:
     """The status strip: jit requested / active / why, compiles, seconds, steady step, break-even;
     the figures in words as the summary says them (each with the steps it rests on)."""
     counts = report.get("compilation_count") or {}
-    said = XlaReport.from_dict(report)
+    said = parse_report(report).report  # migrated: an older JAX report's step times say what they were
     fallback = report.get("fallback")
+    train_timing = said.step_timing.get("train") or {}
     return {
+        # The steady step's card: withheld (no number, the reason beside it), or a dispatch time of an old
+        # JAX report, never shown as a step time.
+        "steady_withheld": train_timing.get("withheld"),
+        "steady_basis": train_timing.get("basis"),
         "compile_time_words": "".join(compile_time_words(said)),
         "steady_words": {p: steady_words(said, p) for p in PHASES if steady_words(said, p)},
         "break_even_words": break_even_words(said),
@@ -320,6 +324,8 @@ def summary(run: str, report: Dict[str, Any]) -> Dict[str, Any]:
         "compile_seconds": s["compile_seconds"],
         "wall_seconds": s["wall_seconds"],
         "steady_step_seconds": s["steady_step_seconds"],
+        "steady_withheld": s["steady_withheld"],
+        "steady_basis": s["steady_basis"],
         "storms": s["storms"],
         "break_even_steps": s["break_even_steps"],
         "run_state": report.get("run_state"),

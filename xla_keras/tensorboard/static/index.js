@@ -132,7 +132,7 @@ function compareView(root) {
       [td(r.jit_mode), td(active(r.jit_active)),
        td(PHASES.map((p) => r.compilation_count[p]).join(' / '), {'data-total': r.total_compilations}),
        td(r.total_compilations ? seconds(r.compile_seconds) : 'none', {'data-seconds': r.compile_seconds}),
-       td(seconds(r.wall_seconds)), td(ms(r.steady_step_seconds), {'data-seconds': r.steady_step_seconds}),
+       td(seconds(r.wall_seconds)), td(steadyValue(r), {'data-seconds': r.steady_step_seconds}),
        td(typeof r.break_even_steps === 'number' ? `${Math.round(r.break_even_steps)} steps` : '—'),
        td(String(r.storms))];
     const pick = el('button', {class: 'baseline' + (r.run === state.baseline ? ' on' : ''),
@@ -166,7 +166,7 @@ function statusStrip(s) {
     card('Compile time', s.compile_time_words || `${seconds(s.compile_seconds)} of ${seconds(s.wall_seconds)} wall${share}`,
          s.cache_saved_seconds ? `the persistent cache saved ${seconds(s.cache_saved_seconds)}` :
            `seconds measured by: ${s.probe}`, 'compile-time'),
-    card('Steady step', ms(s.steady_step_seconds), PHASES.filter((p) => (s.steady_words || {})[p])
+    card('Steady step', steadyValue(s), PHASES.filter((p) => (s.steady_words || {})[p])
       .map((p) => `${p} ${s.steady_words[p]}`).join(' · '), 'steady'),
     card('Break-even', s.break_even_words || breakEven,
          s.fallback ? `fallback: ${s.fallback.reason}${s.fallback_words ? '; ' + s.fallback_words : ''}` : '',
@@ -174,6 +174,14 @@ function statusStrip(s) {
     s.cost_words ? card('Cost', s.cost_words.split(/; (?=(?:train|test|predict) )/)[0], s.cost_words, 'cost') :
       el('span'),
   ]);
+}
+
+// The train phase's steady step as a figure: "withheld" while it cannot be known (the reason is in the
+// card's detail), and an old JAX report's dispatch time never shown as a step time.
+function steadyValue(s) {
+  if (s.steady_step_seconds === null && s.steady_withheld) return 'withheld';
+  if (s.steady_basis === 'dispatch') return `${ms(s.steady_step_seconds)} (dispatch time)`;
+  return ms(s.steady_step_seconds);
 }
 
 function card(title, value, detail, id) {
