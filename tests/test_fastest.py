@@ -477,3 +477,28 @@ def test_shapes_that_start_varying_after_the_decision_turn_xla_off_again():
     assert decision.switch_steps[-1] == decision.revised_at_step
     assert "new shapes compiled" in decision.why and fit.compiles <= 1 + 5
     assert fit.seconds < off_only < on_only
+
+
+# ------------------------------------------------------------------ JAX: samples are intervals (issue 42)
+
+
+def test_under_jax_a_sample_is_an_interval_past_the_blocks_settling_steps():
+    from types import SimpleNamespace
+
+    from xla_keras.core.timing import DrainedInterval
+
+    trial = Trial(True, 0, 10.0)
+    block = trial.blocks[0]  # block 0: the first call and WARMUP_STEPS are not measured
+    settle = block.start + block.skip
+    stats = SimpleNamespace(step=0, interval=DrainedInterval())
+    assert trial.sample_due(stats, 0.0)  # each settling step ends with a drain: the measured part starts clean
+    stats.step = settle - 1
+    stats.interval.open_at(10.0, stats.step)
+    assert not trial.sample_due(stats, 10.0 + fastest.TRIAL_SAMPLE_SECONDS / 2)
+    assert trial.sample_due(stats, 10.0 + 1.01 * fastest.TRIAL_SAMPLE_SECONDS)
+    trial.add_interval(settle - 1, 0.004, 3)  # reaches into the settling steps: not this block's sample
+    trial.add_interval(settle + 4, 0.002, 5)
+    trial.add_interval(settle + 9, 0.003, 5)
+    assert block.values == [0.002, 0.003] and block.steps == 10 and trial.steps_measured[True] == 10
+    on = spread(trial.samples[True], trial.steps_measured[True])
+    assert (on.n, on.steps) == (2, 10)  # the notch counts samples; the words count steps

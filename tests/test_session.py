@@ -327,3 +327,51 @@ def test_a_failed_full_call_is_not_a_step_and_is_not_pending():
     assert not s.call_pending("train")
     assert s.call_ended("train", ON, clock.now + 1) is None  # a later boundary does not count it
     assert s.phases["train"].steps_run == 0 and s.phases["train"].step == 0
+
+
+# ------------------------------------------------------------------ between drains (JAX, issue 42)
+
+
+def jax_session(clock):
+    return Session(MonitorConfig(log_dir=None, update_freq="batch"), clock=clock, between_drains=True)
+
+
+def test_under_asynchronous_dispatch_the_steady_step_waits_for_a_drain_and_is_withheld_until_then():
+    """Calls that only queue steps (0.5 ms apart) say nothing of a step's time: until the device drains the
+    figure is withheld, with the reason, and nothing is written for it."""
+    clock = Clock()
+    s = jax_session(clock)
+    s.run_began("train", clock.now)
+    step(s, clock, sig(8), 0.3, observation=CompileObservation((0.25,), "jax"))
+    s.interval_spoiled("train", "compile")  # as the step path does for a call that compiles
+    s.drained("train", clock.now)  # the wrapper waited after the compile: the next interval starts clean
+    for _ in range(40):
+        step(s, clock, sig(8), 0.0005)  # dispatch times
+    report = build_report(s.snapshot(), ReportContext("on", ON, ProbeFacts(used=True), backend="jax"))
+    assert report.steady_step_seconds is None and report.slow_step_count == 0
+    assert report.step_timing["train"]["withheld"].startswith("no interval between drains yet")
+    assert "withheld (no interval between drains yet" in report.summary()
+    assert all(sc.tag != "xla/steady_step_time_ms" for sc in s.end_of_run("train"))
+    # The device drains at the run's end: 40 steps took 1.2 s, not 40 x 0.5 ms.
+    clock.now += 1.2 - 40 * 0.0005
+    scalars = s.drained("train", clock.now, boundary=True)
+    assert [(sc.tag, sc.step) for sc in scalars] == [("xla/step_time_ms", 41)]
+    assert scalars[0].value == pytest.approx(30.0)
+    report = build_report(s.snapshot(), ReportContext("on", ON, ProbeFacts(used=True), backend="jax"))
+    assert report.steady_step_seconds == pytest.approx(0.030)
+    assert report.step_timing["train"] == {"basis": "between_drains", "steps": 40, "intervals": 1, "withheld": None}
+    assert report.slow_step_count == 0  # the quickly queued steps are no base for "slow"
+
+
+def test_under_asynchronous_dispatch_a_host_stall_is_a_slow_step_once_the_steady_step_is_known():
+    clock = Clock()
+    s = jax_session(clock)
+    s.run_began("train", clock.now)
+    step(s, clock, sig(8), 0.3, observation=CompileObservation((0.25,), "jax"))
+    s.interval_spoiled("train", "compile")
+    s.drained("train", clock.now)
+    for i in range(20):
+        step(s, clock, sig(8), 0.25 if i == 5 else 0.01)  # the loop stalled 250 ms on step 7
+    s.drained("train", clock.now, boundary=True)
+    (slow,) = s.snapshot().phases["train"].slow
+    assert (slow.step, slow.basis) == (7, "host") and slow.seconds == pytest.approx(0.25)

@@ -174,3 +174,59 @@ def test_break_even_steps(compile_s, xla, baseline, expected):
 
 def test_break_even_steps_inexact_values():
     assert break_even_steps(1.0, 0.01, 0.03) == pytest.approx(50.0)
+
+
+# ------------------------------------------------------------------ intervals (issue 42)
+
+
+def test_a_weighted_median_of_one_step_samples_is_the_median():
+    import statistics
+
+    from xla_keras.core.timing import weighted_median
+
+    for values in ([1.0], [1.0, 3.0], [3.0, 1.0, 2.0], [5.0, 1.0, 3.0, 2.0]):
+        assert weighted_median([(v, 1) for v in values]) == statistics.median(values)
+    # An interval of 10 steps outweighs one of 3: the middle step is one of the 10.
+    assert weighted_median([(1.0, 10), (5.0, 3)]) == 1.0
+    assert weighted_median([(1.0, 5), (5.0, 5)]) == 3.0
+    assert weighted_median([]) is None
+
+
+def test_intervals_make_the_steady_step_and_steps_timed_alone_judge_slow_steps():
+    t = PhaseTiming()
+    for _ in range(20):
+        t.add_steady(0.001)  # each step's own time (TensorFlow)
+    t.add_interval(0.0012, 120)  # the runs' wall time per step, their own work included
+    t.add_interval(0.0013, 100)
+    t.add_interval(0.0050, 10)  # an odd, short run: outweighed
+    assert t.median_seconds == pytest.approx(0.0012) and t.basis == "per_step"
+    assert t.median_samples == 230 and t.median_intervals == 3
+    assert t.step_median_seconds == pytest.approx(0.001) and t.estimate_base == pytest.approx(0.001)
+    assert t.slow_above() == pytest.approx(0.001 + SLOW_MIN_EXCESS_SECONDS)  # against the step's own time
+
+
+def test_between_drains_only_the_intervals_judge():
+    t = PhaseTiming()
+    assert t.slow_above() == math.inf
+    t.add_interval(0.030, 40)  # JAX: no step is timed on its own
+    assert t.basis == "between_drains" and t.median_seconds == pytest.approx(0.030)
+    assert t.step_median_seconds is None and t.estimate_base == pytest.approx(0.030)
+    assert t.slow_above() == pytest.approx(SLOW_FACTOR * 0.030)
+
+
+def test_a_drained_interval_is_a_sample_only_when_clean():
+    from xla_keras.core.timing import DrainedInterval
+
+    interval = DrainedInterval()
+    assert interval.close(1.0, 10) is None  # never opened
+    interval.open_at(10.0, 100)
+    assert interval.open
+    assert interval.close(12.0, 150) == (pytest.approx(0.04), 50) and not interval.open
+    interval.open_at(20.0, 150)
+    interval.spoil("compile")
+    assert interval.close(22.0, 200) is None  # a compile's device time is unknown: no sample
+    interval.open_at(30.0, 200)
+    interval.exclude(1.5, 1)  # TensorFlow: a compiling call, taken out by its own time
+    assert interval.close(32.5, 251) == (pytest.approx(0.02), 50)
+    interval.open_at(40.0, 251)
+    assert interval.close(40.0, 251) is None  # no step
