@@ -38,6 +38,8 @@ def session(clock=None, **config):
 
 
 def step(s, clock, signature, seconds, jit=ON, phase="train", observation=None):
+    if s.between_drains:  # JAX: a call opens an interval when the device is idle, as the step path asks
+        s.interval_call(phase, clock.now)
     plan = s.call_began(phase, [signature], jit)
     if observation is not None:
         s.call_observed(phase, observation)
@@ -375,3 +377,42 @@ def test_under_asynchronous_dispatch_a_host_stall_is_a_slow_step_once_the_steady
     s.drained("train", clock.now, boundary=True)
     (slow,) = s.snapshot().phases["train"].slow
     assert (slow.step, slow.basis) == (7, "host") and slow.seconds == pytest.approx(0.25)
+
+
+def test_after_a_compile_the_next_interval_opens_at_the_next_call():
+    """After the wait that follows a compile the monitor records it (the ledger, the cost capture): that
+    work is no step's time, so the interval opens where the phase's next call begins, not at the wait."""
+    clock = Clock()
+    s = jax_session(clock)
+    s.run_began("train", clock.now)
+    step(s, clock, sig(8), 0.3, observation=CompileObservation((0.25,), "jax"))
+    s.interval_spoiled("train", "compile")
+    s.drained("train", clock.now)
+    clock.now += 0.5  # the monitor's own work at the compile's batch end
+    for _ in range(10):
+        step(s, clock, sig(8), 0.002)
+    s.drained("train", clock.now, boundary=True)
+    report = build_report(s.snapshot(), ReportContext("on", ON, ProbeFacts(used=True), backend="jax"))
+    assert report.steady_step_seconds == pytest.approx(0.002)
+    assert report.step_timing["train"]["steps"] == 10
+
+
+def test_a_repeat_the_monitor_waited_after_is_no_host_time():
+    """A sync after a steady call (counted as a repeat) drains the device's queue: the wait is in that call's
+    start-to-start time, never a slow step of the loop's."""
+    clock = Clock()
+    s = jax_session(clock)
+    s.run_began("train", clock.now)
+    step(s, clock, sig(8), 0.3, observation=CompileObservation((0.25,), "jax"))
+    s.interval_spoiled("train", "compile")
+    s.drained("train", clock.now)
+    s.call_ended("train", ON)  # (the compile call, ended)
+    for _ in range(10):  # repeats, as the JAX step path counts them: their starts only
+        assert s.repeats.count("train", sig(8), ON, clock.now) is not None
+        clock.now += 0.036
+    s.drained("train", clock.now)  # the sparse sync after the last one
+    clock.now += 1.2  # (the wait: 30 queued steps)
+    assert s.repeats.count("train", sig(8), ON, clock.now) is not None
+    s.drain("train")
+    s.drained("train", clock.now + 0.036, boundary=True)
+    assert s.phases["train"].slow_count == 0

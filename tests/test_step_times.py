@@ -2,10 +2,10 @@
 rates, slow steps and jit='fastest' on JAX.
 
 Ground truth, the test's own (tests/step_time_scenarios.py): a callback that blocks on a weight at each
-run's end and times the runs after the first; a true step is (the run's wall time - the compile seconds
-the framework itself logged inside it) / its steps, and the figure compared is the median over those
-runs. JAX's compile seconds come from its ``jax_log_compiles`` lines, TensorFlow's from its
-``Compilation of XLA executable time`` lines (device_compiler), each stamped with the wall clock.
+run's end and times the runs after the first; a true step is (the runs' wall time - the compile seconds
+the framework itself logged inside them) / their steps. JAX's compile seconds come from its
+``jax_log_compiles`` lines, TensorFlow's from its ``Compilation of XLA executable time`` lines
+(device_compiler), each stamped with the wall clock.
 
 The steady step is checked within 15% on both backends, on an MLP and a conv net, at 24, 100 and 400
 steps an epoch, with ``verbose`` 0, 1 and 2: each pair of values at least once (9 fits, not the whole
@@ -58,6 +58,10 @@ EVERY_PHASE = {
     "evaluate_steps": 100,
     "predict": 5,
 }
+# JAX: the issue's conv net (two Conv2D(32, 3) on 32x32x3, ~36 ms a step on the device). Python queues its
+# 50 steps in ~12 ms (measured), far less than the shipped 1 s between sparse syncs: the syncs, due when an
+# interval has been open 4 ms here, cut each ~1.8 s run into intervals (the mechanism as shipped).
+LONG_EPOCHS = {"model": "conv32", "steps": 50, "epochs": 4, "sync_seconds": 0.004}
 DELAYED = {"model": "mlp", "steps": 100, "delay_every": 50, "delay_seconds": 0.2}
 
 
@@ -78,7 +82,11 @@ GROUPS = {
         {"name": "delayed", "epochs": EPOCHS, **DELAYED},
     ],
     "jax": _pairwise("jax")
-    + [{"name": "every-phase", "epochs": EPOCHS, **EVERY_PHASE}, {"name": "delayed", "epochs": EPOCHS, **DELAYED}]
+    + [
+        {"name": "every-phase", "epochs": EPOCHS, **EVERY_PHASE},
+        {"name": "delayed", "epochs": EPOCHS, **DELAYED},
+        {"name": "long-epochs", **LONG_EPOCHS},
+    ]
     # jit='fastest' on JAX: the trial's gate lowered so that a short fit tries both modes (its measuring and
     # its rules of decision are as shipped); each model also runs with XLA on and off alone, by the wall clock.
     + [
@@ -163,15 +171,16 @@ class Fit:
         return {step for step, gap in gaps.items() if gap > floor}
 
     def true_step(self, phase):
-        """The median over the phase's runs after the first of (wall time - compile seconds) / steps."""
-        times = []
+        """The phase's runs after the first: their (wall time - compile seconds) over their steps."""
+        seconds = steps = 0
         for run in self.runs[phase][1:]:
             compiled = run.get("compile_seconds")
             if compiled is None:  # TensorFlow: its own lines inside the run
                 compiled = sum(s for at, s in self.tf_compiles if run["begin"] <= at <= run["end"])
-            times.append((run["end"] - run["begin"] - compiled) / run["steps"])
-        assert len(times) >= 2 and len({r["steps"] for r in self.runs[phase]}) == 1, (phase, self.runs[phase])
-        return statistics.median(times)
+            seconds += run["end"] - run["begin"] - compiled
+            steps += run["steps"]
+        assert len(self.runs[phase]) >= 3, (phase, self.runs[phase])
+        return seconds / steps
 
     def steady(self, phase):
         return self.report["steady_step_seconds_by_phase"][phase]
@@ -199,8 +208,12 @@ def test_the_steady_step_is_the_wall_clocks(groups, backend, model, steps, verbo
     _within(fit.steady("train"), fit.true_step("train"), STEADY_WITHIN)
     timing = fit.report["step_timing"]["train"]
     assert timing["basis"] == ("between_drains" if backend == "jax" else "per_step") and timing["withheld"] is None
-    # It rests on every steady step: the runs after the first whole, the first after its compile.
-    assert timing["steps"] == EPOCHS * steps - 1 and timing["intervals"] >= EPOCHS
+    # It rests on every steady step: the runs after the first whole, the first after its compile. On JAX the
+    # first run of a process compiles Keras's metrics at its end, outside the step, for a time no interval
+    # can tell apart: that run's interval gives no sample (a later fit in the process compiles none).
+    every = EPOCHS * steps - 1
+    assert timing["steps"] in ((every, (EPOCHS - 1) * steps) if backend == "jax" else (every,))
+    assert timing["intervals"] >= EPOCHS - 1
     assert fit.report["steady_step_counts"]["train"] == timing["steps"]
 
 
@@ -209,6 +222,17 @@ def test_every_phase_with_several_steps_a_call(groups, backend):
     fit = groups(backend)["every-phase"]
     for phase in ("train", "test", "predict"):
         _within(fit.steady(phase), fit.true_step(phase), STEADY_WITHIN)
+
+
+def test_jax_intervals_are_cut_by_sparse_syncs_and_a_synced_step_is_never_slow(groups):
+    fit = groups("jax")["long-epochs"]
+    _within(fit.steady("train"), fit.true_step("train"), STEADY_WITHIN)
+    timing = fit.report["step_timing"]["train"]
+    # Two intervals or more in each run after the first, every steady step in one (the first run's last
+    # interval may end with Keras's metrics compiled: no sample).
+    runs = LONG_EPOCHS["epochs"]
+    assert timing["intervals"] >= 2 * (runs - 1) and (runs - 1) * 50 <= timing["steps"] <= runs * 50 - 1
+    assert fit.report["slow_step_count"] == 0  # the wait for the queue after a sync is no step's own time
 
 
 @pytest.mark.parametrize("name", ["mirrored", "asynchronous"])

@@ -73,6 +73,12 @@ class CompileProbe(Protocol):
 
     def abandon(self, handle: Any) -> None: ...
 
+    @property
+    def compiles_outside(self) -> int:
+        """Compiles seen outside the step calls so far (JAX: eager ops, metrics at a run's end; 0 where
+        they cannot be seen): one inside a step-time interval is no step's time."""
+        return 0
+
 
 class StepObserver(Protocol):
     """What a step wrapper (and the wrapper chain) reports to and reads: the monitor."""

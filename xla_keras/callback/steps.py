@@ -42,6 +42,7 @@ class StepPath:
         self.lanes: Dict[str, SteadyLane] = {p: SteadyLane() for p in PHASES}
         # JAX: the running call of each phase ends with the device drained (the wrapper waits after it).
         self._sync: Dict[str, bool] = dict.fromkeys(PHASES, False)
+        self._compiles_outside = 0  # the probe's count at the last drain
 
     def due(self, phase: str, now: float) -> bool:
         """The next call of ``phase`` begins at ``now``: the previous one ends there (start to start).
@@ -97,6 +98,7 @@ class StepPath:
                 if held is not None:
                     at = session.clock() if state.backend.wait_for(held) else None
             if session.phases[phase].interval.open or at is None:
+                self._spoil_if_compiled_outside()
                 scalars = session.drained(phase, at, boundary=True)
                 if scalars:
                     state.sink.scalars(scalars)
@@ -233,9 +235,21 @@ class StepPath:
         wait failed). The phase's interval closes there; the next one opens at once."""
         state = self.state
         self.disarm()  # the calls the lane took belong to the interval that closes
+        self._spoil_if_compiled_outside()
         scalars = state.session.drained(phase, at)
         if scalars:
             state.sink.scalars(scalars)
+
+    def _spoil_if_compiled_outside(self) -> None:
+        """Before an interval closes: a compile outside the step calls since the last drain (JAX compiles
+        Keras's metrics and eager ops at the first run's end) took wall time that is no step's, and its
+        length is not known apart from its events: the open intervals give no sample."""
+        probe = self.state.current.probe
+        count = probe.compiles_outside if probe is not None else 0
+        if count != self._compiles_outside:
+            self._compiles_outside = count
+            for phase in PHASES:
+                self.state.session.interval_spoiled(phase, "a compile outside the steps")
 
     def _trial_sample_due(self, phase: str, now: float) -> bool:
         """jit='fastest' measuring on JAX: its samples are shorter intervals (``jit.trial``)."""

@@ -294,21 +294,27 @@ class Session:
     def drained(self, phase: str, at: Optional[float], boundary: bool = False) -> List[Scalar]:
         """The device finished every call of ``phase`` dispatched so far, at ``at`` (None: the wait failed,
         so when is unknown). Closes the open interval (a steady sample when clean); after a sync inside a
-        run a new one opens at once, after a ``boundary`` the phase's next run (JAX: or call) opens it."""
+        run a new one opens at once; after a ``boundary`` or a spoiled interval the phase's next run (JAX:
+        or call) opens it."""
         stats, call = self.phases[phase], self.calls[phase]
         if call.batches:
             call.synced = True  # the pending call's host time now holds the wait
+        elif stats.repeats:
+            stats.repeats[-1][2] = False  # so does the last repeat's (the steady case): no host time of its own
         scalars: List[Scalar] = []
         if at is None:
             stats.interval.close(0.0, 0)
             stats.idle = False
             return scalars
         dispatched = stats.step + call.batches
+        spoiled = stats.interval.spoiled is not None
         sample = stats.interval.close(at, dispatched)
         stats.idle = True
         if sample is not None:
             self.recorder.interval(phase, sample[0], sample[1], dispatched, scalars)
-        if not boundary:
+        # After a compile or a profiler window the monitor's own one-off work (the compile's record, its
+        # cost analysis) follows at the batch end: the next interval opens at the phase's next call.
+        if not boundary and not spoiled:
             stats.interval.open_at(at, dispatched)
         return scalars
 

@@ -3,9 +3,11 @@
 The steady step is the wall time per step of intervals that begin and end with the device drained,
 compiles and profiler windows left out: the time a step takes in the fit, Keras's loop and callbacks
 between steps and each run's own work (an epoch's data iterator, the end of its data) included, as
-Keras's own "ms/step" counts it. Each interval is one sample weighing its steps; the steady step is
-their weighted median, robust to an odd interval (a collection, a loaded machine). How a phase's
-intervals come about (``BASES``):
+Keras's own "ms/step" counts it. It is the intervals' total time over their steps, what the wall clock
+says a steady step costs on average (measured: TensorFlow stalls about one epoch start in two for
+~0.3 s, which a median would drop and the fit pays); an interval more than ``OUTLIER_FACTOR`` times
+the median one (a machine asleep, a debugger) is left out. How a phase's intervals come about
+(``BASES``):
 
 * ``"per_step"`` (TensorFlow): Keras turns every step's logs into floats at its batch end, so the
   device has finished each step there, and a step's own time is known: from one batch end to the next.
@@ -40,6 +42,8 @@ MIN_STEADY_SAMPLES = 8
 # "vs off") is stated only when each side rests on at least this many steady steps: one step in the
 # middle of a storm once made XLA look 2-3 times slower than it was.
 MIN_COMPARE_STEPS = 20
+# An interval whose step is this many times the intervals' median step is no steady sample (see above).
+OUTLIER_FACTOR = 10.0
 # How a phase's step times were measured (see the module's docstring).
 PER_STEP, BETWEEN_DRAINS = "per_step", "between_drains"
 BASES = (PER_STEP, BETWEEN_DRAINS)
@@ -61,7 +65,7 @@ class PhaseTiming:
         self.interval_steps = 0
         self._median: Optional[float] = None  # of the steps timed on their own, refreshed lazily
         self._median_at = -1
-        self._interval_median: Optional[float] = None
+        self._interval_steady: Optional[Tuple[float, int, int]] = None  # (seconds a step, steps, intervals)
 
     def add_steady(self, seconds: float) -> None:
         self._recent.append(seconds)
@@ -91,7 +95,7 @@ class PhaseTiming:
         self._intervals.append((seconds_per_step, steps))
         self.interval_count += 1
         self.interval_steps += steps
-        self._interval_median = weighted_median(self._intervals)
+        self._interval_steady = steady_of(self._intervals)
 
     @property
     def basis(self) -> str:
@@ -111,8 +115,8 @@ class PhaseTiming:
         some, else the intervals (inf while too few steps are steady)."""
         if self.steady_count >= MIN_STEADY_SAMPLES and self._median is not None:
             base = self._median
-        elif self.interval_steps >= MIN_STEADY_SAMPLES and self._interval_median is not None:
-            base = self._interval_median
+        elif self._interval_steady is not None and self._interval_steady[1] >= MIN_STEADY_SAMPLES:
+            base = self._interval_steady[0]
         else:
             return float("inf")
         return max(SLOW_FACTOR * base, base + SLOW_MIN_EXCESS_SECONDS)
@@ -123,10 +127,10 @@ class PhaseTiming:
 
     @property
     def median_seconds(self) -> Optional[float]:
-        """The steady step: the intervals' weighted median, or the median of the steps timed on their
-        own while no interval closed yet (exact at read time)."""
-        if self._intervals:
-            return self._interval_median
+        """The steady step: the intervals' time over their steps (``steady_of``), or the median of the
+        steps timed on their own while no interval closed yet (exact at read time)."""
+        if self._interval_steady is not None:
+            return self._interval_steady[0]
         return self.step_median_seconds
 
     @property
@@ -141,25 +145,25 @@ class PhaseTiming:
         """What a compile estimated from its step's time subtracts: a steady step timed on its own, else
         the steady step."""
         step = self.step_median_seconds
-        return step if step is not None else self._interval_median
+        return step if step is not None else self.median_seconds
 
     @property
     def median_samples(self) -> int:
         """The steady steps the steady step rests on (the last ``window`` samples')."""
-        if self._intervals:
-            return sum(steps for _, steps in self._intervals)
+        if self._interval_steady is not None:
+            return self._interval_steady[1]
         return len(self._recent)
 
     @property
     def median_intervals(self) -> int:
         """The intervals the steady step rests on (0: on steps timed one by one)."""
-        return len(self._intervals)
+        return self._interval_steady[2] if self._interval_steady is not None else 0
 
     @property
     def recent_median_seconds(self) -> Optional[float]:
         """The median of the steps timed on their own as last refreshed on the step path (at most
         _MEDIAN_EVERY samples old), else the intervals': no sort, for per-step decisions."""
-        return self._median if self._median is not None else self._interval_median
+        return self._median if self._median is not None else self.median_seconds
 
     def is_slow(self, seconds: float) -> bool:
         """Whether a known-signature step ran far above the steady median.
@@ -184,6 +188,17 @@ def weighted_median(samples: "Deque[Tuple[float, int]] | List[Tuple[float, int]]
         if seen == half:
             return (seconds + ordered[i + 1][0]) / 2
     return ordered[-1][0]
+
+
+def steady_of(samples: "Deque[Tuple[float, int]] | List[Tuple[float, int]]") -> Optional[Tuple[float, int, int]]:
+    """(seconds a step, steps, intervals) of intervals that each held ``steps`` steps of one mean time:
+    their total time over their steps, those more than ``OUTLIER_FACTOR`` times the median left out."""
+    middle = weighted_median(samples)
+    if middle is None:
+        return None
+    kept = [(seconds, steps) for seconds, steps in samples if seconds <= OUTLIER_FACTOR * middle]
+    steps = sum(n for _, n in kept)
+    return sum(seconds * n for seconds, n in kept) / steps, steps, len(kept)
 
 
 class DrainedInterval:

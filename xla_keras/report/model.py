@@ -52,15 +52,16 @@ class XlaReport:
         jit_decision: ``jit="fastest"`` only: the mode kept and the evidence (``"mode"`` is None while
             the trial measures); None for the other modes.
         steps: steps per phase (test and predict count batches over the monitor's lifetime).
-        steady_step_seconds: the train phase's steady step time (the median of the steps that
-            compiled nothing), or None (not measured, or withheld: ``step_timing`` says why).
+        steady_step_seconds: the train phase's steady step time: the wall time a step takes in the fit
+            (intervals that begin and end with the device drained, compiles left out: their time over their
+            steps), or None (not measured, or withheld: ``step_timing`` says why).
         steady_step_seconds_by_phase: the same for each phase.
-        steady_step_counts: the steady steps each phase's median rests on (0: not measured).
+        steady_step_counts: the steady steps each phase's figure rests on (0: not measured).
         step_timing: per phase, how its step times were measured: ``{"basis", "steps", "intervals",
-            "withheld"}``. ``basis`` is "per_step" (TensorFlow: each step's own time, from one batch end to
-            the next: Keras syncs with the device at every batch end), "between_drains" (JAX, whose steps are
-            dispatched asynchronously: the steady step is the median over intervals that begin and end with
-            the device drained, each interval's mean step weighing its steps; ``intervals`` counts them) or
+            "withheld"}``. ``basis`` is "per_step" (TensorFlow: each step's own time is known, from one batch
+            end to the next: Keras syncs with the device at every batch end; an interval is a run),
+            "between_drains" (JAX, whose steps are dispatched asynchronously: intervals end where the device
+            drained, at run ends and at the monitor's sparse syncs; ``intervals`` counts them) or
             "dispatch" (a JAX report of schema 9 or older: its step times were the time Python took to queue
             a step, not a step time). ``steps``: the steady steps the figure rests on. ``withheld``: why the
             phase ran steps and has no steady step (its figure is then None), else None.

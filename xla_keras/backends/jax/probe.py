@@ -230,6 +230,10 @@ class JaxProbe:
         traced = any(e[0] == _internals.TRACE_EVENT for e in handle)
         return CompileObservation(tuple(modules), "jax", cached, traced)
 
+    @property
+    def compiles_outside(self) -> int:
+        return self.outside.count
+
     def outside_step(self, record: Event) -> None:
         if self._watching():
             self.outside.add([record])

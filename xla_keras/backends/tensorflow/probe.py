@@ -88,6 +88,8 @@ class TensorFlowProbe:
         self.cache = cache if cache and cache.get("effective") else None
         self.off = "under MultiWorkerMirroredStrategy" if multi_worker else ""
 
+    compiles_outside = 0  # XLA compiles only inside the step calls here (auto-clustering's are step calls too)
+
     @property
     def facts(self) -> ProbeFacts:
         return ProbeFacts(
