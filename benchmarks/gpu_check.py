@@ -21,7 +21,7 @@ Run it as is on an accelerator machine. It prints:
 
 Nothing assumes a CPU: the model and batch are sized up when an accelerator is
 present, and the batches are placed by Keras as usual. ``--quick`` runs a tiny
-version (the test suite runs it on CPU).
+version (the test suite runs it on CPU; its steady-step line is printed, not judged).
 
     python benchmarks/gpu_check.py [--quick] [--rounds 7] [--steps 300]
 """
@@ -165,7 +165,10 @@ def child(args):
     batch = 256 if accelerator else 64
     x = rng.random((batch * args.steps, width), dtype=np.float32)
     y = rng.random((batch * args.steps, 1), dtype=np.float32)
-    ok &= _steady_against_the_wall_clock(accelerator, width, x, y, batch, args.steps, lines)
+    close = _steady_against_the_wall_clock(accelerator, width, x, y, batch, args.steps, lines)
+    # --quick: 20 steps of a fraction of a millisecond, perhaps beside other work (the test suite): the
+    # line is printed, not judged; a full run judges it.
+    ok &= close or bool(args.quick)
 
     # 3. Overhead, interleaved rounds.
     model = _model(accelerator, width)
@@ -249,7 +252,7 @@ def main(argv=None):
         str(args.rounds),
         "--steps",
         str(args.steps),
-    ]
+    ] + (["--quick"] if args.quick else [])
     return subprocess.call(command, env=env)
 
 

@@ -190,13 +190,15 @@ def test_a_partial_last_batch_is_no_storm_even_at_threshold_2():
     assert extra.signature[0].shape[0] == 4 and extra.seconds < 1.0
     assert report.advice == [] and any("4 rows instead of 32" in note for note in report.notes)
     # With no floor the share alone decides: advice (only: on_storm="raise" did not stop the fit),
-    # with the partial batch's fix, and the note gives way to it.
-    eager = xla_keras.XlaMonitor(log_dir=None, jit="on", compile_budget_floor=0, verbose=0)
+    # with the partial batch's fix, and the note gives way to it. The budget is 1%: the steady step
+    # holds each epoch's start (TensorFlow makes its data iterator there, now and then in 0.1-0.6 s,
+    # measured in bare fits too), which in 4-step epochs can bring the share under the default 10%.
+    eager = xla_keras.XlaMonitor(log_dir=None, jit="on", compile_budget=0.01, compile_budget_floor=0, verbose=0)
     model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])  # fresh: its compiles are new
     model.compile("sgd", "mse")
     model.fit(x, y, batch_size=32, epochs=3, callbacks=[eager], verbose=0)
     (advice,) = eager.report.advice
-    assert advice.phase == "train" and advice.fix["kind"] == "drop_remainder" and advice.share > 0.1
+    assert advice.phase == "train" and advice.fix["kind"] == "drop_remainder" and advice.share > 0.01
     assert "4 rows instead of 32" in advice.advice and not any("4 rows instead of 32" in n for n in eager.report.notes)
 
 
