@@ -66,10 +66,8 @@ JAX_TIER_TESTS = [
 ]
 
 
-# The tier's runs start at their first test, not beside the quick tests (tests/side_by_side.py): the
-# oldest tier's compile-time bound (TensorFlow 2.16's op spans) is the one that contention stretched;
-# and its in-process fits run in one process, one after another (tests/second_process.py).
-TIER_TEST_ENV = {"XLA_KERAS_TEST_LANES": "off", "XLA_KERAS_TEST_SPLIT": "off"}
+# A tier's tests run in one process, one after another (no pytest-xdist in its venv): the oldest tier's
+# compile-time bound (TensorFlow 2.16's op spans) is the one that contention stretched.
 
 
 class Turns:
@@ -314,7 +312,6 @@ def run_tier(tier: Tier, work_root: str) -> float:
                 cwd=ROOT,
                 check=False,
                 timeout=3600,
-                env=TIER_TEST_ENV,
             )
         summary = (tests.stdout.strip().splitlines() or ["(no output)"])[-1]
         tier.results["tests"] = f"keras {installed(vpy)['keras']}: {summary}"
@@ -343,7 +340,7 @@ def run_jax_tier(tier: Tier, python: str, vpy: str, work: str, start: float) -> 
             jax_install_check(tier, vpy, work)
         with tier.timed("test deps"):
             run([vpy, "-m", "pip", "install", "--quiet", "pytest>=8", "pytest-timeout>=2.3", "hypothesis>=6"])
-    env = {"KERAS_BACKEND": "jax", **TIER_TEST_ENV}
+    env = {"KERAS_BACKEND": "jax"}
     with TURNS.testing(), tier.timed("tests"):
         tests = run(
             [vpy, "-m", "pytest", "-q", "-p", "no:cacheprovider", *JAX_TIER_TESTS],

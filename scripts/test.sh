@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Install what the tests need, then run them all (this is what CI runs, via .ci/run):
 #   0. static checks: ruff check, ruff format --check, mypy xla_keras, mkdocs build --strict;
-#   1. the main suite on the newest pair (TensorFlow 2.21, Keras 3.15, this Python);
+#   1. the main suite on the newest pair (TensorFlow 2.21, Keras 3.15, this Python): pytest-xdist on
+#      two workers (-n 2 --dist loadgroup: a module's shared runs on one worker, tests/runs.py), then
+#      the tests that read step times against the clock (-m timed) alone, in a second invocation;
 #   2. the compatibility tier: fresh venvs pinned to older TensorFlow releases (install check,
 #      ground truth, private APIs, older Keras / tf_keras), scripts/compat.py;
 #   3. the packaging proof: sdist + wheel, installed in a clean venv, scripts/package_check.py.
@@ -13,7 +15,7 @@ cd "$(dirname "$0")/.."
 
 if [ "${1:-}" = "--quick" ]; then
   shift
-  exec python -m pytest -q -m "not slow" -p no:cacheprovider "$@"
+  exec python -m pytest -q -m "not slow" -p no:cacheprovider -n 2 --dist loadgroup "$@"
 fi
 
 start=$(date +%s)
@@ -46,7 +48,9 @@ docs_site=$(mktemp -d)
 NO_MKDOCS_2_WARNING=1 mkdocs build --strict --site-dir "$docs_site"  # not --quiet: it hides the warnings --strict counts
 rm -rf "$docs_site"
 section "main suite"
-python -m pytest -q --durations=15
+python -m pytest -q -n 2 --dist loadgroup -m "not timed" --durations=15
+section "timed tests"
+python -m pytest -q -m timed --durations=5
 if [ "${1:-}" != "--main" ]; then
   section "compatibility tier"
   python scripts/compat.py

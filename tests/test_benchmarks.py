@@ -7,7 +7,12 @@ import subprocess
 import sys
 
 import pytest
-from side_by_side import family, start
+from runs import Runs
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.xdist_group("test_benchmarks"),
+]  # every test here fits (in process or in a subprocess)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -43,7 +48,6 @@ EXPECT = {
 }
 
 
-@family("test_benchmarks::quick_runs", seconds=84)
 def _quick_jobs(root):
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
 
@@ -78,7 +82,7 @@ def _quick_jobs(root):
 
 @pytest.fixture(scope="module")
 def quick_runs(tmp_path_factory):
-    return start("test_benchmarks::quick_runs", tmp_path_factory)
+    return Runs(_quick_jobs, tmp_path_factory, "test_benchmarks::quick_runs")
 
 
 @pytest.mark.parametrize("script", sorted(EXPECT))

@@ -5,17 +5,16 @@ import json
 import os
 
 import pytest
+from runs import Runs
 from scenario import run_scenario
-from side_by_side import family, start
 
-pytestmark = pytest.mark.scenario
+pytestmark = [pytest.mark.scenario, pytest.mark.xdist_group("test_cache")]
 
 
 def _total(run):
     return sum(run.report["compilation_count"].values())
 
 
-@family("test_cache::cache_runs", seconds=16)
 def _cache_jobs(root):
     """Three independent chains of fresh processes: the env flag's (process 1 compiles and fills the
     cache, process 2 loads), configure(cache_dir=...)'s (the same), and a late configure."""
@@ -37,7 +36,7 @@ def _cache_jobs(root):
 
 @pytest.fixture(scope="module")
 def cache_runs(tmp_path_factory):
-    return start("test_cache::cache_runs", tmp_path_factory)
+    return Runs(_cache_jobs, tmp_path_factory, "test_cache::cache_runs")
 
 
 @pytest.fixture(scope="module")

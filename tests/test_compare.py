@@ -12,6 +12,11 @@ from xla_keras.backends.tensorflow import (
     runtime,
 )
 
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.xdist_group("test_compare"),
+]  # every test here fits (in process or in a subprocess)
+
 
 def _build():
     model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(16, activation="relu"), keras.layers.Dense(1)])

@@ -13,13 +13,16 @@ import pytest
 
 # Imported, not skipped: in the compatibility tier a TensorFlow that stopped importing is the bug.
 import tensorflow as tf
-from side_by_side import family, start
+from runs import Runs
+
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("test_compat")]  # every test here fits (in a subprocess)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 FIT = """
 import os, warnings
 import numpy as np
+
 {imports}
 model = {model}
 model.compile("sgd", "mse")
@@ -63,7 +66,6 @@ def _run(code, first_on_path, **env):
     return dict(line.split(" ", 1) for line in proc.stdout.splitlines() if " " in line)
 
 
-@family("test_compat::other_stacks", seconds=10)
 def _fits_on_other_stacks(root):
     major, minor = tf.__version__.split(".")[:2]
     return {
@@ -87,7 +89,7 @@ def _fits_on_other_stacks(root):
 
 @pytest.fixture(scope="module")
 def other_stacks(tmp_path_factory):
-    return start("test_compat::other_stacks", tmp_path_factory)
+    return Runs(_fits_on_other_stacks, tmp_path_factory, "test_compat::other_stacks")
 
 
 def test_keras_older_than_3_7_steps_aside_with_one_warning_and_the_fit_goes_on(other_stacks):

@@ -14,10 +14,10 @@ import subprocess
 import sys
 
 import pytest
+from runs import Runs
 from scenario import failed
-from side_by_side import family, start
 
-pytestmark = pytest.mark.scenario
+pytestmark = [pytest.mark.scenario, pytest.mark.xdist_group("test_cost_ground_truth")]
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPT = os.path.join(HERE, "cost_scenarios.py")
@@ -39,14 +39,13 @@ def _run(tmp, backend):
         return json.load(f)
 
 
-@family("test_cost_ground_truth::runs", seconds=20)
 def _cost_jobs(root):
     return {backend: (lambda backend=backend: _run(str(root), backend)) for backend in BACKENDS}
 
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-    return start("test_cost_ground_truth::runs", tmp_path_factory)
+    return Runs(_cost_jobs, tmp_path_factory, "test_cost_ground_truth::runs")
 
 
 def _first(report, phase):

@@ -680,6 +680,7 @@ NO_TF_SCRIPT = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_numpy_path_needs_no_tensorflow():
     pytest.importorskip("jax")
     env = dict(

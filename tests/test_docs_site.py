@@ -18,6 +18,8 @@ import unicodedata
 import pytest
 from tensorboard_server import headless_chromium
 
+pytestmark = pytest.mark.xdist_group("test_docs_site")  # its module fixtures' runs happen once, on one worker
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DOCS = os.path.join(ROOT, "docs")
 README = os.path.join(ROOT, "README.md")

@@ -5,9 +5,11 @@ import subprocess
 import sys
 
 import pytest
-from side_by_side import family, start
+from runs import Runs
 
 from xla_keras.tools.explain import explain, render
+
+pytestmark = pytest.mark.xdist_group("scenario_runs")  # the session's scenario runs: read on one worker
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LOG_SOURCES = os.path.join(ROOT, "tests", "log_sources.py")
@@ -54,7 +56,6 @@ def _late_cache_then_doctor(cache_dir):
     )
 
 
-@family("test_doctor_explain::processes", seconds=30)
 def _processes(root):
     """Every TensorFlow process these tests read, each importing TensorFlow afresh with its flags."""
     cache = root / "persistent_cache"
@@ -87,12 +88,13 @@ def _processes(root):
 
 @pytest.fixture(scope="module")
 def processes(tmp_path_factory):
-    return start("test_doctor_explain::processes", tmp_path_factory)
+    return Runs(_processes, tmp_path_factory, "test_doctor_explain::processes")
 
 
 # ------------------------------------------------------------------ explain
 
 
+@pytest.mark.slow
 @pytest.mark.scenario
 def test_explain_a_real_autoclustering_run(scenario_runs):
     run = scenario_runs("partial_batch-auto-env")  # TF_CPP_VMODULE=device_compiler=1 was on
@@ -105,6 +107,7 @@ def test_explain_a_real_autoclustering_run(scenario_runs):
     assert f"{compile_time.count} compiles" in render(list(findings.values()))
 
 
+@pytest.mark.slow
 def test_explain_an_unknown_tf_xla_flag_that_killed_tensorflow(processes):
     stderr = processes["unknown flag kills tensorflow"].stderr
     findings = explain(stderr.splitlines())
@@ -112,6 +115,7 @@ def test_explain_an_unknown_tf_xla_flag_that_killed_tensorflow(processes):
     assert "--no_such_flag" in findings[[f.pattern.key for f in findings].index("unknown_tf_xla_flag")].examples[0]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind, key", [("retrace", "retracing"), ("refused", "keras_refused_jit")])
 def test_explain_warnings_from_real_runs(processes, kind, key):
     findings = {f.pattern.key: f for f in explain(processes[f"log: {kind}"].stderr.splitlines())}
@@ -139,6 +143,7 @@ def test_explain_lines_that_need_verbose_logging(line, key):
     assert _keys(line) == [key]
 
 
+@pytest.mark.slow
 def test_explain_cli_reads_stdin_and_files(tmp_path):
     log = tmp_path / "train.log"
     log.write_text(
@@ -175,6 +180,7 @@ def test_explain_cli_reads_stdin_and_files(tmp_path):
 # ------------------------------------------------------------------ doctor
 
 
+@pytest.mark.slow
 def test_doctor_on_a_cpu_machine_is_informational_and_exits_0(processes):
     result = processes["doctor"]
     assert result.returncode == 0, result.stdout + result.stderr
@@ -188,6 +194,7 @@ def test_doctor_on_a_cpu_machine_is_informational_and_exits_0(processes):
         assert words in result.stdout
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "run, words",
     [
@@ -202,6 +209,7 @@ def test_doctor_exits_non_zero_for_what_will_not_work(processes, run, words):
     assert "[error]" in result.stdout and words in result.stdout
 
 
+@pytest.mark.slow
 def test_doctor_accepts_valid_flags(processes):
     result = processes["doctor: valid flags"]
     assert result.returncode == 0, result.stdout
@@ -210,6 +218,7 @@ def test_doctor_accepts_valid_flags(processes):
     assert "CPU auto-clustering: can compile clusters" in result.stdout
 
 
+@pytest.mark.slow
 def test_doctor_in_process_does_not_create_devices(processes):
     result = processes["doctor in process"]
     assert result.stdout.strip().splitlines()[-1] == "False", result.stderr[-2000:]
@@ -225,17 +234,20 @@ def test_explain_uses_the_exact_microseconds_and_long_units():
     assert finding.count == 3 and finding.total_ms == pytest.approx(90000 + 0.456 + 1234.567)
 
 
+@pytest.mark.slow
 def test_doctor_single_gpu_auto_jit_on_cpu_is_informational(processes):
     result = processes["doctor: single-gpu auto-jit"]
     assert result.returncode == 0, result.stdout
     assert "clusters only on a machine with exactly one GPU" in result.stdout
 
 
+@pytest.mark.slow
 def test_doctor_counts_configure_as_the_cpu_flag(processes):
     result = processes["configure, then doctor"]
     assert "EXIT 0" in result.stdout, result.stdout + result.stderr[-2000:]
 
 
+@pytest.mark.slow
 def test_doctor_reports_the_persistent_cache(processes):
     result = processes["doctor: persistent cache"]
     assert result.returncode == 0, result.stdout

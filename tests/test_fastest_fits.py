@@ -14,21 +14,20 @@ pytest.importorskip("keras")
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from backend_runs import BACKENDS, backend_jobs  # noqa: E402 - tests/ is on the path now
-from side_by_side import family, start  # noqa: E402
+from runs import Runs  # noqa: E402
 
 STEPS = 150
 
-pytestmark = pytest.mark.scenario
+pytestmark = [pytest.mark.scenario, pytest.mark.xdist_group("test_fastest_fits")]
 
 
-@family("test_fastest_fits::runs", seconds=22)
 def _backend_jobs(root):
     return backend_jobs("fastest_scenarios.py", root, "fastest scenarios")
 
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-    return start("test_fastest_fits::runs", tmp_path_factory)
+    return Runs(_backend_jobs, tmp_path_factory, "test_fastest_fits::runs")
 
 
 def step_modules(run, backend, step="jit_train_step"):

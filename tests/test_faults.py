@@ -29,6 +29,8 @@ from xla_keras.report.schema import REPORT_FILE
 from xla_keras.tensorboard.metadata import TAG_REPORT
 from xla_keras.tensorboard.sink import SummaryWriters
 
+pytestmark = pytest.mark.xdist_group("test_faults")  # its module fixtures' runs happen once, on one worker
+
 BATCH, EPOCH_STEPS = 8, 8
 K = 11  # the faulting train step (global, 1-based): epoch 2, its 3rd batch
 WINDOW = (K - 1, K + 2)  # profile=(start, stop): a trace window open when the fault hits
@@ -338,6 +340,7 @@ def test_configure_cache_dir_under_a_regular_file_names_the_path(isolated_config
     assert os.environ["TF_XLA_FLAGS"] == flags and jit_module._opt_in["cache_dir"] == asked
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("where", ["path_under_a_regular_file", "log_dir_is_a_regular_file"])
 def test_unwritable_log_dir_fails_at_set_up_naming_the_path(tmp_path, where):
     blocker = tmp_path / "a_file"
@@ -410,6 +413,7 @@ CASES += [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind, in_window", CASES)
 def test_fault_mid_epoch_leaves_everything_usable(kind, in_window, tmp_path, written, caplog):
     jit, where, expected, message, completed = FAULTS[kind]
@@ -480,6 +484,7 @@ def test_fault_mid_epoch_leaves_everything_usable(kind, in_window, tmp_path, wri
     assert _profiler_is_free(tmp_path)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("during", ["trace_start", "trace_export"])
 def test_ctrl_c_landing_inside_the_profiler_frees_it(during, tmp_path, monkeypatch):
     """The monitor's own trace start/stop take tens to hundreds of ms (the stop
@@ -547,6 +552,7 @@ def interrupted_tensorboard(tmp_path_factory):
         yield base, report
 
 
+@pytest.mark.slow
 def test_interrupted_run_opens_in_a_real_tensorboard(interrupted_tensorboard):
     base, report = interrupted_tensorboard
     assert report.steps["train"] == 4 and len(report.traces) == 1
@@ -564,6 +570,7 @@ def test_interrupted_run_opens_in_a_real_tensorboard(interrupted_tensorboard):
     assert runs == ["train/" + os.path.basename(report.traces[0].split(": ", 1)[1])]
 
 
+@pytest.mark.slow
 def test_interrupted_run_has_its_text_report_in_tensorboard(interrupted_tensorboard):
     base, _ = interrupted_tensorboard
     assert get_json(base + "/data/plugins_listing")["text"]["enabled"]
@@ -651,6 +658,7 @@ def injected(request, tmp_path_factory):
     return result
 
 
+@pytest.mark.slow
 def test_internal_error_inside_a_trace_window_disables_once_and_training_finishes(injected):
     assert injected["epochs"] == 3 and injected["next_epochs"] == 1
     errors = injected["errors"]
@@ -661,6 +669,7 @@ def test_internal_error_inside_a_trace_window_disables_once_and_training_finishe
     assert not injected["wrapped"]
 
 
+@pytest.mark.slow
 def test_internal_error_inside_a_trace_window_frees_the_profiler_and_says_so_on_disk(injected):
     with open(os.path.join(injected["log_dir"], REPORT_FILE)) as f:
         saved = json.load(f)
@@ -671,6 +680,7 @@ def test_internal_error_inside_a_trace_window_frees_the_profiler_and_says_so_on_
 # ----------------------------------------------------------- 5. a busy profiler
 
 
+@pytest.mark.slow
 @pytest.mark.timed  # compiles found from step times: nothing beside it (conftest)
 def test_someone_elses_profiler_session_stays_theirs(tmp_path, caplog):
     theirs = tmp_path / "theirs"
@@ -726,6 +736,7 @@ def _run_and_forget_the_traceback(call, error):
     return False
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "hook, order, call",
     [
@@ -758,6 +769,7 @@ def test_an_error_in_any_callback_hook_gives_everything_back(hook, order, call, 
         assert json.load(f)["steps"] == monitor.report.steps
 
 
+@pytest.mark.slow
 def test_ctrl_c_in_keras_own_loop_code_is_cleaned_up_once_the_fit_is_gone(tmp_path, monkeypatch):
     """Ctrl-C while Keras creates the validation iterator: no hook and no step sees it."""
     from tensorflow.python.data.ops import dataset_ops
@@ -821,6 +833,7 @@ import numpy as np, keras
 import xla_keras
 from tensorflow.python.data.ops import dataset_ops
 
+
 real_iter = dataset_ops.DatasetV2.__iter__
 
 class Arm(keras.callbacks.Callback):
@@ -855,6 +868,7 @@ def test_a_fit_still_running_at_interpreter_exit_is_written_interrupted(tmp_path
     assert on_disk["steps"]["train"] == 6  # every train step of epoch 1 ran
 
 
+@pytest.mark.slow
 def test_an_unfinished_first_step_still_counts_its_compile_when_it_runs_again():
     class CtrlCWhileTracing(keras.layers.Layer):
         armed = False
@@ -879,6 +893,7 @@ def test_an_unfinished_first_step_still_counts_its_compile_when_it_runs_again():
     assert [c.source for c in report.compilations] == ["profiler"]
 
 
+@pytest.mark.slow
 def test_an_internal_error_after_a_storm_fallback_lets_the_fit_finish(monkeypatch, caplog):
     """The fallback rebuilt the step functions without XLA; disabling must not leave them None
     (Keras reads train_function at every step), and the model's own jit comes back afterwards."""
@@ -944,6 +959,7 @@ def _varying_batches(sizes):
     )
 
 
+@pytest.mark.slow
 def test_an_internal_error_after_a_fallback_in_a_standalone_evaluate_lets_it_finish(monkeypatch):
     model = _model()
     model.fit(*_xy(), batch_size=BATCH, epochs=1, verbose=0)
@@ -967,6 +983,7 @@ def test_an_internal_error_after_a_fallback_in_a_standalone_evaluate_lets_it_fin
     model.evaluate(*_xy(), batch_size=BATCH, verbose=0)  # the model's functions still work
 
 
+@pytest.mark.slow
 def test_a_stop_iteration_from_a_batch_hook_ends_the_epoch_not_the_monitor():
     """Keras's catch_stop_iteration turns it into the end of the epoch and the fit goes on."""
 
@@ -985,6 +1002,7 @@ def test_a_stop_iteration_from_a_batch_hook_ends_the_epoch_not_the_monitor():
     assert not monitor.in_call and monitor.error is None
 
 
+@pytest.mark.slow
 @pytest.mark.timed  # compiles found from step times: nothing beside it (conftest)
 def test_a_failed_pull_does_not_forget_the_previous_steps_compile(tmp_path):
     def data(fail):

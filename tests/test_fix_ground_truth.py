@@ -14,19 +14,18 @@ pytest.importorskip("keras")
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from backend_runs import BACKENDS, backend_jobs  # noqa: E402 - tests/ is on the path now
-from side_by_side import family, start  # noqa: E402
+from runs import Runs  # noqa: E402
 
-pytestmark = pytest.mark.scenario
+pytestmark = [pytest.mark.scenario, pytest.mark.xdist_group("test_fix_ground_truth")]
 
 
-@family("test_fix_ground_truth::runs", seconds=40)
 def _backend_jobs(root):
     return backend_jobs("fix_scenarios.py", root, "fix scenarios")
 
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-    return start("test_fix_ground_truth::runs", tmp_path_factory)
+    return Runs(_backend_jobs, tmp_path_factory, "test_fix_ground_truth::runs")
 
 
 def _xla_modules(run, backend):

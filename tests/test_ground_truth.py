@@ -7,7 +7,7 @@ executable time" lines (``TF_CPP_VMODULE=device_compiler=1``).
 
 import pytest
 
-pytestmark = pytest.mark.scenario
+pytestmark = [pytest.mark.scenario, pytest.mark.xdist_group("scenario_runs")]
 
 
 def _measured_source(report):

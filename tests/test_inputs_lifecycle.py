@@ -23,6 +23,8 @@ keras = pytest.importorskip("keras")
 
 import xla_keras
 
+pytestmark = pytest.mark.xdist_group("test_inputs_lifecycle")  # its module fixtures' runs happen once, on one worker
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 THIS = os.path.abspath(__file__)
 PHASES = ("train", "test", "predict")
@@ -270,6 +272,7 @@ def _fit(fed, monitor, counter):
     fed.model.fit(*fed.args, epochs=fed.epochs, callbacks=[monitor, counter], verbose=0, **fed.kwargs)
 
 
+@pytest.mark.slow
 @pytest.mark.filterwarnings("ignore:Your input ran out of data")
 @pytest.mark.parametrize("build, jit, xla", [pytest.param(b, j, x, id=n) for n, b, j, x in INPUT_KINDS])
 def test_input_kind_counts_steps_and_signatures_like_the_data(build, jit, xla):
@@ -287,6 +290,7 @@ def test_input_kind_counts_steps_and_signatures_like_the_data(build, jit, xla):
     assert report.compilation_count["test"] == report.compilation_count["predict"] == 0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "build, leaves",
     [
@@ -305,6 +309,7 @@ def test_signature_names_every_leaf_keras_feeds(build, leaves):
     assert [leaf.path for leaf in first] == leaves
 
 
+@pytest.mark.slow
 def test_strings_with_jit_on_report_the_refusing_layer():
     fed = fed_string_lookup(np.random.default_rng(0))
     monitor = _monitor("on")
@@ -317,6 +322,7 @@ def test_strings_with_jit_on_report_the_refusing_layer():
     assert {sig[0].dtype for sig in signatures} == {"string"}
 
 
+@pytest.mark.slow
 def test_sparse_with_jit_on_fails_in_xla_and_the_monitor_steps_aside():
     # XLA cannot compile the sparse matmul: the user's error comes through
     # unchanged, and the monitor leaves nothing behind and claims no compile.
@@ -331,6 +337,7 @@ def test_sparse_with_jit_on_fails_in_xla_and_the_monitor_steps_aside():
     assert not hasattr(fed.model.train_function, "_xla_keras_original")
 
 
+@pytest.mark.slow
 def test_ragged_row_splits_as_constants_count_every_xla_compile():
     fed = fed_ragged_reduce_mean(np.random.default_rng(0))
     monitor, counter = _monitor("on"), BatchCounter()
@@ -408,6 +415,7 @@ def run_lifecycle(on_stage: Callable[[str, dict], None]):
     return monitor
 
 
+@pytest.mark.slow
 def test_lifecycle_accumulates_steps_and_compiles_only_what_is_new():
     seen = []
     run_lifecycle(lambda stage, facts: seen.append((stage, facts)))
@@ -425,6 +433,7 @@ def test_lifecycle_accumulates_steps_and_compiles_only_what_is_new():
     assert seen[-1][1]["batches"] == {"train": 17, "test": 9, "predict": 6}
 
 
+@pytest.mark.slow
 def test_recompile_says_a_rebuilt_function_started_a_new_compile_cache():
     (x, y), _ = _lifecycle_data()
     model = _mlp()
@@ -449,6 +458,7 @@ def _three_lengths(rng):
     )
 
 
+@pytest.mark.slow
 def test_recompile_is_no_recompilation_storm():
     rng = np.random.default_rng(0)
     model = keras.Sequential(
@@ -493,6 +503,7 @@ def _backend_message(error_text, backend):
     return backend in lowered and "tensorflow" in lowered and "backend" in lowered
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", ["numpy", "torch", "jax"])
 def test_backends_without_xla_are_refused_naming_them_and_jax_is_accepted(backend):
     env = dict(
@@ -528,6 +539,7 @@ def test_non_xla_backend_is_refused_simulated(monkeypatch):
 # path (_begin_phase, outside a fit).
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("jit", ["on", "keep"])
 def test_run_eagerly_evaluate_and_predict_report_xla_not_applicable(jit):
     rng = np.random.default_rng(0)
@@ -633,12 +645,14 @@ def dump_run(_dump_process):
         return json.load(f)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", [name for name, _ in XLA_KINDS])
 def test_xla_dump_agrees_per_input_kind(dump_run, kind):
     facts = dump_run["kinds"][kind]
     assert facts["dumped"] == facts["compiles"] == facts["distinct_keys"]
 
 
+@pytest.mark.slow
 def test_xla_dump_ragged_reduce_mean_compiles_per_row_split_values(dump_run):
     # XLA's side of test_ragged_row_splits_as_constants_count_every_xla_compile:
     # one module per distinct row lengths, more than the distinct shapes.
@@ -646,6 +660,7 @@ def test_xla_dump_ragged_reduce_mean_compiles_per_row_split_values(dump_run):
     assert facts["dumped"] == RAGGED_SPLIT_VALUES > facts["distinct_keys"]
 
 
+@pytest.mark.slow
 def test_xla_dump_agrees_per_lifecycle_stage(dump_run):
     stages = [(s["stage"], s["dumped"]) for s in dump_run["lifecycle"]]
     assert stages == [(s["stage"], s["compiles"]) for s in dump_run["lifecycle"]]

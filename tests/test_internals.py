@@ -291,6 +291,7 @@ def test_auto_jit_mode_override_round_trip(monkeypatch):
     _internals.set_auto_jit_off(False)  # TF's own mode back to the default for the other tests
 
 
+@pytest.mark.slow
 def test_running_fit_and_the_callback_list_of_the_running_call_are_found_from_a_callback():
     seen = {}
 
@@ -395,6 +396,7 @@ def test_start_and_stop_trace_write_a_session_and_a_ctrl_c_in_start_frees_the_pr
     tf.profiler.experimental.stop()
 
 
+@pytest.mark.slow
 def test_keras_profile_windows_reads_keras_tensorboard_in_the_running_fit(tmp_path):
     seen = {}
 
@@ -410,6 +412,7 @@ def test_keras_profile_windows_reads_keras_tensorboard_in_the_running_fit(tmp_pa
     assert _internals.keras_profile_windows(model) == []  # no fit running
 
 
+@pytest.mark.slow
 def test_fit_validates_reads_the_running_fits_validation_data():
     seen = []
 

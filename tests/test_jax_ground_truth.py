@@ -20,14 +20,14 @@ import sys
 
 import pytest
 from note_checks import problems
+from runs import Runs
 from scenario import failed
-from side_by_side import drain, family, start
 
 from xla_keras.report.units import ms_text
 
 pytest.importorskip("jax")
 
-pytestmark = pytest.mark.scenario
+pytestmark = [pytest.mark.scenario, pytest.mark.xdist_group("test_jax_ground_truth")]
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPT = os.path.join(HERE, "jax_scenarios.py")
@@ -77,7 +77,6 @@ def _finish(started):
         return json.load(f)
 
 
-@family("test_jax_ground_truth::runs", seconds=27)
 def _jax_jobs(root):
     tmp = str(root)
     cache = os.path.join(tmp, "cache")
@@ -99,18 +98,27 @@ def _jax_jobs(root):
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-    family_runs = start("test_jax_ground_truth::runs", tmp_path_factory)
-    results = dict(family_runs["main"])
-    results.update(family_runs["parallel"])
-    results["cache_first"], results["cache_again"] = family_runs["cache"]
-    results["canary"] = family_runs["canary"]
-    return results
+    return _ByName(Runs(_jax_jobs, tmp_path_factory, "test_jax_ground_truth::runs"))
+
+
+class _ByName:
+    """A scenario's result by its name, from the process that ran it (read at the first test that needs it)."""
+
+    def __init__(self, runs):
+        self._runs = runs
+
+    def __getitem__(self, name):
+        if name in ("cache_first", "cache_again"):
+            return self._runs["cache"][name == "cache_again"]
+        if name == "canary":
+            return self._runs["canary"]
+        return self._runs["main" if name in MAIN else "parallel"][name]
 
 
 @pytest.fixture(scope="module")
 def timed(tmp_path_factory):
-    """The slow-device fit times the loop against the device: alone on the machine."""
-    drain()
+    """The slow-device fit times the loop against the device: alone on the machine (``timed``: the
+    session's second pytest invocation)."""
     tmp = str(tmp_path_factory.mktemp("jax_timed"))
     return _finish(_start(tmp, "timed", ["slow_device"], env_extra={"XLA_KERAS_TEST_TIMED": "1"}))["slow_device"]
 
@@ -332,6 +340,7 @@ def jax_version():
     return tuple(int(p) for p in re.findall(r"\d+", version("jax"))[:2])
 
 
+@pytest.mark.timed
 def test_the_step_path_never_waits_for_the_device(runs, timed):
     """Each step keeps the device busy ~tens of ms, and JAX returns before it is done: the monitor's
     per-step work (ending the last call, reading signatures, compile accounting) takes well under

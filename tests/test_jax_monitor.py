@@ -12,14 +12,14 @@ import pytest
 
 pytest.importorskip("jax")
 
-from side_by_side import family, start
+from runs import Runs
 from test_quiet import _normalise, _ours
 from test_tab_plugin import get_json, tab_client
 
 from xla_keras.report.schema import REPORT_FILE, parse_report
 from xla_keras.tensorboard.metadata import TAG_COMPILATIONS, TAG_STEP_TIME
 
-pytestmark = pytest.mark.scenario
+pytestmark = [pytest.mark.scenario, pytest.mark.xdist_group("test_jax_monitor")]
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -44,7 +44,6 @@ def _run(args):
     return proc.stderr
 
 
-@family("test_jax_monitor::checks", seconds=15)
 def _jax_checks(root):
     return {
         "main": lambda: _run([str(root / "checks.json"), str(root / "logs")]),
@@ -55,7 +54,7 @@ def _jax_checks(root):
 
 @pytest.fixture(scope="module")
 def checks(tmp_path_factory):
-    runs = start("test_jax_monitor::checks", tmp_path_factory)
+    runs = Runs(_jax_checks, tmp_path_factory, "test_jax_monitor::checks")
     runs["main"]
     with open(runs.root / "checks.json") as f:
         results = json.load(f)

@@ -15,9 +15,9 @@ import re
 
 import pytest
 from multiworker import run_workers
-from side_by_side import family, start
+from runs import Runs
 
-pytestmark = pytest.mark.scenario
+pytestmark = [pytest.mark.scenario, pytest.mark.xdist_group("test_jax_multiprocess")]
 
 SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "jax_multiprocess.py")
 LENGTHS = [4, 6, 8, 10, 12, 14, 4, 6]  # 6 new shapes in 8 steps: a storm at the 3rd (threshold 3)
@@ -63,7 +63,6 @@ ONE_PROCESS_TWO_DEVICES = {
 }
 
 
-@family("test_jax_multiprocess::runs", seconds=30)
 def _runs(root):
     """Each run's processes take one lane: they spend much of a step waiting on each other."""
 
@@ -85,7 +84,7 @@ def _runs(root):
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-    return start("test_jax_multiprocess::runs", tmp_path_factory)
+    return Runs(_runs, tmp_path_factory, "test_jax_multiprocess::runs")
 
 
 def _fits(runs, name):

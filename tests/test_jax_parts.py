@@ -261,6 +261,7 @@ print("CHECK " + json.dumps(out))
 """
 
 
+@pytest.mark.slow
 def test_the_private_apis_the_jax_backend_uses_are_where_it_expects():
     env = dict(
         os.environ,

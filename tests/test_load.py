@@ -65,6 +65,7 @@ def test_20k_steps_over_1000_signatures_keep_exact_counts_in_bounded_memory():
     assert sizes[STEPS] / DISTINCT < 2_000, sizes
 
 
+@pytest.mark.slow
 def test_the_report_caps_details_and_counts_the_overflow():
     tf = pytest.importorskip("tensorflow")
     keras = pytest.importorskip("keras")

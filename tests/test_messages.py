@@ -9,7 +9,7 @@ import subprocess
 import sys
 
 import pytest
-from side_by_side import family, start
+from runs import Runs
 from test_quiet import _warnings
 
 pytest.importorskip("tensorflow")
@@ -18,10 +18,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 KINDS = ("storm", "fallback", "budget", "fastest", "refusal", "missing_plugin")
 
-pytestmark = pytest.mark.scenario
+pytestmark = [pytest.mark.scenario, pytest.mark.xdist_group("test_messages")]
 
 
-@family("test_messages::said", seconds=20)
 def _fits(root):
     def run():
         env = dict(os.environ, CUDA_VISIBLE_DEVICES="", PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
@@ -69,7 +68,7 @@ def _messages(lines):
 
 @pytest.fixture(scope="module")
 def said(tmp_path_factory):
-    return start("test_messages::said", tmp_path_factory)["all"]
+    return Runs(_fits, tmp_path_factory, "test_messages::said")["all"]
 
 
 @pytest.mark.parametrize("kind", KINDS)

@@ -18,6 +18,8 @@ from xla_keras.backends.tensorflow import (
 )
 from xla_keras.callback import lifecycle as monitor_module
 
+pytestmark = pytest.mark.slow  # every test here fits (in process or in a subprocess)
+
 
 def _data(n=200, features=4, seed=0):
     rng = np.random.default_rng(seed)

@@ -16,13 +16,13 @@ import sys
 
 import pytest
 from multiworker import comparable, run_workers
-from side_by_side import family, start
+from runs import Runs
 
 from xla_keras.backends.tensorflow import _internals
 from xla_keras.backends.tensorflow.multiworker import KERAS_ISSUE, WORKAROUND, cluster_from_env
 from xla_keras.tools.explain import explain
 
-pytestmark = pytest.mark.scenario
+pytestmark = [pytest.mark.scenario, pytest.mark.xdist_group("test_multiworker")]
 
 SCENARIOS = {
     # Stock Keras, a monitor constructed: fit fails before its first step on Keras 3.15.
@@ -63,7 +63,6 @@ SCENARIOS = {
 }
 
 
-@family("test_multiworker::runs", seconds=31)
 def _clusters(root):
     """Each scenario's two workers and log dir. A worker spends much of a multi-worker step waiting
     on the other's collectives, so a cluster takes one lane."""
@@ -78,7 +77,7 @@ def _clusters(root):
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-    return start("test_multiworker::runs", tmp_path_factory)
+    return Runs(_clusters, tmp_path_factory, "test_multiworker::runs")
 
 
 def _loss_equal(a, b):

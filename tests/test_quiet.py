@@ -12,9 +12,9 @@ import subprocess
 import sys
 
 import pytest
-from side_by_side import family, start
+from runs import Runs
 
-pytestmark = pytest.mark.scenario
+pytestmark = [pytest.mark.scenario, pytest.mark.xdist_group("test_quiet")]
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -32,7 +32,6 @@ def _normalise(line):
 MODES = ["bare", "monitored", "default", "fastest"]
 
 
-@family("test_quiet::stderr_of", seconds=17)
 def _fits(root):
     env = dict(
         os.environ,
@@ -60,7 +59,7 @@ def _fits(root):
 @pytest.fixture(scope="module")
 def stderr_of(tmp_path_factory):
     """Each fit's stderr by mode: bare, monitored, default (Keras's jit), fastest."""
-    return start("test_quiet::stderr_of", tmp_path_factory)
+    return Runs(_fits, tmp_path_factory, "test_quiet::stderr_of")
 
 
 def _warnings(stderr):

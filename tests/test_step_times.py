@@ -24,7 +24,7 @@ import sys
 import pytest
 from scenario import failed
 
-pytestmark = [pytest.mark.slow, pytest.mark.timed]
+pytestmark = [pytest.mark.slow, pytest.mark.timed, pytest.mark.xdist_group("test_step_times")]
 
 SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "step_time_scenarios.py")
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

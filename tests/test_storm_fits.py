@@ -16,6 +16,8 @@ from xla_keras.backends.tensorflow import (
     runtime,
 )
 
+pytestmark = pytest.mark.slow  # every test here fits (in process or in a subprocess)
+
 
 def _sequences(n=96, low=4, high=80, seed=0):
     rng = np.random.default_rng(seed)

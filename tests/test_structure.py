@@ -390,29 +390,6 @@ def test_private_framework_apis_stay_in_the_backends_internals():
     assert not found, "private framework APIs outside backends/<name>/_internals.py:\n" + "\n".join(found)
 
 
-# ------------------------------------------------------------------ the quick tier's lists
-
-
-def test_the_quick_tiers_lists_and_the_families_name_real_modules_tests_and_fixtures():
-    import conftest  # tests/ is on sys.path under pytest
-
-    here = os.path.dirname(os.path.abspath(__file__))
-    defined = {}  # test module -> names of its top-level functions (tests and fixtures)
-    for name in os.listdir(here):
-        if name.startswith("test_") and name.endswith(".py"):
-            with open(os.path.join(here, name), encoding="utf-8") as f:
-                tree = ast.parse(f.read())
-            defined[name[:-3]] = {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}
-    conftest_functions = {n for n in dir(conftest) if callable(getattr(conftest, n))}
-    stale = sorted(m for m in conftest.SLOW_MODULES if m not in defined)
-    families = sorted(key for key in conftest.FAMILIES if "::" in key)  # a family is read by its fixture
-    for entry in sorted(conftest.SLOW_TESTS) + sorted(conftest.FIT_FIXTURES) + families:
-        module, _, function = entry.rpartition("::")
-        if function not in (defined.get(module, set()) if module else conftest_functions):
-            stale.append(entry)
-    assert not stale, f"tests/conftest.py names what no longer exists (renamed or moved?): {stale}"
-
-
 @pytest.mark.parametrize(
     "text, filename, bad",
     [
@@ -423,18 +400,12 @@ def test_the_quick_tiers_lists_and_the_families_name_real_modules_tests_and_fixt
         ("short", "/site-packages/keras/src/trainers/trainer.py", True),  # or in Keras's
     ],
 )
-def test_the_sessions_message_check_catches_long_or_misplaced_warnings(text, filename, bad):
-    """conftest's pytest_warning_recorded check, fed one warning as pytest would feed it."""
+def test_the_per_test_message_check_catches_long_or_misplaced_warnings(text, filename, bad):
+    """conftest's per-test check (the autouse fixture's rule), fed one warning as it records them."""
     import warnings
 
     import conftest
 
     from xla_keras.errors import XlaKerasWarning
 
-    before = list(conftest.BAD_MESSAGES)
-    message = warnings.WarningMessage(XlaKerasWarning(text), XlaKerasWarning, filename, 7)
-    conftest.pytest_warning_recorded(message, "call", "a-test", None)
-    try:
-        assert (len(conftest.BAD_MESSAGES) == len(before) + 1) is bad
-    finally:
-        conftest.BAD_MESSAGES[:] = before
+    assert conftest._bad_shape(warnings.WarningMessage(XlaKerasWarning(text), XlaKerasWarning, filename, 7)) is bad

@@ -23,6 +23,11 @@ from xla_keras.report.figures import quantity
 from xla_keras.report.schema import REPORT_FILE
 from xla_keras.tensorboard.metadata import PLUGIN_NAME, TAG_STEP_TIME
 
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.xdist_group("test_tab_browser"),
+]  # every test here fits (in process or in a subprocess)
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ARTIFACTS = os.path.join(ROOT, "artifacts")
 # Batches of the "shapes" fit, per epoch: (batch size, sequence length).

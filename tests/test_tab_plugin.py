@@ -278,9 +278,9 @@ def _write_raw_report_data(run_dir, payload):
     "payload, words",
     [
         (b"garbage", "not gzip"),
-        (gzip.compress(b"{half a json"), "not JSON"),
-        (gzip.compress(b'{"hello": 1}'), "not an XlaMonitor report"),
-        (gzip.compress(b"[1, 2, 3]"), "JSON list"),
+        (gzip.compress(b"{half a json", mtime=0), "not JSON"),
+        (gzip.compress(b'{"hello": 1}', mtime=0), "not an XlaMonitor report"),
+        (gzip.compress(b"[1, 2, 3]", mtime=0), "JSON list"),
     ],
 )
 def test_malformed_report_data_renders_a_message_not_an_error(tmp_path, payload, words):

@@ -17,6 +17,8 @@ from tensorboard_server import get, headless_chromium, running_tensorboard
 import xla_keras
 from xla_keras.tensorboard.metadata import LAYOUT_CATEGORY, TAG_REPORT
 
+pytestmark = pytest.mark.xdist_group("test_tensorboard")  # its module fixtures' runs happen once, on one worker
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 XLA_SCALARS = {
     "xla/step_time_ms",
@@ -86,6 +88,7 @@ def steady_logdir(tmp_path_factory):
     return log_dir, monitor.report
 
 
+@pytest.mark.slow
 def test_diff_holds_a_storm_run_to_a_steady_baseline(steady_logdir, storm_logdir):
     import io
 
@@ -106,6 +109,7 @@ def test_diff_holds_a_storm_run_to_a_steady_baseline(steady_logdir, storm_logdir
     assert cmd_diff([base, base, "--max-compiles", "train=1"], out=io.StringIO()) == 0
 
 
+@pytest.mark.slow
 def test_event_files_hold_every_xla_tag(storm_logdir):
     log_dir, report = storm_logdir
     train = _accumulator(os.path.join(log_dir, "train"))
@@ -115,6 +119,7 @@ def test_event_files_hold_every_xla_tag(storm_logdir):
     assert {"xla/compilations", "xla/compile_time_ms", "xla/steady_step_time_ms"} <= set(validation.Tags()["scalars"])
 
 
+@pytest.mark.slow
 def test_scalar_values_match_the_report(storm_logdir):
     log_dir, report = storm_logdir
     train = _accumulator(os.path.join(log_dir, "train"))
@@ -138,6 +143,7 @@ def test_scalar_values_match_the_report(storm_logdir):
     assert train.Scalars("xla/flops_per_second")[-1].value == pytest.approx(rates["flops_per_second"], rel=1e-6)
 
 
+@pytest.mark.slow
 def test_text_report_is_the_markdown_report(storm_logdir):
     log_dir, report = storm_logdir
     events = _accumulator(os.path.join(log_dir, "train")).Tensors(TAG_REPORT)
@@ -148,6 +154,7 @@ def test_text_report_is_the_markdown_report(storm_logdir):
     assert "### Profiler traces (Profile tab)" in text
 
 
+@pytest.mark.slow
 def test_custom_scalars_layout_has_the_xla_category(storm_logdir):
     from tensorboard.plugins.custom_scalar import layout_pb2
 
@@ -159,6 +166,7 @@ def test_custom_scalars_layout_has_the_xla_category(storm_logdir):
     assert tags == {f"^{t}$" for t in XLA_SCALARS | {"xla/mfu"}}
 
 
+@pytest.mark.slow
 def test_traces_land_where_the_profile_tab_finds_them(storm_logdir):
     log_dir, report = storm_logdir
     kinds = [t.split(":")[0] for t in report.traces]
@@ -176,6 +184,7 @@ def _mlp():
     return model, rng.random((320, 4), dtype=np.float32), rng.random((320, 1), dtype=np.float32)
 
 
+@pytest.mark.slow
 def test_profile_range_and_none(tmp_path):
     model, x, y = _mlp()
     monitor = xla_keras.XlaMonitor(log_dir=str(tmp_path / "a"), profile=(3, 5), verbose=0)
@@ -198,6 +207,7 @@ def test_profile_rejects_bad_values_naming_the_choices(profile):
         xla_keras.XlaMonitor(log_dir=None, profile=profile)
 
 
+@pytest.mark.slow
 def test_busy_profiler_skips_the_trace_and_stops_only_ours(tmp_path):
     model, x, y = _mlp()
     tf.profiler.experimental.start(str(tmp_path / "theirs"))
@@ -210,6 +220,7 @@ def test_busy_profiler_skips_the_trace_and_stops_only_ours(tmp_path):
     assert sum("skipped a profiler trace" in n for n in monitor.report.notes) == 1
 
 
+@pytest.mark.slow
 def test_side_by_side_with_keras_tensorboard_on_one_log_dir(tmp_path):
     log_dir = str(tmp_path / "logs")
     model, x, y = _mlp()
@@ -247,6 +258,7 @@ def tensorboard_server(storm_logdir, tmp_path_factory):
         yield base, report
 
 
+@pytest.mark.slow
 def test_real_tensorboard_serves_the_xla_data(tensorboard_server):
     base, report = tensorboard_server
     plugins = json.loads(get(base + "/data/plugins_listing")[1])
@@ -261,6 +273,7 @@ def test_real_tensorboard_serves_the_xla_data(tensorboard_server):
     assert layout["category"][0]["title"] == LAYOUT_CATEGORY
 
 
+@pytest.mark.slow
 def test_real_profile_plugin_lists_and_opens_our_traces(tensorboard_server):
     base, report = tensorboard_server
     runs = json.loads(get(base + "/data/plugin/profile/runs")[1])
@@ -279,6 +292,7 @@ def test_real_profile_plugin_lists_and_opens_our_traces(tensorboard_server):
             json.loads(body)  # the tool's data opens
 
 
+@pytest.mark.slow
 def test_headless_chromium_renders_the_xla_charts(tensorboard_server):
     base, _ = tensorboard_server
     from playwright.sync_api import sync_playwright
@@ -303,6 +317,7 @@ def test_headless_chromium_renders_the_xla_charts(tensorboard_server):
     assert os.path.getsize(os.path.join(artifacts, "tensorboard_xla_scalars.png")) > 10000
 
 
+@pytest.mark.slow
 def test_profile_range_with_steps_per_execution(tmp_path):
     model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
     model.compile("sgd", "mse", steps_per_execution=4)
@@ -312,6 +327,7 @@ def test_profile_range_with_steps_per_execution(tmp_path):
     assert [t.split(":")[0] for t in monitor.report.traces] == ["range"]
 
 
+@pytest.mark.slow
 def test_auto_traces_leave_the_profiler_to_keras_tensorboard(tmp_path):
     log_dir = str(tmp_path / "logs")
     model, x, y = _mlp()
@@ -323,6 +339,7 @@ def test_auto_traces_leave_the_profiler_to_keras_tensorboard(tmp_path):
     assert len(os.listdir(os.path.join(log_dir, "train", "plugins", "profile"))) == 1  # Keras's own trace
 
 
+@pytest.mark.slow
 def test_an_error_inside_a_trace_window_frees_the_profiler(tmp_path):
     def gen():
         for i in range(10):
@@ -343,6 +360,7 @@ def test_an_error_inside_a_trace_window_frees_the_profiler(tmp_path):
     assert [t.split(":")[0] for t in monitor.report.traces] == ["range"]  # the partial window was saved
 
 
+@pytest.mark.slow
 def test_a_failed_trace_start_does_not_leave_the_profiler_busy(tmp_path):
     from xla_keras.backends.tensorflow import _internals
 
@@ -358,6 +376,7 @@ def test_a_failed_trace_start_does_not_leave_the_profiler_busy(tmp_path):
     tf.profiler.experimental.stop()
 
 
+@pytest.mark.slow
 def test_a_profile_range_resumes_after_validation_and_one_behind_the_fit_is_noted(tmp_path):
     model, x, y = _mlp()  # 8 train steps an epoch (validation_split=0.25, batch 32)
     traced = []

@@ -107,7 +107,6 @@ def test_ragged(xla_compiles):
 def test_the_fixture_under_jax_found_through_the_entry_point(tmp_path):
     (tmp_path / "test_user.py").write_text(textwrap.dedent(JAX_TESTS))
     env = dict(os.environ, KERAS_BACKEND="jax", CUDA_VISIBLE_DEVICES="")
-    env.pop("XLA_KERAS_TEST_SPLIT", None)
     result = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-W", "ignore", str(tmp_path)],
         capture_output=True,

@@ -14,17 +14,16 @@ import sys
 import pytest
 from conftest import RUNS
 from note_checks import problems
-from side_by_side import family, start
+from runs import Runs
 
 pytest.importorskip("tensorflow")
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 
-pytestmark = pytest.mark.scenario
+pytestmark = [pytest.mark.scenario, pytest.mark.xdist_group("scenario_runs")]
 
 
-@family("test_truth::fits", seconds=25)
 def _fits(root):
     def run():
         dump, out = root / "dump", root / "truth.json"
@@ -47,7 +46,7 @@ def _fits(root):
 
 @pytest.fixture(scope="module")
 def fits(tmp_path_factory):
-    return start("test_truth::fits", tmp_path_factory)["tensorflow"]
+    return Runs(_fits, tmp_path_factory, "test_truth::fits")["tensorflow"]
 
 
 def _flat(text):
