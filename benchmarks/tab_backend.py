@@ -19,8 +19,7 @@ import time
 def write_big_run(log_dir, steps, compiles):
     from xla_keras.core.signatures import Leaf
     from xla_keras.core.types import Scalar
-    from xla_keras.report.model import XlaReport
-    from xla_keras.report.records import Compilation
+    from xla_keras.report.model import Compilation, XlaReport
     from xla_keras.storms.detection import Storm
     from xla_keras.tensorboard.sink import OutputSink
 

@@ -258,7 +258,7 @@ def install_check(tier: Tier, python: str, work: str) -> None:
         [
             python,
             "-c",
-            "from xla_keras.tensorboard.profile_tab import profile_tab_install; print(profile_tab_install())",
+            "from xla_keras.core.versions import profile_tab_install; print(profile_tab_install())",
         ],
         cwd=work,
     ).stdout.strip()

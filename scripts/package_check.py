@@ -110,7 +110,7 @@ def check_tensorflow_venv(work: str, wheel: str):
     from_module = run([python, "-m", "xla_keras", "--version"], cwd=outside).strip()
     shutil.copy(os.path.join(ROOT, "examples", "quickstart.py"), outside)
     quick = run([python, "quickstart.py", "--log-dir", os.path.join(outside, "logs"), "--epochs", "2"], cwd=outside)
-    # verbose=1's end-of-fit summary starts with this line (xla_keras/report/summary.py)
+    # verbose=1's end-of-fit summary starts with this line (xla_keras/report/render.py)
     if SUMMARY not in quick or not os.path.isfile(os.path.join(outside, "logs", "xla_report.json")):
         sys.exit(f"package check: the quick start ran but printed no summary or wrote no xla_report.json:\n{quick}")
     tab = run([python, "-c", TAB_CHECK, os.path.join(outside, "logs")], cwd=outside).strip()

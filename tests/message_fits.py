@@ -65,9 +65,9 @@ def fit(kind, log_dir):
         monitor_kwargs["jit"] = "fastest"
     elif kind == "missing_plugin":
         # As on a machine without the Profile tab's plugin: the monitor's own check says so.
-        from xla_keras.tensorboard import profile_tab
+        from xla_keras.core import versions
 
-        profile_tab.profile_tab_installed = lambda: False
+        versions.profile_tab_installed = lambda: False
         monitor_kwargs["profile"] = (2, 3)
     model = _model()
     if kind == "refusal":

@@ -5,7 +5,7 @@ claim nothing about the records and are not checked here."""
 
 import re
 
-from xla_keras.report.records import ESTIMATED_BECAUSE
+from xla_keras.report.model import ESTIMATED_BECAUSE
 
 _NAMED = re.compile(r"\b(train|test|predict) step (\d+)")
 _MORE = re.compile(r" and (\d+) more")

@@ -1,14 +1,14 @@
 """jit='fastest' in several processes (issue 32), without starting any: two trials fed different
-step times, each in its own session, agree through ``jit/agreement.py`` with a gather that hands every
+step times, each in its own session, agree through ``callback/agreement.py`` with a gather that hands every
 process the chief's row, as the collective does. Pure. The real processes are
 tests/test_jax_multiprocess.py's."""
 
 import pytest
 
+from xla_keras.callback.agreement import Verdict, agreed_check, chief_row
+from xla_keras.callback.fastest import FastestRun
 from xla_keras.config import MonitorConfig
 from xla_keras.core.session import Session
-from xla_keras.jit.agreement import Verdict, agreed_check, chief_row
-from xla_keras.jit.run import FastestRun
 from xla_keras.jit.trial import NEVER
 
 STEPS = 20000  # the fit's length: long enough for the trial to try both modes

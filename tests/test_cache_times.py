@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from xla_keras.core import files
+from xla_keras.core import cache
 from xla_keras.core.cache import ENTRIES, LEGACY_SIDECAR, CacheAccount, CompileTimes
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -69,12 +69,12 @@ def test_a_failed_write_leaves_no_temporary_file_and_is_not_fatal(tmp_path, monk
     def full(src, dst):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(files.os, "replace", full)
+    monkeypatch.setattr(cache.os, "replace", full)
     CompileTimes(str(tmp_path)).put("key", 1.0)  # best effort: no exception
     assert os.listdir(tmp_path / ENTRIES) == []
     with pytest.raises(KeyboardInterrupt):
-        monkeypatch.setattr(files.os, "replace", lambda src, dst: (_ for _ in ()).throw(KeyboardInterrupt()))
-        files.atomic_write_text(str(tmp_path / "x.json"), "{}")
+        monkeypatch.setattr(cache.os, "replace", lambda src, dst: (_ for _ in ()).throw(KeyboardInterrupt()))
+        cache.atomic_write_text(str(tmp_path / "x.json"), "{}")
     assert os.listdir(tmp_path) == [ENTRIES]
 
 

@@ -9,7 +9,7 @@ keras = pytest.importorskip("keras")
 import xla_keras
 from xla_keras.backends.tensorflow import (
     _internals,
-    runtime,
+    flags,
 )
 
 pytestmark = [
@@ -32,7 +32,7 @@ def _data(n=64 * 24):
 @pytest.fixture(scope="module")
 def table(tmp_path_factory):
     log_dir = str(tmp_path_factory.mktemp("compare"))
-    runtime.set_autoclustering(False)
+    flags.set_autoclustering(False)
     return xla_keras.compare(_build, _data(), steps=24, batch_size=64, log_dir=log_dir), log_dir
 
 

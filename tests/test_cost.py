@@ -5,14 +5,14 @@ from types import SimpleNamespace
 
 import pytest
 
-from xla_keras.callback.costs import CostMeter
+from xla_keras.backends.tensorflow.cost import dot_conv_flops
+from xla_keras.callback.cost_card import CostMeter
 from xla_keras.config import MonitorConfig
-from xla_keras.core.cost import ANALYSES_PER_CALL, ProgramCost, figure, peak_flops_for, phase_rates
-from xla_keras.core.hlo import dot_conv_flops
 from xla_keras.core.phases import PhaseStats
+from xla_keras.core.program_cost import ANALYSES_PER_CALL, ProgramCost, figure, peak_flops_for, phase_rates
 from xla_keras.core.signatures import Leaf
 from xla_keras.core.types import CallPlan, Notes
-from xla_keras.report.records import Compilation
+from xla_keras.report.model import Compilation
 
 
 @pytest.mark.parametrize(

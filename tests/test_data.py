@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from xla_keras import data as xd
 from xla_keras.core.signatures import leaves, signature_of
-from xla_keras.data.pydataset import batches_class
+from xla_keras.data.arrays import batches_class
 
 # The PyDataset outputs need Keras; importing it here, not inside a hypothesis example, keeps its
 # recursion-limit change out of hypothesis's way.

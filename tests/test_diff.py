@@ -10,8 +10,7 @@ import pytest
 
 from xla_keras.core.signatures import Leaf
 from xla_keras.report.diff import DIFF_SCHEMA_VERSION, Bounds, check, diff_reports, render
-from xla_keras.report.model import XlaReport
-from xla_keras.report.records import Compilation
+from xla_keras.report.model import Compilation, XlaReport
 from xla_keras.tensorboard.sink import write_report_json
 
 

@@ -269,7 +269,7 @@ def test_doctor_reports_the_persistent_cache(processes):
 )
 def test_the_profile_tab_line_keeps_the_users_pins(monkeypatch, tensorflow, protobuf, line):
     """scripts/compat.py runs the line for real (pip --dry-run) in pinned venvs: no version changes."""
-    from xla_keras.tensorboard import profile_tab
+    from xla_keras.core import versions as profile_tab
 
     versions = {"tensorflow": tensorflow, "protobuf": protobuf}
     monkeypatch.setattr(profile_tab, "installed_version", lambda name: versions.get(name, "unknown"))

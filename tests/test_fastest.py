@@ -12,9 +12,16 @@ import numpy as np
 import pytest
 
 from xla_keras.jit import trial as fastest
-from xla_keras.jit.decision import Decision
-from xla_keras.jit.outlook import Outlook, StormRule, expected_compiles, expected_new
-from xla_keras.jit.statistics import Ratio, separated, spread
+from xla_keras.jit.decision import (
+    Decision,
+    Outlook,
+    Ratio,
+    StormRule,
+    expected_compiles,
+    expected_new,
+    separated,
+    spread,
+)
 from xla_keras.jit.trial import BLOCK_STEPS, MAX_ROUNDS, MIN_STEPS_LEFT, Trial
 
 
@@ -387,7 +394,7 @@ def test_tensorflow_fastest_acts_as_keep_where_only_one_mode_can_run(monkeypatch
 @pytest.mark.parametrize("replicas, multi_worker", [(2, True), (1, True), (2, False), (1, False)])
 def test_jax_fastest_runs_its_trial_over_several_devices_and_processes(monkeypatch, replicas, multi_worker):
     """One process over several devices: one clock. Several processes: the chief's trial decides for all
-    (jit/agreement.py, issue 32). Neither acts as 'keep' any more."""
+    (callback/agreement.py, issue 32). Neither acts as 'keep' any more."""
     from xla_keras.backends.jax import _internals
     from xla_keras.backends.jax.jit import JitController
 

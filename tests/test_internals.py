@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from xla_keras.backends.tensorflow import _internals, flags, runtime
+from xla_keras.backends.tensorflow import _internals, flags
 
 
 def _model(jit):
@@ -50,7 +50,7 @@ def test_list_of_batches_runs_the_jitted_step_and_traces_are_counted():
     step_fn = _internals.find_step_function(model.train_function)
     x, y = np.ones((3, 4), "float32"), np.ones((3, 2), "float32")
     model.train_function([(tf.constant(x), tf.constant(y))])
-    assert runtime.tracing_count(step_fn) == 1
+    assert flags.tracing_count(step_fn) == 1
 
 
 def test_compiled_buffer_allocations_read_xla_buffer_assignment_of_the_step():
@@ -100,7 +100,7 @@ def test_wrap_marker_and_unwrap():
 
 def test_data_iterator_types_match_keras_iterators():
     it = iter(tf.data.Dataset.range(3))
-    assert isinstance(it, runtime.data_iterator_types())
+    assert isinstance(it, flags.data_iterator_types())
 
 
 def test_unwrap_distributed_gives_a_per_replica_component():
@@ -157,13 +157,13 @@ def test_env_flag_set(value, expected):
 def test_autoclustering_switch_round_trip():
     before = _internals.autoclustering_enabled()
     try:
-        runtime.set_autoclustering(True)
+        flags.set_autoclustering(True)
         assert tf.config.optimizer.get_jit() == "autoclustering"
         assert _internals.autoclustering_enabled() is True
-        runtime.set_autoclustering(False)
+        flags.set_autoclustering(False)
         assert _internals.autoclustering_enabled() is False
     finally:
-        runtime.set_autoclustering(before)
+        flags.set_autoclustering(before)
 
 
 def test_probe_sees_a_compile_as_this_version_is_known_to_show_it_and_reports_busy_profiler(tmp_path):

@@ -102,6 +102,7 @@ def test_a_compile_on_another_thread_is_not_the_step_calls(probe):
 
 
 def test_nested_calls_of_chained_monitors_both_see_the_compile():
+    RECORDER.register()  # as a probe does when made (this test may be the process's first)
     outer, inner = RECORDER.begin(), RECORDER.begin()
     jax.jit(lambda a: a - 1.0)(np.ones((9,), np.float32)).block_until_ready()
     RECORDER.end(inner)

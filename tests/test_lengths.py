@@ -10,8 +10,7 @@ from xla_keras.core.signatures import signature_of
 from xla_keras.storms.advice import analyse
 from xla_keras.storms.buckets import best_buckets, pad_target
 from xla_keras.storms.detection import ShapeHistory
-from xla_keras.storms.lengths import BatchSample, countable_leaves, real_lengths
-from xla_keras.storms.real_length_advice import SampleView, bucket_epoch
+from xla_keras.storms.lengths import BatchSample, SampleView, bucket_epoch, countable_leaves, real_lengths
 
 
 def padded(rng, rows, low, high):

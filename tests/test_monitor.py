@@ -14,7 +14,7 @@ keras = pytest.importorskip("keras")
 import xla_keras
 from xla_keras.backends.tensorflow import (
     _internals,
-    runtime,
+    flags,
 )
 from xla_keras.callback import lifecycle as monitor_module
 
@@ -109,7 +109,7 @@ def test_run_eagerly_is_reported():
 
 @pytest.mark.parametrize("mode, before", [("autoclustering", False), ("off", True)])
 def test_global_autoclustering_switch_is_restored_after_fit(mode, before):
-    runtime.set_autoclustering(before)
+    flags.set_autoclustering(before)
     try:
         seen = []
 
@@ -123,7 +123,7 @@ def test_global_autoclustering_switch_is_restored_after_fit(mode, before):
         assert set(seen) == {mode == "autoclustering"}
         assert _internals.autoclustering_enabled() is before
     finally:
-        runtime.set_autoclustering(False)
+        flags.set_autoclustering(False)
 
 
 def test_event_files_match_the_report(tmp_path):
@@ -266,7 +266,7 @@ def test_model_error_restores_global_state_and_the_next_call_is_monitored(tmp_pa
             tf.debugging.assert_less(tf.reduce_max(x), 10.0, message="boom")
             return x
 
-    runtime.set_autoclustering(False)
+    flags.set_autoclustering(False)
     model = _model(jit_compile=False, layers=[Boom()])
     monitor = xla_keras.XlaMonitor(log_dir=str(tmp_path / "logs"), jit="autoclustering", verbose=0)
     x, y = _data(128)
@@ -286,7 +286,7 @@ def test_a_callback_error_leaves_no_stale_fit_behind():
         def on_train_batch_end(self, batch, logs=None):
             raise ValueError("callback bug")
 
-    runtime.set_autoclustering(False)
+    flags.set_autoclustering(False)
     model = _model(jit_compile=False)
     monitor = xla_keras.XlaMonitor(log_dir=None, jit="on", verbose=0)
     with pytest.raises(ValueError, match="callback bug"):

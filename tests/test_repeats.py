@@ -112,7 +112,7 @@ def _session(clock):
 
 
 def _calls(s, clock, batches, lane=None, deadline=float("inf"), budget=QUIET_FOR_GOOD):
-    """JAX's step path as its wrapper and callback/steps.py drive it: the lane first (when given), then
+    """JAX's step path as its wrapper and callback/step_path.py drive it: the lane first (when given), then
     the repeat path, then a full call. Returns how each call was taken."""
     taken = []
     for batch in batches:

@@ -5,10 +5,9 @@ import math
 
 import pytest
 
-from xla_keras.core.cost import ProgramCost, phase_rates
+from xla_keras.core.program_cost import ProgramCost, phase_rates
 from xla_keras.core.signatures import Leaf
-from xla_keras.report.model import XlaReport
-from xla_keras.report.records import Compilation, SlowStep
+from xla_keras.report.model import Compilation, SlowStep, XlaReport
 from xla_keras.storms.budget import PhaseAdvice
 from xla_keras.storms.detection import Storm
 

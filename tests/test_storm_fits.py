@@ -13,7 +13,7 @@ keras = pytest.importorskip("keras")
 import xla_keras
 from xla_keras.backends.tensorflow import (
     _internals,
-    runtime,
+    flags,
 )
 
 pytestmark = pytest.mark.slow  # every test here fits (in process or in a subprocess)
@@ -47,7 +47,7 @@ def _text_model():
 
 def test_raise_stops_the_fit_at_the_storm_with_files_flushed(tmp_path):
     log_dir = str(tmp_path / "logs")
-    runtime.set_autoclustering(False)
+    flags.set_autoclustering(False)
     model = _text_model()
     monitor = xla_keras.XlaMonitor(log_dir=log_dir, jit="on", on_storm="raise", storm_threshold=3, verbose=0)
     with pytest.raises(xla_keras.RecompilationStormError) as info:

@@ -18,7 +18,7 @@ from xla_keras.storms.detection import (
     storm_text,
     varying_axes,
 )
-from xla_keras.storms.fix_code import apply_code
+from xla_keras.storms.fixes import apply_code
 
 
 def tokens(batch, length, dtype="int32"):

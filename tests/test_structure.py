@@ -7,6 +7,7 @@ import ast
 import functools
 import os
 import random
+import re
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -24,7 +25,7 @@ PURE_PACKAGES = ("xla_keras.core", "xla_keras.storms", "xla_keras.report", "xla_
 PURE_MODULES = ("xla_keras", "xla_keras.config", "xla_keras.errors")
 # The framework paths of xla_keras.data (tf.data, PyDataset) may import their framework: the rest
 # of it (the public functions, the planning) is pure.
-DATA_FRAMEWORK_MODULES = ("xla_keras.data.tfdata", "xla_keras.data.pydataset")
+DATA_FRAMEWORK_MODULES = ("xla_keras.data.tfdata", "xla_keras.data.arrays")
 # Outside the pure subpackages, these promise no framework import too (the 0.2 list, and the modules
 # whose docstrings say so): the tab's views and metadata, the sink, parts of the callback, the
 # backends' facades and their framework-free helpers.
@@ -33,12 +34,12 @@ ALSO_PURE = (
     "xla_keras.backends.base",
     "xla_keras.backends.chain",
     "xla_keras.backends.keras_backend",
-    "xla_keras.backends.profiler",
+    "xla_keras.backends.base",
     "xla_keras.backends.tensorflow",
     "xla_keras.backends.tensorflow.flags",
     "xla_keras.backends.tensorflow.quiet",
     "xla_keras.backends.tensorflow.trace_events",
-    "xla_keras.callback.book",
+    "xla_keras.callback.reports",
     "xla_keras.callback.guards",
     "xla_keras.callback.traces",
     "xla_keras.tensorboard",
@@ -396,7 +397,7 @@ def test_private_framework_apis_stay_in_the_backends_internals():
         ("Recompilation storm (train): 8 new input shapes\nCause: x\nFix: y\nMore: z", "/u/train.py", False),
         ("one line of " + "x" * 100, "/u/train.py", True),  # 111 characters
         ("1\n2\n3\n4\n5", "/u/train.py", True),  # five lines
-        ("short", "/site-packages/xla_keras/callback/steps.py", True),  # located in our code
+        ("short", "/site-packages/xla_keras/callback/step_path.py", True),  # located in our code
         ("short", "/site-packages/keras/src/trainers/trainer.py", True),  # or in Keras's
     ],
 )
@@ -409,3 +410,27 @@ def test_the_per_test_message_check_catches_long_or_misplaced_warnings(text, fil
     from xla_keras.errors import XlaKerasWarning
 
     assert conftest._bad_shape(warnings.WarningMessage(XlaKerasWarning(text), XlaKerasWarning, filename, 7)) is bad
+
+
+def test_every_module_is_on_the_map_and_the_map_names_only_modules():
+    """docs/architecture.md's module table lists every module of the package, one row each, and no
+    module that is gone (a package's ``__init__.py`` that holds only its docstring may stay off it)."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    package = os.path.join(os.path.dirname(here), "xla_keras")
+    with open(os.path.join(os.path.dirname(here), "docs", "architecture.md"), encoding="utf-8") as f:
+        rows = re.findall(r"^\| `([\w/]+\.py)` \|", f.read(), re.M)
+    modules = set()
+    for root, _, files in os.walk(package):
+        for name in files:
+            path = os.path.join(root, name)
+            if name.endswith(".py") and (name != "__init__.py" or _holds_code(path)):
+                modules.add(os.path.relpath(path, package).replace(os.sep, "/"))
+    assert sorted(set(rows) - modules) == [], "on the map, no longer a module"
+    assert sorted(modules - set(rows)) == [], "modules missing from docs/architecture.md's table"
+    assert len(rows) == len(set(rows)), "a module listed twice"
+
+
+def _holds_code(path):
+    with open(path, encoding="utf-8") as f:
+        body = ast.parse(f.read()).body
+    return any(not (isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)) for node in body)

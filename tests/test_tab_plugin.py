@@ -50,7 +50,7 @@ def get_json(client, path, status=200):
 
 def sample_report(n_compiles=3, steps=30, storm=True):
     from xla_keras.core.signatures import Leaf
-    from xla_keras.report.records import Compilation
+    from xla_keras.report.model import Compilation
     from xla_keras.storms.detection import Storm
 
     compiles = [

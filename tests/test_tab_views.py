@@ -108,8 +108,7 @@ def test_traces_name_the_profile_tabs_run():
 
 def full_report(**overrides):
     from xla_keras.core.signatures import from_jsonable
-    from xla_keras.report.model import XlaReport
-    from xla_keras.report.records import Compilation
+    from xla_keras.report.model import Compilation, XlaReport
     from xla_keras.storms.detection import Storm
 
     report = XlaReport(
@@ -300,7 +299,7 @@ def test_a_malformed_jit_decision_is_said_not_drawn(decision, words):
 
 
 def test_the_ledger_carries_each_programs_cost_or_says_why_not():
-    from xla_keras.core.cost import ProgramCost
+    from xla_keras.core.program_cost import ProgramCost
 
     analysed = ProgramCost(1.2e6, 5.7e5, 1000, 900, 800, 500, 0, "XLA's analysis", True).to_dict()
     partial = ProgramCost(flops=3e6, source="HLO", unavailable="bytes accessed and memory: not given").to_dict()

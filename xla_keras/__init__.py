@@ -53,16 +53,16 @@ _LAZY = {
     "CompareTable": "tools.compare",
     "XlaKerasWarning": "errors",
     "XlaReport": "report.model",
-    "Compilation": "report.records",
-    "ProgramCost": "core.cost",
-    "SlowStep": "report.records",
+    "Compilation": "report.model",
+    "ProgramCost": "core.program_cost",
+    "SlowStep": "report.model",
     "Storm": "storms.detection",
     "RecompilationStormError": "errors",
     "MonitorConfig": "config",
     "parse_report": "report.schema",
     "PhaseAdvice": "storms.budget",
-    "jit_decision": "jit.run",
-    "forget_jit_decision": "jit.run",
+    "jit_decision": "callback.fastest",
+    "forget_jit_decision": "callback.fastest",
 }
 
 

@@ -2,9 +2,9 @@
 
 * ``config.MonitorConfig``: the arguments, validated once;
 * ``callback.state.CallState``: what the parts share (the backend, the per-model reports, the call);
-* ``callback.lifecycle``: a call from its begin hook to its end; ``callback.steps``: the step path;
-  ``callback.storm_action``, ``callback.fastest``: storms and jit='fastest'; ``callback.containment``
-  and ``callback.guards``: error containment and cleanup backstops;
+* ``callback.lifecycle``: a call from its begin hook to its end; ``callback.step_path``: the step path;
+  ``callback.storm_action``, ``callback.fastest``: storms and jit='fastest'; ``callback.guards``: error
+  containment and cleanup backstops; ``callback.agreement``: several processes agree;
 * ``backends.<name>``: what depends on the framework under Keras (step wrappers, the compile probe,
   JIT modes, distribution facts).
 
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import atexit
 import weakref
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, List, Optional
 
 try:
     import keras
@@ -28,21 +28,24 @@ except ModuleNotFoundError as _missing:  # Keras without its backend (TensorFlow
 
 from xla_keras.backends import backend_for
 from xla_keras.backends.base import Backend
-from xla_keras.callback.book import ModelReport, ReportBook
-from xla_keras.callback.containment import Containment
+from xla_keras.callback.agreement import StormAgreement, gather_processes
 from xla_keras.callback.fastest import FastestDriver
-from xla_keras.callback.functions import StepFunctions
-from xla_keras.callback.guards import flush_at_exit, guarded
-from xla_keras.callback.lifecycle import Lifecycle, warn_keras_multi_worker_fault
-from xla_keras.callback.processes import gather_processes
+from xla_keras.callback.guards import Containment, flush_at_exit, guarded
+from xla_keras.callback.lifecycle import Lifecycle, StepFunctions, warn_keras_multi_worker_fault
+from xla_keras.callback.reports import ModelReport, ReportBook
 from xla_keras.callback.state import CallState
-from xla_keras.callback.steps import StepPath
+from xla_keras.callback.step_path import StepPath
 from xla_keras.callback.storm_action import StormAction
-from xla_keras.callback.storm_agreement import StormAgreement
-from xla_keras.callback.surface import MonitorSurface
 from xla_keras.config import MonitorConfig
 from xla_keras.core.repeats import SteadyLane
 from xla_keras.errors import LogDirError, RecompilationStormError
+
+if TYPE_CHECKING:
+    from xla_keras.backends.base import CompileProbe
+    from xla_keras.callback.traces import TraceWindows
+    from xla_keras.core.session import Session
+    from xla_keras.report.model import XlaReport
+    from xla_keras.tensorboard.sink import OutputSink
 
 __all__ = ["XlaMonitor", "LogDirError"]
 
@@ -69,7 +72,7 @@ def _no_batch_end(batch: int, logs: Optional[dict] = None) -> None:
     """A batch-end hook with nothing to do (JAX: see XlaMonitor.__init__)."""
 
 
-class XlaMonitor(MonitorSurface):
+class XlaMonitor(keras.callbacks.Callback):
     """Tells whether XLA really ran in `fit`, what compiled and what it cost.
 
     Add it to ``model.fit(callbacks=[...])`` (or ``evaluate`` / ``predict``), under Keras's
@@ -128,7 +131,7 @@ class XlaMonitor(MonitorSurface):
             FLOPs only); ``"full"`` also pays a second compile where memory needs one (TensorFlow, JAX before
             0.10); ``"off"``: no analysis.
         peak_flops: one device's peak FLOP/s for the MFU; None (the default): a table of common GPUs and
-            TPUs by device and compute dtype (``core.cost.PEAK_FLOPS``), and no MFU on other devices (CPUs).
+            TPUs by device and compute dtype (``core.program_cost.PEAK_FLOPS``), and no MFU on other devices (CPUs).
 
     Raises:
         ValueError: at construction, for an argument outside its choices (the message names them).
@@ -213,6 +216,120 @@ class XlaMonitor(MonitorSurface):
         unsupported = self.backend.unsupported()
         if unsupported:
             self._lifecycle.refuse(unsupported)
+
+    # ------------------------------------------------------------------ what it shows (read-only)
+
+    @property
+    def async_safe(self) -> bool:
+        """Keras may run the batch-end hooks on its executor thread (JAX): calls end in the step wrapper."""
+        return self._state.ends_in_wrapper
+
+    @property
+    def model(self) -> Any:
+        """The model of the watched call.
+
+        Unlike ``keras.callbacks.Callback.model`` it never syncs Keras's JAX training state into the
+        model's variables (the monitor reads it inside steps).
+
+        Returns:
+            The Keras model of the current (or last) fit / evaluate / predict, or None before any.
+        """
+        return self.backend.callback_model(self)
+
+    # The arguments, as given (normalised): read-only.
+    jit = property(lambda self: self.config.jit)
+    storm_threshold = property(lambda self: self.config.storm_threshold)
+    storm_window = property(lambda self: self.config.storm_window)
+    on_storm = property(lambda self: self.config.on_storm)
+    profile = property(lambda self: self.config.profile)
+    update_freq = property(lambda self: self.config.update_freq)
+    verbose = property(lambda self: self.config.verbose)
+    compile_budget = property(lambda self: self.config.compile_budget)
+    compile_budget_floor = property(lambda self: self.config.compile_budget_floor)
+    max_records = property(lambda self: self.config.max_records)
+
+    @property
+    def log_dir(self) -> Optional[str]:
+        """Where this report's files go (``LOG_DIR/model_N`` for the N-th model), or None.
+
+        Returns:
+            The current model's directory (``~`` expanded), or None with ``log_dir=None``.
+        """
+        return self.sink.log_dir
+
+    @property
+    def error(self) -> Optional[str]:
+        """Why the monitor disabled itself (an internal error), or None.
+
+        Returns:
+            The error's text (training went on unmonitored), or None while the monitor works.
+        """
+        return self._state.current.error
+
+    @property
+    def in_call(self) -> bool:
+        """A fit (or a standalone evaluate / predict) is being watched and has not ended."""
+        return self._state.in_call
+
+    def step_wrapper(self, phase: str) -> Any:
+        """The wrapper this monitor installed on ``phase``'s step function, if any."""
+        return self.backend.wrapper(phase)
+
+    # The current model's report, and its parts (book.ModelReport).
+    @property
+    def session(self) -> Session:
+        return self._state.session
+
+    @property
+    def sink(self) -> OutputSink:
+        return self._state.sink
+
+    @property
+    def traces(self) -> TraceWindows:
+        return self._state.current.traces
+
+    @property
+    def probe(self) -> Optional[CompileProbe]:
+        """The compile probe of the report being written (made at its model's first call), or None."""
+        return self._state.probe
+
+    @property
+    def report(self) -> XlaReport:
+        """The report so far (complete after the fit / evaluate / predict) of the model watched last.
+
+        Returns:
+            An ``XlaReport``, built anew at each read (a snapshot: later steps do not change it).
+
+        Example:
+            `monitor`: the monitor of XlaMonitor's example, after its fit of 2 batches.
+
+            ```pycon
+            >>> monitor.report.steps
+            {'train': 2, 'test': 0, 'predict': 0}
+
+            ```
+        """
+        return self._state.report()
+
+    @property
+    def reports(self) -> List[XlaReport]:
+        """One report per model this monitor watched, in the order it first saw them.
+
+        The model watched last is ``report``. A re-compiled model is the same model.
+
+        Returns:
+            A list of ``XlaReport``, one per model.
+
+        Example:
+            `monitor`: the monitor of XlaMonitor's example, which watched one model.
+
+            ```pycon
+            >>> [report.steps["train"] for report in monitor.reports]
+            [2]
+
+            ```
+        """
+        return self._state.reports()
 
     # ------------------------------------------------------------------ hooks
 
@@ -337,6 +454,6 @@ class XlaMonitor(MonitorSurface):
 
 
 def _missing_profile_tab() -> Optional[str]:
-    from xla_keras.tensorboard.profile_tab import profile_tab_install, profile_tab_installed
+    from xla_keras.core.versions import profile_tab_install, profile_tab_installed
 
     return None if profile_tab_installed() else profile_tab_install()

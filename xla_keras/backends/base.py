@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Protocol, Sequence, Tuple, Type
 
-from xla_keras.core.cost import ProgramCost
+from xla_keras.core.program_cost import ProgramCost
 from xla_keras.core.repeats import SteadyLane
 from xla_keras.core.signatures import InputSignature
 from xla_keras.core.types import CallPlan, CompileObservation, Notes
@@ -233,7 +233,7 @@ class Backend(Protocol):
         """What ends an epoch's data, in Keras's eyes (no error: it goes on after those)."""
 
     def data_kind(self, model: Any) -> str:
-        """What the running call's data is, for a storm fix's code: one of ``fix_code.DATA_KINDS``."""
+        """What the running call's data is, for a storm fix's code: one of ``storms.fixes.DATA_KINDS``."""
 
     def running_callback_list(self, model: Any) -> Any: ...
 
@@ -257,7 +257,7 @@ class Backend(Protocol):
         """The batch's shapes and dtypes, without its values: kept for ``program_cost`` later."""
 
     def program_cost(self, model: Any, phase: str, spec: Any, mode: str, notes: Notes) -> ProgramCost:
-        """What the phase's step program for ``spec``'s shapes costs, off the step path (``core/cost.py``).
+        """What the phase's step program for ``spec``'s shapes costs, off the step path (``core/program_cost.py``).
         ``mode`` "auto" never compiles again; "full" may, for figures only a compile gives (said in
         ``source``). Unavailable figures are None; what the user should know goes to ``notes``."""
 
@@ -271,3 +271,10 @@ class BackendClass(Protocol):
     jit_modes: Tuple[str, ...]  # the JIT modes this backend accepts (a class attribute)
 
     def __call__(self, jit_mode: str = "keep") -> Backend: ...
+
+
+# What every backend's profiler says when it cannot start.
+
+
+class ProfilerBusy(RuntimeError):
+    """Another profiler session (e.g. keras.callbacks.TensorBoard's) is running."""

@@ -1,6 +1,6 @@
 """A watched call from its begin hook to its end: which model's report, the distribution facts, the
-log_dir check, the JIT mode applied and the wrappers installed, then the phases' ends, the fit's end
-or abort, and the final report."""
+log_dir check, the JIT mode applied and the wrappers installed (``StepFunctions``: the model's step
+functions as the monitor sees them), then the phases' ends, the fit's end or abort, and the final report."""
 
 from __future__ import annotations
 
@@ -9,16 +9,76 @@ import weakref
 from typing import Any, Optional, Tuple
 
 from xla_keras.backends.base import Backend
-from xla_keras.callback.fastest import FastestDriver
-from xla_keras.callback.functions import StepFunctions
+from xla_keras.callback.agreement import gather_processes
+from xla_keras.callback.fastest import FastestDriver, kept_decision
 from xla_keras.callback.guards import guard_callback_list
-from xla_keras.callback.processes import gather_processes
 from xla_keras.callback.state import CallState
-from xla_keras.callback.steps import StepPath
+from xla_keras.callback.step_path import StepPath
+from xla_keras.core.cache import CompileTimes, model_key
 from xla_keras.core.messages import say, warn
 from xla_keras.core.types import PHASES
 from xla_keras.errors import LogDirError
-from xla_keras.jit.run import kept_decision
+from xla_keras.jit.trial import Trial, trial_words
+
+# The model's step functions as the monitor sees them: install its wrapper, read back what runs, restore the use
+
+
+class StepFunctions:
+    def __init__(self, state: CallState):
+        self.state = state
+
+    def install(self, phase: str, rebuild: bool = False) -> None:
+        """Wrap ``phase``'s function: under a jit='fastest' trial, the function of the trial's mode."""
+        state = self.state
+        model, run, session = state.model, state.fastest, state.session
+        if run is None or rebuild:
+            installed = state.backend.install(model, phase, state.observer, rebuild=rebuild)
+        else:  # the function of the trial's mode: kept from an earlier switch, or built now
+            installed = state.backend.switch_jit(model, phase, run.on, state.observer)
+            session.functions_forced([phase])
+            if installed.rebuilt and installed.xla_now and run.trial.running and not run.trial.default_on:
+                state.observer.quiet_phase = phase  # the trial's first XLA step: a bare fit would not start XLA
+            run.installed(phase, installed.token, installed.xla_now)
+        session.function_installed(
+            phase,
+            installed.before,
+            installed.token,
+            id(model),
+            rebuild,
+            installed.xla_now,
+            keep_previous=run is not None,
+        )
+
+    def read_back(self, phase: str) -> None:
+        """What really runs for ``phase`` now, with the reason in words (jit='fastest': the decision's)."""
+        state = self.state
+        jit_state = state.backend.read_back(state.model, phase)
+        decision = state.session.jit_decision if state.config.jit == "fastest" else None
+        if decision is not None and not state.backend.jit_refusal:
+            jit_state.reason = trial_words(decision) if isinstance(decision, Trial) else decision.why
+        state.current.jit_state = jit_state
+
+    def restore_model(self) -> None:
+        state = self.state
+        if state.backend.restore_jit(state.model):
+            # A storm fallback switched the model off for that fit only: its step functions must be
+            # rebuilt with the user's own setting. In place, never None: this can run while a call is
+            # still using them, and Keras looks its function up at every step. Tracing is lazy.
+            state.backend.rebuild_functions(state.model, PHASES)
+            state.session.functions_forced(PHASES)
+
+    def set_up_cache(self) -> None:
+        """The persistent compilation cache, and this report's probe (it knows the cache)."""
+        state = self.state
+        current, model = state.current, state.model
+        current.cache = state.backend.cache()
+        effective = current.cache if current.cache and current.cache["effective"] else None
+        current.cache_account.times = CompileTimes(effective["dir"]) if effective else None
+        current.cache_account.model = model_key(model, serialize=state.backend.name != "jax") if effective else ""
+        if current.probe is None:
+            current.probe = state.backend.probe(current.session.notes, model, state.dist.multi_worker)
+        current.probe.configure(current.cache, multi_worker=state.dist.multi_worker)
+
 
 CALL_NAME = {"test": "evaluate", "predict": "predict"}  # a phase run outside a fit
 
@@ -78,7 +138,7 @@ class Lifecycle:
         if state.dist.multi_worker:
             if backend.multi_worker_note:
                 session.notes.add_once("multi-worker-probe", backend.multi_worker_note)
-            agreed = run == "fit" and state.dist.processes > 1  # the workers agree (callback/storm_agreement.py)
+            agreed = run == "fit" and state.dist.processes > 1  # the workers agree (callback/agreement.py)
             if state.config.on_storm != "warn" and not state.dist.signatures_agree and not agreed:
                 session.notes.add_once(
                     "multi-worker-storm",
@@ -220,7 +280,7 @@ class Lifecycle:
         # the two: abort_fit writes), so they are written once (1.0 ms of a 1-epoch fit's 2.9 ms, measured).
 
     def cost_card(self, phases: Tuple[str, ...]) -> None:
-        """Off the step path: analyse the programs compiled since the last time (callback/costs.py),
+        """Off the step path: analyse the programs compiled since the last time (callback/cost_card.py),
         and write the phases' achieved FLOP/s and MFU."""
         state = self.state
         costs, session = state.current.costs, state.session

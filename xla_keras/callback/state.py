@@ -7,16 +7,18 @@ attributes. No TensorFlow: the framework sits behind ``backend``.
 
 from __future__ import annotations
 
-from typing import Any, Callable, List, Optional, Protocol
+from typing import TYPE_CHECKING, Any, Callable, List, Optional, Protocol
 
 from xla_keras.backends.base import Backend, CompileProbe, Distribution, StepObserver
-from xla_keras.callback.book import ModelReport, ReportBook
 from xla_keras.callback.guards import Guarded
+from xla_keras.callback.reports import ModelReport, ReportBook
 from xla_keras.config import MonitorConfig
 from xla_keras.core.session import Session
-from xla_keras.jit.run import FastestRun
 from xla_keras.report.model import XlaReport
 from xla_keras.tensorboard.sink import OutputSink
+
+if TYPE_CHECKING:  # callback/fastest.py imports this module
+    from xla_keras.callback.fastest import FastestRun
 
 RUN_WORD = {"train": "fit", "test": "evaluation", "predict": "prediction"}
 

@@ -5,9 +5,8 @@ from __future__ import annotations
 
 from typing import NamedTuple, Optional
 
-from xla_keras.callback.functions import StepFunctions
-from xla_keras.callback.lifecycle import Lifecycle
-from xla_keras.callback.processes import gather_processes
+from xla_keras.callback.agreement import gather_processes
+from xla_keras.callback.lifecycle import Lifecycle, StepFunctions
 from xla_keras.callback.state import RUN_WORD, CallState
 from xla_keras.core.messages import warn
 from xla_keras.core.types import PHASES
@@ -28,7 +27,7 @@ def fallback_words(storm: Storm, run: str, op_by_op_shape_seconds: Optional[floa
 
 
 class PendingStorm(NamedTuple):
-    """A storm whose raise or fallback waits for the workers' next agreement (callback/storm_agreement.py)."""
+    """A storm whose raise or fallback waits for the workers' next agreement (callback/agreement.py)."""
 
     phase: str
     step: int

@@ -1,4 +1,5 @@
-"""What a persistent compilation cache saved: fresh compile seconds, remembered across processes.
+"""What a persistent compilation cache saved: fresh compile seconds, remembered across processes; and the
+atomic write every file the package replaces goes through (``atomic_write_text``).
 
 A persistent XLA cache keeps executables but not what compiling them cost. So
 that a later process can say what a load from the cache saved, the monitor
@@ -20,9 +21,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import uuid
 from typing import Any, Dict, Optional
-
-from xla_keras.core.files import atomic_write_text
 
 ENTRIES = "xla_keras_compile_seconds"
 LEGACY_SIDECAR = "xla_keras_compile_seconds.json"
@@ -108,3 +108,24 @@ class CacheAccount:
         else:
             self.saved_seconds += max(0.0, fresh - seconds)
             self.loads_known += 1
+
+
+# Writing files that readers must never see half-written. Pure (no TensorFlow).
+
+
+def atomic_write_text(path: str, text: str) -> str:
+    """Replace ``path`` with ``text`` atomically; returns ``path``."""
+    directory = os.path.dirname(path) or "."
+    os.makedirs(directory, exist_ok=True)
+    tmp = os.path.join(directory, f".{os.path.basename(path)}.{os.getpid()}.{uuid.uuid4().hex}.tmp")
+    try:
+        with open(tmp, "x") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    return path

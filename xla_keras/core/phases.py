@@ -15,11 +15,10 @@ from typing import Callable, Dict, List, Optional, Tuple
 from xla_keras.core.signatures import InputSignature
 from xla_keras.core.timing import BETWEEN_DRAINS, PER_STEP, DrainedInterval, PhaseTiming
 from xla_keras.core.types import MEASURED, CompileObservation, Scalar
-from xla_keras.report.records import Compilation, SlowStep
+from xla_keras.report.model import Compilation, SlowStep
 from xla_keras.storms.budget import PhaseAdvice
 from xla_keras.storms.detection import ShapeHistory, Storm
-from xla_keras.storms.lengths import BatchSample
-from xla_keras.storms.real_length_advice import SampleView
+from xla_keras.storms.lengths import BatchSample, SampleView
 from xla_keras.tensorboard.metadata import TAG_STEADY_STEP_TIME, TAG_STEP_TIME
 
 

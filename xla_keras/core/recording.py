@@ -8,7 +8,7 @@ from xla_keras.core.phases import CallScratch, PhaseStats
 from xla_keras.core.signatures import InputSignature
 from xla_keras.core.timing import SLOW_MIN_EXCESS_SECONDS, PhaseTiming
 from xla_keras.core.types import CallOutcome, CompileObservation, Scalar
-from xla_keras.report.records import Compilation, SlowStep
+from xla_keras.report.model import Compilation, SlowStep
 from xla_keras.tensorboard.metadata import TAG_COMPILATIONS, TAG_COMPILE_TIME, TAG_STEP_TIME
 
 if TYPE_CHECKING:

@@ -1,5 +1,8 @@
 """The backend-neutral core: what happened in each phase, call by call. Pure (no TensorFlow, no Keras).
 
+It also watches which step function runs each phase (``FunctionWatch``): one a user replaced behind the
+monitor starts an empty XLA cache.
+
 A backend's step wrapper tells the session "a call began with these batches"
 (their input signatures) and, at the batch-end hook, "the call ended, with this
 compile observation or none"; the session answers with what happened: the
@@ -11,10 +14,9 @@ keeps is bounded (``phases.py``); ``snapshot()`` freezes it for a report
 from __future__ import annotations
 
 import time
-from typing import Callable, Dict, List, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Sequence, Union
 
 from xla_keras.config import MonitorConfig
-from xla_keras.core.functions import FunctionWatch
 from xla_keras.core.ledger import CompileLedger
 from xla_keras.core.phases import CallScratch, PhaseStats, SessionSnapshot, WallClock, fallback_began, fallback_view
 from xla_keras.core.recording import StepRecorder
@@ -24,9 +26,13 @@ from xla_keras.core.types import PHASES, CallOutcome, CallPlan, CompileObservati
 from xla_keras.jit.decision import Decision
 from xla_keras.jit.modes import JitState
 from xla_keras.jit.trial import Trial, trial_view
-from xla_keras.storms.analysis import StormAnalysis
+from xla_keras.storms.advice import StormAnalysis
 from xla_keras.storms.detection import Storm, StormDetector, batch_rows
 from xla_keras.tensorboard.metadata import TAG_DISTINCT_SIGNATURES, TAG_STORM
+
+if TYPE_CHECKING:
+    from xla_keras.core.ledger import CompileLedger
+    from xla_keras.core.phases import PhaseStats
 
 # Auto-clustering compiles a new signature of an already-run cluster only on
 # its second request (TensorFlow's lazy compilation): probe the first few occurrences.
@@ -65,7 +71,7 @@ class Session:
         self.recorder = StepRecorder(self.phases, self.calls, config, between_drains)
         self.repeats = Repeats(self.phases, self.calls, self.ledger, self.wall, self.drain)
         self.functions = FunctionWatch(self.ledger, self.phases)
-        self.data_kind = "tf.data"  # what the storm fix's code is written for (fix_code.DATA_KINDS)
+        self.data_kind = "tf.data"  # what the storm fix's code is written for (storms.fixes.DATA_KINDS)
         self._views_taken = 0
         self.run = "fit"  # the running (or last) call: "fit", "evaluate" or "predict"
         self.runs: Dict[str, int] = {}  # calls of each kind so far (the running one's index: runs[run])
@@ -385,3 +391,43 @@ class Session:
             self.analysis.advice(self.phases, self.storms, self.data_kind, self.run, self.runs.get(self.run, 1)),
             view,
         )
+
+
+# Which step function runs each phase, and whether a user replaced one behind the monitor.
+
+
+class FunctionWatch:
+    """A function replaced since its phase last ran, and not by the monitor (e.g. model.compile),
+    starts an empty XLA cache: known shapes compile again. Counted per phase (``PhaseStats.rebuilds``)
+    so that the report can say why."""
+
+    def __init__(self, ledger: CompileLedger, phases: Dict[str, PhaseStats]):
+        self.ledger = ledger
+        self.phases = phases
+        self._models: Dict[str, int] = {}  # id of the model each phase's function belongs to
+        self._forced: set = set()  # phases whose function the monitor itself dropped or rebuilt
+
+    def forced(self, phases: Sequence[str]) -> None:
+        """The monitor itself dropped or rebuilt these phases' functions (not a user's rebuild)."""
+        self._forced.update(phases)
+
+    def installed(
+        self,
+        phase: str,
+        before: object,
+        token: object,
+        model_id: int,
+        rebuilt: bool,
+        xla_now: bool,
+        keep_previous: bool = False,
+    ) -> None:
+        """The step function ``token`` now runs ``phase`` (``before``: the one found there)."""
+        replaced = (
+            self._models.get(phase) == model_id
+            and phase not in self._forced
+            and self.ledger.function(phase) is not before
+        )
+        self._forced.discard(phase)
+        self._models[phase] = model_id
+        if self.ledger.set_function(phase, token, keep_previous) and replaced and not rebuilt and xla_now:
+            self.phases[phase].rebuilds += 1

@@ -15,7 +15,7 @@ from xla_keras.core.messages import wrapped
 from xla_keras.core.signatures import InputSignature
 
 if TYPE_CHECKING:
-    from xla_keras.report.records import Compilation
+    from xla_keras.report.model import Compilation
 
 logger = logging.getLogger("xla_keras")
 

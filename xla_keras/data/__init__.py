@@ -18,7 +18,7 @@ parts is ``x``, ``y``, ``sample_weight``, anything else is ``x``; dicts add
 are axes of a batch (axis 0 is the rows).
 
 Modules: ``plan`` reads a fix, ``batches`` pads one batch, ``arrays`` and
-``tfdata`` apply a fix to numpy and tf.data pipelines, ``pydataset`` holds
+``tfdata`` apply a fix to numpy and tf.data pipelines, ``arrays.pydataset`` holds
 the PyDataset that numpy results come back in.
 
 Example:

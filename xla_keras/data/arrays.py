@@ -1,6 +1,6 @@
 """Fixes on numpy batches: a list, a sequence or a generator of batches, or a PyDataset.
 
-No TensorFlow: what comes back is a ``keras.utils.PyDataset`` (``pydataset``) of numpy batches,
+No TensorFlow: what comes back is a ``keras.utils.PyDataset`` (``pydataset``, below) of numpy batches,
 read lazily by index where the data allows it.
 """
 
@@ -14,7 +14,6 @@ import numpy as np
 from xla_keras.core.signatures import leaves, map_leaves
 from xla_keras.data.batches import leaf_at, pad_lengths, pad_rows, rows
 from xla_keras.data.plan import Bucketing, Target, check_rank, padded_length
-from xla_keras.data.pydataset import pydataset
 from xla_keras.storms.fixes import DROP, PAD
 
 
@@ -241,3 +240,67 @@ def bucket_numpy(data: Any, spec: Bucketing) -> Any:
     # Dropping is done: what is left of the fix is per batch (pad the partial ones' rows).
     remainder = None if spec.remainder == DROP else spec.remainder
     return pydataset(batches, len(batches), NumpyFix((), spec.batch_size, remainder))
+
+
+# The ``keras.utils.PyDataset`` that fixed numpy batches come back in.
+
+
+_BATCHES_CLASS = None
+
+
+def batches_class() -> type:
+    """The PyDataset subclass, made on first use so that importing this module imports no Keras."""
+    global _BATCHES_CLASS
+    if _BATCHES_CLASS is None:
+        import keras
+
+        class _Batches(keras.utils.PyDataset):
+            """Batches of ``source`` (indexable) through ``fix(batch, index)``, read lazily by index."""
+
+            def __init__(self, source: Any, length: Optional[int], fix: Callable[[Any, int], Any], **kwargs: Any):
+                super().__init__(**kwargs)
+                self._source, self._length, self._fix = source, length, fix
+
+            @property
+            def num_batches(self) -> Optional[int]:
+                return self._length
+
+            def __len__(self) -> int:
+                if self._length is None:
+                    raise TypeError("This PyDataset is infinite: it has no len().")
+                return self._length
+
+            def __getitem__(self, index: int) -> Any:
+                if self._length is not None:
+                    if index < 0:
+                        index += self._length
+                    if not 0 <= index < self._length:
+                        raise IndexError(f"batch index {index} out of range ({self._length} batches)")
+                return self._fix(self._source[index], index)
+
+            def on_epoch_begin(self) -> None:
+                getattr(self._source, "on_epoch_begin", lambda: None)()
+
+            def on_epoch_end(self) -> None:
+                getattr(self._source, "on_epoch_end", lambda: None)()
+
+        # Module-level names, so pickle (multiprocessing workers) finds the class again.
+        _Batches.__module__, _Batches.__qualname__ = __name__, "_Batches"
+        _BATCHES_CLASS = _Batches
+    return _BATCHES_CLASS
+
+
+def __getattr__(name: str) -> Any:
+    if name == "_Batches":  # unpickling in a worker process: build the class there too
+        return batches_class()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def pydataset(source: Any, length: Optional[int], fix: Callable[[Any, int], Any], like: Any = None) -> Any:
+    """A PyDataset of ``fix(source[i], i)``; it keeps the parallelism of ``like`` (a PyDataset source),
+    whose ``__getitem__`` now runs inside ours."""
+    kwargs = {}
+    for name in ("workers", "use_multiprocessing", "max_queue_size"):
+        if hasattr(like, name):
+            kwargs[name] = getattr(like, name)
+    return batches_class()(source, length, fix, **kwargs)

@@ -6,7 +6,7 @@ The trial, step by step (every number is a constant below, with its reason):
    a CPU under TensorFlow; on under JAX, or with a GPU and no strategy), from
    the fit's first step. Its first call (trace, compile) is never a steady
    step, and the next ``WARMUP_STEPS`` are not measured either.
-2. The gate, at the end of block 0 (``xla_keras.jit.gate``), may keep the
+2. The gate, at the end of block 0 (``xla_keras.jit.decision``), may keep the
    default without a trial, and says why.
    Under JAX's asynchronous dispatch a step's own time is not observable: while the trial runs, the
    monitor waits for the device about every ``TRIAL_SAMPLE_SECONDS`` (and after each settling step),
@@ -28,7 +28,7 @@ The trial, step by step (every number is a constant below, with its reason):
    ``MIN_GAIN``, the faster mode; inside +-``MIN_GAIN``, a tie; after
    ``MAX_ROUNDS``, a tie. A tie keeps the default.
 5. The faster mode is then priced over the rest of the fit
-   (``xla_keras.jit.pricing``), and XLA kept on over a default off is watched
+   (``xla_keras.jit.decision``), and XLA kept on over a default off is watched
    (``xla_keras.jit.decision.Watch``).
 
 The rules are read from this module when used: scenarios and tests tune them here.
@@ -38,16 +38,94 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from statistics import median
 from typing import Any, Deque, Dict, List, Optional, Sequence
 
-from xla_keras.jit import evidence, gate
-from xla_keras.jit.decision import MAX_SAMPLES, Decision, Watch, measuring_view, mode_word
-from xla_keras.jit.evidence import Block
-from xla_keras.jit.outlook import Outlook, StormRule
-from xla_keras.jit.pricing import price_faster
-from xla_keras.jit.statistics import Ratio, Spread, separated, spread
+from xla_keras.jit.decision import (
+    MAX_SAMPLES,
+    Decision,
+    Outlook,
+    Ratio,
+    Spread,
+    StormRule,
+    Watch,
+    keep_default_reason,
+    measuring_view,
+    mode_word,
+    price_faster,
+    separated,
+    shapes_vary,
+    spread,
+    time_left,
+)
+
+# The trial's evidence: blocks of steady steps per mode, paired into rounds.
+
+
+@dataclass
+class Block:
+    on: bool
+    start: int  # its first train step
+    skip: int  # steps not measured after the switch
+    values: List[float] = field(default_factory=list)  # its samples: one step each, or one interval's mean (JAX)
+    complete: bool = False
+    steps: int = 0  # the steps its samples measured
+
+    def wants(self, step: int) -> bool:
+        return step >= self.start + self.skip
+
+
+def rounds(blocks: Sequence[Block]) -> List[float]:
+    """log(median on / median off) of each pair of adjacent blocks (a round): pairing neighbours
+    cancels the machine's slow drift (on a 2-core CPU, block medians of a 1.4 ms step wandered
+    by +-20% over a minute), and the rounds' spread is the noise between blocks."""
+    out, pending = [], None
+    for block in blocks[1:]:  # block 0 (the fit's first steps, before the gate) is measured apart
+        if not block.complete or not block.values:
+            continue
+        if pending is not None and pending.on != block.on:
+            on, off = (block, pending) if block.on else (pending, block)
+            out.append(math.log(median(on.values) / median(off.values)))
+            pending = None
+        else:
+            pending = block
+    return out
+
+
+def measured_blocks(blocks: Sequence[Block], on: bool) -> int:
+    return sum(1 for b in blocks if b.on == on and b.complete and b.values)
+
+
+def compile_each(
+    shape_costs: Sequence[float], first_call_on: Optional[float], compile_seconds: Sequence[float]
+) -> Optional[float]:
+    """What one more XLA compile costs the fit: measured on this fit's compiling steps."""
+    if shape_costs:
+        return median(shape_costs)
+    # No step compiled a new shape yet: XLA's first call (a compile, and the trace, probe and
+    # bookkeeping around it) is the nearest measure; the compile alone was 2-2.5x below a storm's.
+    measured = [t for t in (first_call_on, median(compile_seconds) if compile_seconds else None) if t is not None]
+    return max(measured) if measured else None
+
+
+def summary(
+    samples: Dict[bool, Deque[float]],
+    blocks: Sequence[Block],
+    first_call: Dict[bool, Optional[float]],
+    steps: Dict[bool, int],
+) -> dict:
+    """The evidence's fields of a decision (and of the trial's view while it runs), per mode (``steps``:
+    the steady steps each mode's samples measured)."""
+    on, off = spread(samples[True]), spread(samples[False])
+    return {
+        "medians": {"on": on.median if on else None, "off": off.median if off else None},
+        "spreads": {"on": on.iqr if on else None, "off": off.iqr if off else None},
+        "steps_measured": {"on": steps[True], "off": steps[False]},
+        "blocks": {"on": measured_blocks(blocks, True), "off": measured_blocks(blocks, False)},
+        "first_call_seconds": {"on": first_call[True], "off": first_call[False]},
+    }
+
 
 WARMUP_STEPS = 5  # after the first call: allocator and cache warm-up make the next steps slower
 SETTLE_STEPS = 2  # after a switch: JAX's queue still holds the previous mode's steps; caches change
@@ -228,7 +306,7 @@ class Trial:
         block = self.blocks[-1]
         if not self._screened and block.on and not self.default_on and self.first_call[True] is not None:
             self._screened = True  # XLA's first call just ended: price the shapes ahead by what it cost
-            words = gate.shapes_vary(outlook, self.storm, self._time_left(outlook), self._compile_each(), True)
+            words = shapes_vary(outlook, self.storm, self._time_left(outlook), self._compile_each(), True)
             if words is not None:
                 return self._decide(False, step, outlook, "shapes_vary", words)
         if self.paused:  # the first train step after validation: measure the paused mode again
@@ -262,9 +340,7 @@ class Trial:
         )
         one_time = self.one_time_factor * first if first is not None else None
         left = self._time_left(outlook)
-        reason = gate.keep_default_reason(
-            outlook, self.storm, self.default_on, one_time, left, MIN_STEPS_LEFT, TRIAL_BUDGET
-        )
+        reason = keep_default_reason(outlook, self.storm, self.default_on, one_time, left, MIN_STEPS_LEFT, TRIAL_BUDGET)
         if reason is not None:
             return self._keep_default(step, reason[0], outlook, reason[1])
         default = spread(self.samples[self.default_on])
@@ -274,7 +350,7 @@ class Trial:
         return self._start(not self.default_on, step)
 
     def _time_left(self, outlook: Outlook) -> Optional[float]:
-        return gate.time_left(spread(self.samples[self.default_on]), outlook)
+        return time_left(spread(self.samples[self.default_on]), outlook)
 
     def _after_block(self, step: int, outlook: Outlook) -> Optional[bool]:
         if not self.blocks[-1].values:  # a whole block without one steady step
@@ -297,11 +373,11 @@ class Trial:
         return self._start(not self.blocks[-1].on, step)
 
     def rounds(self) -> List[float]:
-        """log(median on / median off) of each round (see ``evidence.rounds``)."""
-        return evidence.rounds(self.blocks)
+        """log(median on / median off) of each round (see ``rounds``)."""
+        return rounds(self.blocks)
 
     def _compile_each(self) -> Optional[float]:
-        return evidence.compile_each(self.shape_costs, self.first_call[True], self.compile_seconds)
+        return compile_each(self.shape_costs, self.first_call[True], self.compile_seconds)
 
     def _faster(
         self, on_faster: bool, step: int, outlook: Outlook, on: Spread, off: Spread, ratio: Ratio
@@ -329,7 +405,7 @@ class Trial:
     def _decide(
         self, on: bool, step: int, outlook: Outlook, basis: str, why: str, saving: Optional[float] = None
     ) -> Optional[bool]:
-        facts = evidence.summary(self.samples, self.blocks, self.first_call, self.steps_measured)
+        facts = summary(self.samples, self.blocks, self.first_call, self.steps_measured)
         self.decision = Decision(
             mode=mode_word(on),
             basis=basis,
@@ -390,7 +466,7 @@ class Trial:
             self._fresh = True
         return on
 
-    # ------------------------------------------------------------ several processes (jit/agreement.py)
+    # ------------------------------------------------------------ several processes (callback/agreement.py)
 
     def follow(self, step: int, on: bool) -> Optional[bool]:
         """Several processes: the chief's trial switched at this agreed step; this one does the same."""
@@ -432,7 +508,7 @@ def trial_view(trial: Trial) -> dict:
         return trial.decision.to_dict()
     rounds = trial.rounds()
     return measuring_view(
-        evidence.summary(trial.samples, trial.blocks, trial.first_call, trial.steps_measured),
+        summary(trial.samples, trial.blocks, trial.first_call, trial.steps_measured),
         now_on=trial.on,
         default_on=trial.default_on,
         trial_compile_seconds=sum(trial.compile_seconds),

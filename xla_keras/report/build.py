@@ -9,8 +9,7 @@ from xla_keras.core.phases import SessionSnapshot
 from xla_keras.core.timing import break_even_steps, comparable, share
 from xla_keras.core.types import MEASURED, PHASES
 from xla_keras.jit.modes import JitState, ProbeFacts, verdict
-from xla_keras.report.model import XlaReport
-from xla_keras.report.records import ESTIMATED_BECAUSE, Compilation
+from xla_keras.report.model import ESTIMATED_BECAUSE, Compilation, XlaReport
 from xla_keras.storms.detection import partial_batch_note, train_vs_validation_note
 
 
@@ -31,7 +30,7 @@ class ReportContext:
     backend: str = "tensorflow"
     other_compilations: Dict[str, dict] = field(default_factory=dict)
     processes: Tuple[Dict[str, Any], ...] = ()  # several processes: each one's counts, gathered
-    costs: Dict[str, Dict[str, Any]] = field(default_factory=dict)  # per phase: achieved rates (callback/costs.py)
+    costs: Dict[str, Dict[str, Any]] = field(default_factory=dict)  # per phase: achieved rates (callback/cost_card.py)
 
 
 def build_report(snapshot: SessionSnapshot, context: ReportContext) -> XlaReport:

@@ -18,10 +18,9 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from xla_keras.core.types import PHASES
-from xla_keras.report.figures import quantity
+from xla_keras.report.figures import ms_text, quantity
 from xla_keras.report.model import XlaReport
 from xla_keras.report.schema import DISPATCH
-from xla_keras.report.units import ms_text
 
 DIFF_SCHEMA_VERSION = 1
 FORMATS = ("text", "markdown", "json")

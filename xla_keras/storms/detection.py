@@ -16,8 +16,14 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 from xla_keras.core.arguments import integer, known_fields
 from xla_keras.core.messages import WIDTH, shaped, within
 from xla_keras.core.signatures import InputSignature, diff, fingerprint
-from xla_keras.storms.fix_code import data_name
-from xla_keras.storms.fixes import APPLIED_KINDS, CONSISTENT_STRUCTURE, DROP_REMAINDER, PAD_REMAINDER, fix_value
+from xla_keras.storms.fixes import (
+    APPLIED_KINDS,
+    CONSISTENT_STRUCTURE,
+    DROP_REMAINDER,
+    PAD_REMAINDER,
+    data_name,
+    fix_value,
+)
 
 ON_STORM = ("warn", "raise", "fallback")
 # Beyond this many distinct signatures per phase the history keeps counting

@@ -30,6 +30,7 @@ from typing import Any, Callable, Dict, NamedTuple, Optional, Tuple
 from tensorboard.plugins import base_plugin
 from werkzeug import wrappers
 
+from xla_keras.core.versions import profile_tab_install, profile_tab_installed
 from xla_keras.report.schema import ParsedReport
 from xla_keras.tensorboard import views
 from xla_keras.tensorboard.metadata import (
@@ -41,7 +42,6 @@ from xla_keras.tensorboard.metadata import (
     content_version,
     decode_report_data,
 )
-from xla_keras.tensorboard.profile_tab import profile_tab_install, profile_tab_installed
 
 STATIC_FILES = {"index.js": "text/javascript; charset=utf-8", "style.css": "text/css; charset=utf-8"}
 STATIC_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "static")

@@ -28,7 +28,7 @@ import tempfile
 import time
 from typing import Any, Callable, Dict, Iterable, Optional
 
-from xla_keras.core.files import atomic_write_text
+from xla_keras.core.cache import atomic_write_text
 from xla_keras.report.schema import REPORT_FILE
 from xla_keras.tensorboard.metadata import (
     LAYOUT_CATEGORY,

@@ -14,7 +14,7 @@ import sys
 from dataclasses import dataclass
 from typing import List
 
-from xla_keras.tensorboard.profile_tab import profile_tab_install, profile_tab_installed
+from xla_keras.core.versions import profile_tab_install, profile_tab_installed
 
 LEVELS = ("ok", "info", "warn", "error")
 

@@ -5,7 +5,8 @@ predict) and ends each call when the next one begins (no sync), ``probe.py``
 counts and times compiles from ``jax.monitoring`` events, ``jit.py`` applies
 and reads back ``jit_compile`` and configures JAX's persistent cache, and
 ``_internals.py`` holds every private JAX / Keras API this backend uses. JAX is
-imported inside functions only. What both backends share is ``keras_backend.py``.
+imported inside functions only. What both backends share is ``keras_backend.py``. Several JAX
+processes gather a few numbers from each here (``allgather``).
 """
 
 from __future__ import annotations
@@ -16,13 +17,13 @@ from typing import Any, ClassVar, Dict, List, Optional, Sequence, Tuple
 from xla_keras.backends.base import CompileProbe, Distribution
 from xla_keras.backends.jax import _internals, cost
 from xla_keras.backends.jax.jit import MODES, JitController, persistent_cache
-from xla_keras.backends.jax.probe import JaxProbe
+from xla_keras.backends.jax.probe import RECORDER, JaxProbe
 from xla_keras.backends.jax.steps import StepWrappers, end_of_data, wait_for
 from xla_keras.backends.keras_backend import KerasBackend, is_keras3_model
-from xla_keras.core.cost import ProgramCost
+from xla_keras.core.program_cost import ProgramCost
 from xla_keras.core.signatures import InputSignature, signature_of
 from xla_keras.core.types import Notes
-from xla_keras.storms.fix_code import data_kind_of
+from xla_keras.storms.fixes import data_kind_of
 
 __all__ = ["JaxBackend"]
 
@@ -139,6 +140,20 @@ class JaxBackend(KerasBackend):
         return _internals.device_kind()
 
     def gather(self, values: Sequence[float]) -> Optional[List[List[float]]]:
-        from xla_keras.backends.jax.agreement import allgather
-
         return allgather(values)
+
+
+# Several JAX processes under one keras.distribution: a few numbers from each, gathered.
+
+
+def allgather(values: Sequence[float]) -> List[List[float]]:
+    """Every process's ``values``, in process order (float32: counts stay exact below 2**24)."""
+    import numpy as np
+    from jax.experimental import multihost_utils
+
+    events = RECORDER.begin()  # the gather's own compile: caught here, and dropped
+    try:
+        rows = multihost_utils.process_allgather(np.asarray(values, dtype=np.float32))
+    finally:
+        RECORDER.end(events)
+    return [[float(v) for v in row] for row in np.asarray(rows).reshape(-1, len(values))]

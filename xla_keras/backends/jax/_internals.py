@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from typing import Any, Optional, Tuple
 
+from xla_keras.backends.base import ProfilerBusy
 from xla_keras.backends.chain import unwrap
 from xla_keras.backends.keras._internals import (  # noqa: F401 - re-exported: Keras-level, backend-neutral
     InternalsMoved,
@@ -31,7 +32,6 @@ from xla_keras.backends.keras._internals import (  # noqa: F401 - re-exported: K
     set_raw_model_jit,
     user_data,
 )
-from xla_keras.backends.profiler import ProfilerBusy
 from xla_keras.core.versions import installed_version as _version
 
 TESTED_VERSIONS = {"jax": "0.4.36-0.10", "keras": "3.7-3.15"}
@@ -224,7 +224,7 @@ def stop_trace() -> None:
 # --------------------------------------------------------------------------
 # The state Keras passes its step (keras/src/backend/jax/trainer.py, _get_jax_state): per phase, the
 # variable lists in the order fit / evaluate / predict pass them. The cost card lowers the jitted step
-# with their shapes (core/cost.py).
+# with their shapes (core/program_cost.py).
 
 _STATE_LISTS = {
     "train": ("trainable_variables", "non_trainable_variables", "optimizer", "metrics_variables"),

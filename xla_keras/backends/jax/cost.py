@@ -21,7 +21,7 @@ from typing import Any
 
 from xla_keras.backends.jax import _internals
 from xla_keras.backends.jax.probe import RECORDER
-from xla_keras.core.cost import ProgramCost
+from xla_keras.core.program_cost import ProgramCost
 from xla_keras.core.types import Notes
 from xla_keras.core.versions import release
 

@@ -17,16 +17,16 @@ from xla_keras.backends.base import Distribution, StepObserver
 from xla_keras.backends.chain import FUNCTION_ATTR
 from xla_keras.backends.keras_backend import KerasBackend, is_keras3_model
 from xla_keras.backends.tensorflow import _internals, cost
+from xla_keras.backends.tensorflow.flags import tracing_count
 from xla_keras.backends.tensorflow.jit import JitController, persistent_cache
 from xla_keras.backends.tensorflow.probe import TensorFlowProbe
-from xla_keras.backends.tensorflow.runtime import tracing_count
 from xla_keras.backends.tensorflow.steps import StepWrappers, end_of_data
-from xla_keras.core.cost import ProgramCost
+from xla_keras.core.program_cost import ProgramCost
 from xla_keras.core.signatures import InputSignature, signature_of
 from xla_keras.core.types import Notes
 from xla_keras.core.versions import keras_unsupported
 from xla_keras.jit.modes import MODES
-from xla_keras.storms.fix_code import data_kind_of
+from xla_keras.storms.fixes import data_kind_of
 
 __all__ = ["TensorFlowBackend"]
 

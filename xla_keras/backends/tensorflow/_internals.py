@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any, List, Optional
 
+from xla_keras.backends.base import ProfilerBusy
 from xla_keras.backends.chain import unwrap, wrap_marker  # noqa: F401 - our own markers, re-exported for the helpers below
 from xla_keras.backends.keras._internals import (  # noqa: F401 - Keras-level, re-exported for the backend's callers
     TESTED_VERSIONS,
@@ -28,16 +29,13 @@ from xla_keras.backends.keras._internals import (  # noqa: F401 - Keras-level, r
     set_raw_model_jit,
     user_data,
 )
-from xla_keras.backends.profiler import ProfilerBusy
 from xla_keras.backends.tensorflow.flags import (
     auto_jit_value,
     env_auto_jit_on,
+    has_accelerator,
     override_auto_jit,
 )
 from xla_keras.backends.tensorflow.quiet import without_profiler_lines
-from xla_keras.backends.tensorflow.runtime import (
-    has_accelerator,
-)
 from xla_keras.backends.tensorflow.trace_events import TraceEvent
 from xla_keras.core.versions import installed_version, tensorflow_version
 

@@ -1,4 +1,5 @@
-"""TF_XLA_FLAGS, parsed one way for the whole package. Pure (no TensorFlow import).
+"""TensorFlow's XLA settings: TF_XLA_FLAGS, parsed one way for the whole package (pure), and the
+settings and facts read or set through TensorFlow's public APIs (TensorFlow imported on call).
 
 TensorFlow reads ``TF_XLA_FLAGS`` once, when it creates its devices: tokens of
 the form ``--name`` or ``--name=value`` (the leading dashes optional), the last
@@ -9,7 +10,7 @@ op, which is why ``xla-keras doctor`` proves a value in a subprocess.
 from __future__ import annotations
 
 import os
-from typing import List, Mapping, Optional
+from typing import Any, List, Mapping, Optional, Tuple
 
 ENV = "TF_XLA_FLAGS"
 CPU_GLOBAL_JIT = "tf_xla_cpu_global_jit"
@@ -99,3 +100,33 @@ def env_auto_jit_on(env: Optional[dict] = None) -> bool:
     if env is None and _auto_jit_override is not None:
         return auto_jit_on(_auto_jit_override)
     return auto_jit_on(auto_jit_value(env))
+
+
+# TensorFlow and Keras facts read through their public APIs (TensorFlow imported on call).
+
+
+def tracing_count(step_fn: Any) -> Optional[int]:
+    if step_fn is None:
+        return None
+    try:
+        return step_fn.experimental_get_tracing_count()
+    except Exception:  # noqa: BLE001 - only a hint in the report
+        return None
+
+
+def data_iterator_types() -> Tuple[type, ...]:
+    import tensorflow as tf
+
+    return (tf.data.Iterator, tf.distribute.DistributedIterator)
+
+
+def set_autoclustering(enabled: bool) -> None:
+    import tensorflow as tf
+
+    tf.config.optimizer.set_jit("autoclustering" if enabled else False)
+
+
+def has_accelerator() -> bool:
+    import tensorflow as tf
+
+    return any(d.device_type != "CPU" for d in tf.config.list_physical_devices())

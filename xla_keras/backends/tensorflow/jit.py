@@ -20,8 +20,9 @@ from xla_keras.backends.tensorflow.flags import (
     XlaFlags,
     env_auto_jit_on,
     env_flag_set,
+    has_accelerator,
+    set_autoclustering,
 )
-from xla_keras.backends.tensorflow.runtime import has_accelerator, set_autoclustering
 from xla_keras.core.messages import warn
 from xla_keras.errors import XlaKerasWarning
 from xla_keras.jit.modes import (

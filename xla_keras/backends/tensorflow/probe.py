@@ -24,9 +24,9 @@ from __future__ import annotations
 import os
 from typing import Any, Optional
 
-from xla_keras.backends.profiler import ProfilerBusy
+from xla_keras.backends.base import ProfilerBusy
 from xla_keras.backends.tensorflow import _internals
-from xla_keras.backends.tensorflow.runtime import tracing_count
+from xla_keras.backends.tensorflow.flags import tracing_count
 from xla_keras.backends.tensorflow.trace_events import (
     STEP_KERNEL_COMPILE_MIN_SECONDS,
     cache_loads_from_trace,

@@ -23,8 +23,8 @@ from typing import Any, List, Optional
 from xla_keras.backends.base import StepObserver
 from xla_keras.backends.chain import FUNCTION_ATTR, MAKE_FUNCTION, WrapperChain  # noqa: F401 - FUNCTION_ATTR re-exported
 from xla_keras.backends.tensorflow import _internals
+from xla_keras.backends.tensorflow.flags import data_iterator_types
 from xla_keras.backends.tensorflow.quiet import without_xla_startup_lines
-from xla_keras.backends.tensorflow.runtime import data_iterator_types
 
 
 def end_of_data() -> tuple:

@@ -15,7 +15,7 @@ import weakref
 from typing import Any, Callable, Dict, List, Optional
 
 from xla_keras.backends.base import Backend, CompileProbe
-from xla_keras.callback.costs import CostMeter
+from xla_keras.callback.cost_card import CostMeter
 from xla_keras.callback.traces import TraceWindows
 from xla_keras.config import MonitorConfig
 from xla_keras.core.cache import CacheAccount
@@ -47,7 +47,7 @@ class ModelReport:
         self.cache_account = CacheAccount(None, "", config.jit)
         self.state: Optional[str] = None  # "finished" / "interrupted" once a call has ended
         self.stopped: Optional[str] = None  # where the last interrupted call stopped, in words
-        self.processes: List[Dict[str, Any]] = []  # several processes: each one's counts (callback/processes.py)
+        self.processes: List[Dict[str, Any]] = []  # several processes: each one's counts (callback/agreement.py)
         self.costs = CostMeter(config.cost, config.peak_flops, backend, self.session.notes)
 
     def ended(self, interrupted: Optional[str] = None) -> None:

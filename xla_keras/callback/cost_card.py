@@ -13,8 +13,8 @@ from __future__ import annotations
 from typing import Any, Dict, List, Optional, Tuple
 
 from xla_keras.backends.base import Backend
-from xla_keras.core.cost import ANALYSES_PER_CALL, ProgramCost, peak_flops_for, phase_rates
 from xla_keras.core.phases import PhaseStats
+from xla_keras.core.program_cost import ANALYSES_PER_CALL, ProgramCost, peak_flops_for, phase_rates
 from xla_keras.core.signatures import fingerprint
 from xla_keras.core.types import CallPlan, Notes, Scalar
 from xla_keras.tensorboard.metadata import TAG_FLOPS_PER_SECOND, TAG_MFU
@@ -114,7 +114,7 @@ class CostMeter:
         return cost if cost is not None and cost.flops is not None else None
 
     def rates(self, phases: Dict[str, PhaseStats]) -> Dict[str, Dict[str, Any]]:
-        """Per phase with a costed steady program: its achieved rates (``core.cost.phase_rates``)."""
+        """Per phase with a costed steady program: its achieved rates (``core.program_cost.phase_rates``)."""
         out = {}
         for phase, stats in phases.items():
             cost = self.steady_program(phase, stats)

@@ -1,0 +1,182 @@
+"""Several processes in one run (multi-process JAX, MultiWorkerMirroredStrategy's workers) agree:
+
+* the chief's report holds every process's counts (``gather_processes``);
+* TensorFlow's workers act on a storm at the same step (``StormAgreement``);
+* jit='fastest' switches and keeps the chief's mode at the same step in every process (``agreed_check``).
+
+Each process counts its own compiles (its own XLA compiles its own copy of each program). At points
+every process reaches together, the end of each epoch and of the fit, each gives its compile counts,
+compile seconds and steps per phase, and each receives every process's (``Backend.gather``, a
+collective). Never at a wall-clock flush: those fall at different steps in each process. Never after
+a failure either (the fit ended by an exception on one process may still run on the others: a
+collective there would wait forever).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence
+
+from xla_keras.callback.state import CallState
+from xla_keras.core.types import PHASES
+from xla_keras.jit.decision import BASES
+from xla_keras.jit.trial import NEVER, Trial
+
+if TYPE_CHECKING:  # both import this module
+    from xla_keras.callback.fastest import FastestRun
+    from xla_keras.callback.storm_action import StormAction
+
+# What each process gives, per phase, in PHASES order: a report key and how a phase's stats read it.
+FIGURES = {
+    "compilation_count": lambda stats: stats.compile_count,
+    "compile_seconds": lambda stats: stats.compile_seconds(),
+    "steps": lambda stats: stats.steps_run,
+}
+COUNTS = ("compilation_count", "steps")  # whole numbers (gathered as float32, exact below 2**24)
+
+
+def values_of(state: CallState) -> List[float]:
+    """This process's figures, flat: for each of ``FIGURES``, one value per phase."""
+    phases = state.session.phases
+    return [float(read(phases[p])) for read in FIGURES.values() for p in PHASES]
+
+
+def records_of(rows: List[List[float]]) -> List[Dict[str, Any]]:
+    """``values_of``'s rows, one per process, as the report's ``processes`` entries."""
+    n = len(PHASES)
+    records = []
+    for index, row in enumerate(rows):
+        record: Dict[str, Any] = {"process": index}
+        for k, name in enumerate(FIGURES):
+            values = row[k * n : (k + 1) * n]
+            record[name] = {p: int(round(v)) if name in COUNTS else v for p, v in zip(PHASES, values)}
+        records.append(record)
+    return records
+
+
+def gather_processes(state: CallState) -> None:
+    """At a point every process of the distribution reaches: every process's figures, into the report."""
+    if state.dist.processes < 2:
+        return
+    try:
+        rows = state.backend.gather(values_of(state))
+    except Exception as error:  # noqa: BLE001 - a peer gone (killed, crashed) fails the fit's next step anyway
+        step = state.session.phases["train"].step
+        state.session.notes.add_once(
+            "processes-gather",
+            f"the processes' counts could not be gathered at train step {step} ({error!r:.200}): "
+            "`processes` holds the last gathering",
+        )
+        return
+    if rows is not None:
+        state.current.processes = records_of(rows)
+
+
+# TensorFlow's workers act on a storm together.
+
+
+AGREE_EVERY_STEPS = 50  # a storm waits at most this many train batches; ~3 ms each time (<0.1 ms a step)
+
+
+class StormAgreement:
+    def __init__(self, state: CallState, action: StormAction):
+        self.state = state
+        self.action = action
+        self.batches = 0  # train batches of this fit: the same count in every worker
+        self.on = False  # this fit's workers agree (read by the batch-end hook: one attribute a step)
+
+    def fit_began(self) -> None:
+        """After the fit's set-up (its distribution known)."""
+        self.batches = 0
+        self.action.pending = None
+        self.on = self.needed()
+
+    def needed(self) -> bool:
+        """A storm may have to act in every worker (the same answer in each: one program, one config)."""
+        return self.state.config.on_storm != "warn" and self.action.deferred()
+
+    def batch_ended(self) -> None:
+        """Keras's train batch-end hook (TensorFlow), while ``on``: every ``AGREE_EVERY_STEPS`` batches, agree."""
+        self.batches += 1
+        if self.batches % AGREE_EVERY_STEPS == 0:
+            self.agree()
+
+    def agree(self) -> None:
+        """At a point every worker reaches in a fit: the first worker's pending storm, acted on by all."""
+        if not self.needed() or not self.state.in_fit:
+            return
+        pending = self.action.pending
+        row = [float(PHASES.index(pending.phase)), float(pending.step)] if pending else [-1.0, 0.0]
+        rows = self.state.backend.gather(row)
+        first = next(((worker, r) for worker, r in enumerate(rows or []) if r[0] >= 0), None)
+        if first is not None:
+            worker, (phase, step) = first
+            self.action.agreed(worker, PHASES[int(phase)], int(step))
+
+
+# jit='fastest' across processes: every process switches and keeps the chief's mode at the same step.
+
+
+Gather = Callable[[List[float]], Optional[List[List[float]]]]
+
+NO_SWITCH = -1.0
+# After XLA was kept on over a default off, the chief's watch may still turn it off (Trial._revise):
+# the processes agree this often until the fit ends.
+WATCH_AGREE_STEPS = 200
+
+
+def chief_row(trial: Trial, switch: Optional[bool], step: int) -> List[float]:
+    """What a process gives at an agreed step (only process 0's is read): its check's switch, its
+    decision, and the next agreed step (-1: none, the trial is over)."""
+    decision = trial.decision
+    if decision is None:
+        next_at = trial.next_check
+    elif trial.watch is not None:
+        next_at = min(trial.next_check, step + WATCH_AGREE_STEPS)
+    else:
+        next_at = NEVER
+    return [
+        NO_SWITCH if switch is None else float(switch),
+        float(decision is not None),
+        float(decision is not None and decision.mode == "on"),
+        float(BASES.index(decision.basis)) if decision is not None else -1.0,
+        -1.0 if next_at == NEVER else float(max(next_at, step + 1)),
+    ]
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The chief's row, read."""
+
+    switch: Optional[bool]  # the mode its check switched to at this step, or None
+    decided: bool
+    on: bool  # the decided mode
+    basis: Optional[str]
+    next_at: float  # the next agreed step; NEVER: no more
+
+    @classmethod
+    def of(cls, row: Sequence[float]) -> "Verdict":
+        switch, decided, on, basis, next_at = row[:5]
+        return cls(
+            switch=None if switch < 0 else bool(switch),
+            decided=bool(decided),
+            on=bool(on),
+            basis=BASES[int(basis)] if basis >= 0 else None,
+            next_at=NEVER if next_at < 0 else next_at,
+        )
+
+
+def agreed_check(run: FastestRun, step: int, chief: bool, gather: Gather) -> Optional[bool]:
+    """At an agreed step, in every process: the chief's trial checks; each process gathers, reads the
+    chief's row and does what it did. Returns the mode to switch to now, or None."""
+    trial = run.trial
+    switch = run.check(step) if chief and step >= trial.next_check else None
+    row = chief_row(trial, switch, step)
+    rows = gather(row)
+    lead = Verdict.of(rows[0] if rows else row)
+    run.agree_at = lead.next_at
+    if chief:
+        return switch
+    if lead.decided and lead.basis is not None and (trial.running or trial.on != lead.on):
+        return trial.adopt(step, lead.on, lead.basis, run.outlook(step))
+    return trial.follow(step, lead.switch) if lead.switch is not None else None
