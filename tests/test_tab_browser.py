@@ -231,8 +231,19 @@ def _tab(page, base):
 
 
 def _select(frame, run):
-    frame.locator(f"#compare tr[data-run='{run}']").click()
-    frame.locator("#run h2 code", has_text=run).wait_for(timeout=30000)
+    # The tab redraws at each reload (every second here): a click that lands while a redraw replaces the
+    # row is lost (seen once in 2 cores' worth of xdist load). Click again until the run shows, 30 s in all.
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    header = frame.locator("#run h2 code", has_text=run)
+    for _ in range(6):
+        frame.locator(f"#compare tr[data-run='{run}']").click()
+        try:
+            header.wait_for(timeout=5000)
+            break
+        except PlaywrightTimeout:
+            continue
+    header.wait_for(timeout=1)
     frame.locator("#ledger, #run-message").first.wait_for(timeout=30000)
 
 
