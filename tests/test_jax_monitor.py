@@ -98,7 +98,9 @@ def test_scalars_text_and_report_file_are_written_as_on_tensorflow(checks):
     assert parsed.report.backend == "jax" and parsed.report.probe == "jax.monitoring"
     assert parsed.report.steps == {"train": 30, "test": 10, "predict": 0}
     assert parsed.report.step_timing["train"]["basis"] == "between_drains"
-    assert parsed.report.step_timing["train"]["intervals"] == len(points)
+    # Every interval is written; the figure rests on those within 10x the weighted median of all (a first
+    # interval that held the process's first executions may be left out).
+    assert 1 <= parsed.report.step_timing["train"]["intervals"] <= len(points)
 
 
 def test_jax_profiler_traces_land_where_the_profile_tab_finds_them(checks):

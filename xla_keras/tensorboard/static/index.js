@@ -16,7 +16,9 @@ export async function render() {
   const root = el('div', {id: 'xla-root'});
   document.body.appendChild(root);
   await refresh(root);
-  window.setInterval(() => refresh(root), REFRESH_MS);
+  // A timer's tick waits for the refresh in flight: on a slow server (a response slower than the period)
+  // each tick would supersede the last one and nothing would ever be drawn (a click's refresh neither).
+  window.setInterval(() => { if (!inFlight) refresh(root); }, REFRESH_MS);
 }
 
 // ------------------------------------------------------------------ data
@@ -29,9 +31,19 @@ async function getJSON(url) {
 }
 
 let latest = 0;  // a timer's refresh and a click's may overlap: only the newest one is drawn
+let inFlight = 0;  // refreshes not yet answered
 
 async function refresh(root) {
   const ticket = ++latest;
+  inFlight += 1;
+  try {
+    await load(root, ticket);
+  } finally {
+    inFlight -= 1;
+  }
+}
+
+async function load(root, ticket) {
   let loaded;
   try {
     const listing = await getJSON('./runs');
