@@ -416,3 +416,29 @@ def test_a_repeat_the_monitor_waited_after_is_no_host_time():
     s.drain("train")
     s.drained("train", clock.now + 0.036, boundary=True)
     assert s.phases["train"].slow_count == 0
+
+
+def test_a_fallback_compares_steps_measured_alike_on_each_side_of_the_switch():
+    """TensorFlow: the run's interval is cut at the switch (no interval holds both modes), and the
+    comparison rests on steps timed on their own, so a run's set-up (here a 0.3 s epoch start) that
+    falls on one side only does not tilt it."""
+    clock = Clock()
+    s = session(clock)
+    s.run_began("train", clock.now)
+    clock.now += 0.3  # the epoch's set-up: the XLA side's interval holds it
+    step(s, clock, sig(8), 0.2)  # the compile
+    for _ in range(25):
+        step(s, clock, sig(8), 0.001)
+    s.fell_back("train", 26, "switched XLA off")
+    s.function_installed("train", before="xla", token="no xla", model_id=1, rebuilt=True, xla_now=False)
+    clock.now += 0.05  # the monitor's work on the switch: no step's
+    step(s, clock, sig(8), 0.1, jit=OFF)  # the function without XLA traces: the first call is no steady step
+    for _ in range(25):
+        step(s, clock, sig(8), 0.002, jit=OFF)
+    s.drained("train", clock.now, boundary=True)
+    view = s.snapshot().fallback
+    assert view["xla_steady_step_seconds"]["train"] == pytest.approx(0.001)
+    assert view["steady_step_seconds_after"]["train"] == pytest.approx(0.002)
+    assert view["xla_steady_steps"]["train"] == 25 and view["steady_steps_after"]["train"] == 25
+    # The steady step the report states is the interval after the switch alone.
+    assert s.phases["train"].timing.median_seconds == pytest.approx(0.002)

@@ -235,8 +235,8 @@ def fallback_began(phase: str, step: int, reason: str, phases: Dict[str, PhaseSt
         "phase": phase,
         "step": step,
         "reason": reason,
-        "xla_steady_step_seconds": {p: s.timing.median_seconds for p, s in phases.items()},
-        "xla_steady_steps": {p: s.timing.median_samples for p, s in phases.items()},
+        "xla_steady_step_seconds": {p: s.timing.compare_seconds for p, s in phases.items()},
+        "xla_steady_steps": {p: s.timing.compare_samples for p, s in phases.items()},
     }
     for stats in phases.values():
         stats.after_switch = PhaseTiming()
@@ -250,10 +250,10 @@ def fallback_view(fallback: Optional[dict], phases: Dict[str, PhaseStats]) -> Op
         return None
     view = dict(fallback)
     view["steady_step_seconds_after"] = {
-        p: (s.after_switch.median_seconds if s.after_switch is not None else None) for p, s in phases.items()
+        p: (s.after_switch.compare_seconds if s.after_switch is not None else None) for p, s in phases.items()
     }
     view["steady_steps_after"] = {
-        p: (s.after_switch.median_samples if s.after_switch is not None else 0) for p, s in phases.items()
+        p: (s.after_switch.compare_samples if s.after_switch is not None else 0) for p, s in phases.items()
     }
     return view
 
