@@ -292,7 +292,7 @@ def test_steady_steps_in_runs_end_as_one_by_one(after_switch):
         stats = PhaseStats(max_records=1000)
         if after_switch:
             stats.after_switch = PhaseTiming()
-        recorder, scalars = StepRecorder({"train": stats}, {}, config), []
+        recorder, scalars = StepRecorder({"train": stats}, {}, config.steps_per_scalar), []
         for i in range(0, len(times), runs):
             recorder.steady_steps("train", stats, times[i : i + runs], 1, signature, scalars)
         timing = stats.timing

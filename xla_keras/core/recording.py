@@ -12,7 +12,6 @@ from xla_keras.report.model import Compilation, SlowStep
 from xla_keras.tensorboard.metadata import TAG_COMPILATIONS, TAG_COMPILE_TIME, TAG_STEP_TIME
 
 if TYPE_CHECKING:
-    from xla_keras.config import MonitorConfig
     from xla_keras.jit.trial import Trial
 
 
@@ -30,12 +29,12 @@ class StepRecorder:
         self,
         phases: Dict[str, PhaseStats],
         calls: Dict[str, CallScratch],
-        config: MonitorConfig,
+        steps_per_scalar: Optional[int],
         between_drains: bool = False,
     ):
         self.phases = phases
         self.calls = calls
-        self.config = config
+        self.steps_per_scalar = steps_per_scalar  # xla/step_time_ms every this many steps (None: per epoch)
         self.trial: Optional[Trial] = None
         # JAX (core/timing.py): calls' times are host times, which only find slow steps; the steady step
         # and its scalars come from the intervals between drains (``interval``).
@@ -204,7 +203,7 @@ class StepRecorder:
             stats.timing.add_steady(per_step)
             if stats.after_switch is not None:
                 stats.after_switch.add_steady(per_step)
-            every = self.config.steps_per_scalar
+            every = self.steps_per_scalar
             if every is not None and step % every < n:
                 scalars.append(Scalar(phase, TAG_STEP_TIME, 1e3 * per_step, step))
 
@@ -223,7 +222,7 @@ class StepRecorder:
         if self.between_drains:
             self._host_steps(phase, stats, times, n, signature)
             return
-        every = self.config.steps_per_scalar
+        every = self.steps_per_scalar
         if self.trial is not None and phase == "train":
             # jit='fastest' is measuring both modes: the phase's median (and its slow steps) would mix
             # them; it starts again from the kept mode's steps when the trial ends (trial_ended).
@@ -262,7 +261,7 @@ class StepRecorder:
                 self.trial.add_interval(step, per_step, steps)
             return
         stats.add_to_run(per_step, steps)
-        every = self.config.steps_per_scalar
+        every = self.steps_per_scalar
         if self.between_drains and every is not None and (step // every) > ((step - steps) // every):
             scalars.append(Scalar(phase, TAG_STEP_TIME, 1e3 * per_step, step))
         stats.timing.add_interval(per_step, steps)

@@ -68,7 +68,7 @@ class Session:
         self.wall = WallClock(clock)
         self.fallback: Optional[dict] = None
         self.analysis = StormAnalysis(config)
-        self.recorder = StepRecorder(self.phases, self.calls, config, between_drains)
+        self.recorder = StepRecorder(self.phases, self.calls, config.steps_per_scalar, between_drains)
         self.repeats = Repeats(self.phases, self.calls, self.ledger, self.wall, self.drain)
         self.functions = FunctionWatch(self.ledger, self.phases)
         self.data_kind = "tf.data"  # what the storm fix's code is written for (storms.fixes.DATA_KINDS)
