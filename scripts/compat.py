@@ -66,8 +66,9 @@ JAX_TIER_TESTS = [
 ]
 
 
-# A tier's tests run in one process, one after another (no pytest-xdist in its venv): the oldest tier's
-# compile-time bound (TensorFlow 2.16's op spans) is the one that contention stretched.
+# A tier's tests run on pytest-xdist, two workers, the shared scenario runs grouped as in the main suite
+# (``--dist loadgroup``); tiers take turns (``Turns``), so two workers are all that share the 2 cores.
+TIER_PYTEST = ["pytest>=8", "pytest-timeout>=2.3", "pytest-xdist>=3.5"]
 
 
 class Turns:
@@ -274,6 +275,24 @@ def install_check(tier: Tier, python: str, work: str) -> None:
         raise Failure(f"the Profile-tab line doctor prints ({line}) would change {moved}")
 
 
+def tier_tests(vpy: str, files: List[str], env: Optional[Dict[str, str]] = None) -> subprocess.CompletedProcess:
+    """A tier's tests as the main suite runs them: on two workers, then the timed tests alone (pytest's
+    exit code 5, no test selected, is no failure). One result, whose last line sums up both runs."""
+    pytest = [vpy, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
+    runs = [
+        run([*pytest, *options, *files], cwd=ROOT, check=False, timeout=3600, env=env or {})
+        for options in (["-n", "2", "--dist", "loadgroup", "-m", "not timed"], ["-m", "timed"])
+    ]
+    failed = next((p.returncode for p in runs if p.returncode not in (0, 5)), 0)
+    last = [(p.stdout.strip().splitlines() or ["(no output)"])[-1] for p in runs]
+    return subprocess.CompletedProcess(
+        runs[0].args,
+        failed,
+        "".join(p.stdout for p in runs) + f"\n{last[0]}; timed alone: {last[1]}",
+        "".join(p.stderr for p in runs),
+    )
+
+
 def run_tier(tier: Tier, work_root: str) -> float:
     start = time.monotonic()
     python = find_python(tier.python)
@@ -304,15 +323,10 @@ def run_tier(tier: Tier, work_root: str) -> float:
         if tier.tests:
             extra = [f"keras=={tier.keras}"] if tier.keras and paired["keras"] != tier.keras else []
             with tier.timed("test deps"):
-                run([vpy, "-m", "pip", "install", "--quiet", "pytest>=8", "pytest-timeout>=2.3", *extra])
+                run([vpy, "-m", "pip", "install", "--quiet", *TIER_PYTEST, *extra])
     if tier.tests:
         with TURNS.testing(), tier.timed("tests"):
-            tests = run(
-                [vpy, "-m", "pytest", "-q", "-p", "no:cacheprovider", *TIER_TESTS],
-                cwd=ROOT,
-                check=False,
-                timeout=3600,
-            )
+            tests = tier_tests(vpy, TIER_TESTS)
         summary = (tests.stdout.strip().splitlines() or ["(no output)"])[-1]
         tier.results["tests"] = f"keras {installed(vpy)['keras']}: {summary}"
         if tests.returncode != 0:
@@ -339,16 +353,10 @@ def run_jax_tier(tier: Tier, python: str, vpy: str, work: str, start: float) -> 
         with tier.timed("install check"):
             jax_install_check(tier, vpy, work)
         with tier.timed("test deps"):
-            run([vpy, "-m", "pip", "install", "--quiet", "pytest>=8", "pytest-timeout>=2.3", "hypothesis>=6"])
+            run([vpy, "-m", "pip", "install", "--quiet", *TIER_PYTEST, "hypothesis>=6"])
     env = {"KERAS_BACKEND": "jax"}
     with TURNS.testing(), tier.timed("tests"):
-        tests = run(
-            [vpy, "-m", "pytest", "-q", "-p", "no:cacheprovider", *JAX_TIER_TESTS],
-            cwd=ROOT,
-            check=False,
-            timeout=3600,
-            env=env,
-        )
+        tests = tier_tests(vpy, JAX_TIER_TESTS, env)
     summary = (tests.stdout.strip().splitlines() or ["(no output)"])[-1]
     tier.results["tests"] = f"jax {paired['jax']}, keras {paired['keras']}: {summary}"
     if tests.returncode != 0:
