@@ -1,4 +1,4 @@
-"""Argument checks shared by the public entry points, and reading records back by key. Pure.
+"""Argument checks shared by the public entry points. Pure.
 
 Users pass what Keras accepts: numpy integers where an int is meant,
 ``pathlib.Path`` (or ``~``) where a directory is meant.
@@ -29,12 +29,6 @@ def number(value: Any) -> Optional[float]:
     except (TypeError, ValueError):
         return None
     return result if result == result and abs(result) != float("inf") else None
-
-
-def known_fields(cls: Any, data: Any) -> dict:
-    """The items of ``data`` that are fields of the dataclass ``cls``: a record read back by key, never
-    by position, unknown keys (a newer schema's) ignored."""
-    return {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
 
 
 def directory(value: Any, name: str) -> Optional[str]:

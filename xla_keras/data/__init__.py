@@ -35,7 +35,7 @@ Example:
 
 from __future__ import annotations
 
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Optional, Union
 
 from xla_keras.data import arrays, plan, tfdata
 from xla_keras.storms.fixes import (
@@ -46,12 +46,13 @@ from xla_keras.storms.fixes import (
     PAD,
     PAD_REMAINDER,
     PAD_TO_LENGTHS,
+    Fix,
 )
 
 __all__ = ["apply_fix", "pad_to_lengths", "bucket_by_length", "APPLIED_KINDS"]
 
 
-def pad_to_lengths(data: Any, fix: Dict[str, Any]) -> Any:
+def pad_to_lengths(data: Any, fix: Union[Fix, Dict[str, Any]]) -> Any:
     """Pad every batch's varying inputs up to the lengths a ``pad_to_lengths`` fix advises.
 
     Each of the fix's ``targets`` (an input's path and batched axis) is
@@ -89,6 +90,7 @@ def pad_to_lengths(data: Any, fix: Dict[str, Any]) -> Any:
 
         ```
     """
+    fix = plan.json_form(fix)
     kind = plan.kind_of(fix)
     if kind != PAD_TO_LENGTHS:
         raise ValueError(f"pad_to_lengths takes a 'pad_to_lengths' fix; got kind {kind!r} (use apply_fix).")
@@ -98,7 +100,7 @@ def pad_to_lengths(data: Any, fix: Dict[str, Any]) -> Any:
     return arrays.apply_numpy(data, targets, None, None)
 
 
-def apply_fix(data: Any, fix: Dict[str, Any]) -> Any:
+def apply_fix(data: Any, fix: Union[Fix, Dict[str, Any]]) -> Any:
     """Apply a recompilation storm's fix to the batches the model is fed.
 
     The kinds it applies:
@@ -160,6 +162,7 @@ def apply_fix(data: Any, fix: Dict[str, Any]) -> Any:
 
         ```
     """
+    fix = plan.json_form(fix)
     kind = plan.kind_of(fix)
     if kind == PAD_TO_LENGTHS:
         targets = plan.targets_of(fix, PAD_TO_LENGTHS, lengths=True, min_axis=0)
@@ -183,7 +186,7 @@ def apply_fix(data: Any, fix: Dict[str, Any]) -> Any:
     return arrays.apply_numpy(data, targets, batch_size, remainder)
 
 
-def bucket_by_length(data: Any, fix: Dict[str, Any], batch_size: Optional[int] = None) -> Any:
+def bucket_by_length(data: Any, fix: Union[Fix, Dict[str, Any]], batch_size: Optional[int] = None) -> Any:
     """Batch single examples by their real length, each batch padded to its bucket's length.
 
     Less padding than ``apply_fix``'s ``pad_to_lengths`` (short examples
@@ -234,7 +237,7 @@ def bucket_by_length(data: Any, fix: Dict[str, Any], batch_size: Optional[int] =
 
         ```
     """
-    spec = plan.bucketing(fix, batch_size)
+    spec = plan.bucketing(plan.json_form(fix), batch_size)
     if tfdata.is_tf_dataset(data):
         return tfdata.bucket_tf(data, spec)
     return arrays.bucket_numpy(data, spec)

@@ -6,7 +6,7 @@ Pure (no TensorFlow, no Keras): every message a malformed or inapplicable fix ge
 from __future__ import annotations
 
 import bisect
-from typing import Any, NamedTuple, Optional, Tuple
+from typing import Any, Dict, NamedTuple, Optional, Tuple
 
 import numpy as np
 
@@ -17,6 +17,7 @@ from xla_keras.storms.fixes import (
     PAD_TO_LENGTHS,
     REMAINDERS,
     UNKNOWN,
+    FixRecord,
 )
 
 INT32_MAX = 2**31 - 1  # tf.shape's dtype bounds any length a padded axis can take
@@ -52,6 +53,16 @@ def check_rank(spec: Bucketing, rank: Optional[int]) -> None:
             f"of the data the fix was made for has {spec.rank - 1} (a batch has {spec.rank}). Pass the data "
             "before you batch it (e.g. the dataset before .padded_batch(...))."
         )
+
+
+def json_form(fix: Any) -> Dict[str, Any]:
+    """A typed fix (a storm's ``fix``) as the dict its JSON holds: a fix read back from a saved report
+    and one from a live report are checked and applied alike."""
+    if isinstance(fix, FixRecord):
+        return fix.to_dict()
+    if not isinstance(fix, dict):
+        raise ValueError(f"A fix is a dict (a storm's `.fix`); got {type(fix).__name__}.")
+    return fix
 
 
 def kind_of(fix: Any) -> str:

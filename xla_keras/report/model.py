@@ -10,10 +10,10 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
-from xla_keras.core.arguments import known_fields
 from xla_keras.core.program_cost import ProgramCost
+from xla_keras.core.records import converters, plain, record_dict, record_from_dict
 from xla_keras.core.signatures import InputSignature, from_jsonable, to_jsonable
 from xla_keras.core.timing import excess_over_steady
 from xla_keras.core.types import PHASES
@@ -24,6 +24,16 @@ from xla_keras.report.render import (
 )
 from xla_keras.storms.budget import PhaseAdvice
 from xla_keras.storms.detection import Storm
+
+
+def _each(read: Callable[[Any], Any]) -> Callable[[Any], List[Any]]:
+    """A JSON list of records read back one by one."""
+    return lambda items: [read(item) for item in items]
+
+
+def _finite_or_none(x: Optional[float]) -> Optional[float]:
+    return None if x is None or math.isinf(x) or math.isnan(x) else x
+
 
 # The records an XlaReport lists: one XLA compile (``Compilation``) and one slow steady step
 
@@ -90,7 +100,7 @@ class Compilation:
 
     phase: str
     step: int
-    signature: InputSignature
+    signature: InputSignature = field(metadata=converters(to_jsonable, from_jsonable))
     seconds: float
     source: str
     cached: Optional[bool] = False
@@ -100,7 +110,7 @@ class Compilation:
     call_compiles: int = 1
     last_batch: bool = False
     estimated_because: Optional[str] = None
-    cost: Optional[ProgramCost] = None
+    cost: Optional[ProgramCost] = field(metadata=converters(plain, ProgramCost.from_dict), default=None)
 
     def to_dict(self) -> Dict[str, Any]:
         """This compile as the report's JSON holds it.
@@ -108,21 +118,7 @@ class Compilation:
         Returns:
             A dict of the fields; the signature as ``[{"path", "dtype", "shape"}]``.
         """
-        return {
-            "phase": self.phase,
-            "step": self.step,
-            "signature": to_jsonable(self.signature),
-            "seconds": self.seconds,
-            "source": self.source,
-            "cached": self.cached,
-            "step_seconds": self.step_seconds,
-            "traced": self.traced,
-            "call_batches": self.call_batches,
-            "call_compiles": self.call_compiles,
-            "last_batch": self.last_batch,
-            "estimated_because": self.estimated_because,
-            "cost": None if self.cost is None else self.cost.to_dict(),
-        }
+        return record_dict(self)
 
     @classmethod
     def from_dict(cls, d: Dict[str, Any]) -> "Compilation":
@@ -136,11 +132,7 @@ class Compilation:
         Returns:
             A ``Compilation``.
         """
-        known = known_fields(cls, d)
-        known["signature"] = from_jsonable(d["signature"])
-        if d.get("cost") is not None:
-            known["cost"] = ProgramCost.from_dict(d["cost"])
-        return cls(**known)
+        return record_from_dict(cls, d)
 
     def estimate_from(self, steady_seconds: Optional[float]) -> float:
         """The timing-fallback estimate: this compile's share of the time its
@@ -192,7 +184,7 @@ class SlowStep:
     step: int
     seconds: float
     steady_seconds: float
-    signature: InputSignature
+    signature: InputSignature = field(metadata=converters(to_jsonable, from_jsonable))
     basis: str = "step"
 
     def to_dict(self) -> Dict[str, Any]:
@@ -201,14 +193,7 @@ class SlowStep:
         Returns:
             A dict of the fields; the signature as ``[{"path", "dtype", "shape"}]``.
         """
-        return {
-            "phase": self.phase,
-            "step": self.step,
-            "seconds": self.seconds,
-            "steady_seconds": self.steady_seconds,
-            "signature": to_jsonable(self.signature),
-            "basis": self.basis,
-        }
+        return record_dict(self)
 
     @classmethod
     def from_dict(cls, d: Dict[str, Any]) -> "SlowStep":
@@ -220,9 +205,7 @@ class SlowStep:
         Returns:
             A ``SlowStep``.
         """
-        known = known_fields(cls, d)
-        known["signature"] = from_jsonable(d["signature"])
-        return cls(**known)
+        return record_from_dict(cls, d)
 
 
 SCHEMA_VERSION = 10  # see schema.py for what each version added
@@ -319,12 +302,14 @@ class XlaReport:
     jit_mode: str = "keep"
     jit_active: Optional[bool] = None
     jit_reason: str = ""
-    compilations: List[Compilation] = field(default_factory=list)
+    compilations: List[Compilation] = field(
+        metadata=converters(plain, _each(Compilation.from_dict)), default_factory=list
+    )
     compilation_count: Dict[str, int] = field(default_factory=lambda: dict.fromkeys(PHASES, 0))
     compilations_dropped: int = 0
     distinct_signatures: Dict[str, int] = field(default_factory=lambda: dict.fromkeys(PHASES, 0))
-    storms: List[Storm] = field(default_factory=list)
-    advice: List[PhaseAdvice] = field(default_factory=list)
+    storms: List[Storm] = field(metadata=converters(plain, _each(Storm.from_dict)), default_factory=list)
+    advice: List[PhaseAdvice] = field(metadata=converters(plain, _each(PhaseAdvice.from_dict)), default_factory=list)
     fallback: Optional[Dict[str, Any]] = None
     jit_decision: Optional[Dict[str, Any]] = None
     steps: Dict[str, int] = field(default_factory=lambda: dict.fromkeys(PHASES, 0))
@@ -335,9 +320,9 @@ class XlaReport:
     compile_seconds: float = 0.0
     wall_seconds: float = 0.0
     compile_share: Optional[float] = None
-    slow_steps: List[SlowStep] = field(default_factory=list)
+    slow_steps: List[SlowStep] = field(metadata=converters(plain, _each(SlowStep.from_dict)), default_factory=list)
     slow_step_count: int = 0
-    break_even_steps: Optional[float] = None
+    break_even_steps: Optional[float] = field(metadata=converters(_finite_or_none, plain), default=None)
     cache_saved_seconds: Optional[float] = None
     probe: str = "profiler"
     traces: List[str] = field(default_factory=list)
@@ -382,42 +367,7 @@ class XlaReport:
 
             ```
         """
-        return {
-            "schema_version": SCHEMA_VERSION,
-            "jit_mode": self.jit_mode,
-            "jit_active": self.jit_active,
-            "jit_reason": self.jit_reason,
-            "compilations": [c.to_dict() for c in self.compilations],
-            "compilation_count": dict(self.compilation_count),
-            "compilations_dropped": self.compilations_dropped,
-            "distinct_signatures": dict(self.distinct_signatures),
-            "storms": [s.to_dict() for s in self.storms],
-            "advice": [a.to_dict() for a in self.advice],
-            "fallback": self.fallback,
-            "jit_decision": self.jit_decision,
-            "steps": dict(self.steps),
-            "steady_step_seconds": self.steady_step_seconds,
-            "steady_step_seconds_by_phase": dict(self.steady_step_seconds_by_phase),
-            "steady_step_counts": dict(self.steady_step_counts),
-            "step_timing": {phase: dict(timing) for phase, timing in self.step_timing.items()},
-            "compile_seconds": self.compile_seconds,
-            "wall_seconds": self.wall_seconds,
-            "compile_share": self.compile_share,
-            "slow_steps": [s.to_dict() for s in self.slow_steps],
-            "slow_step_count": self.slow_step_count,
-            "break_even_steps": _finite_or_none(self.break_even_steps),
-            "cache_saved_seconds": self.cache_saved_seconds,
-            "probe": self.probe,
-            "traces": list(self.traces),
-            "notes": list(self.notes),
-            "log_dir": self.log_dir,
-            "versions": dict(self.versions),
-            "run_state": self.run_state,
-            "backend": self.backend,
-            "other_compilations": {k: dict(v) for k, v in self.other_compilations.items()},
-            "processes": [dict(p) for p in self.processes],
-            "costs": {phase: dict(rates) for phase, rates in self.costs.items()},
-        }
+        return {"schema_version": SCHEMA_VERSION, **record_dict(self)}
 
     @classmethod
     def from_dict(cls, d: Dict[str, Any]) -> "XlaReport":
@@ -440,12 +390,7 @@ class XlaReport:
 
             ```
         """
-        known = known_fields(cls, d)
-        known["compilations"] = [Compilation.from_dict(c) for c in d.get("compilations", [])]
-        known["slow_steps"] = [SlowStep.from_dict(s) for s in d.get("slow_steps", [])]
-        known["storms"] = [Storm.from_dict(s) for s in d.get("storms", [])]
-        known["advice"] = [PhaseAdvice.from_dict(a) for a in d.get("advice", [])]
-        return cls(**known)
+        return record_from_dict(cls, d)
 
     def to_json(self) -> str:
         """The report as JSON text (``to_dict()``, indented, keys sorted).
@@ -540,7 +485,3 @@ class XlaReport:
             ```
         """
         return render_markdown(self)
-
-
-def _finite_or_none(x: Optional[float]) -> Optional[float]:
-    return None if x is None or math.isinf(x) or math.isnan(x) else x

@@ -23,7 +23,7 @@ from xla_keras.report.figures import (
     steady_words,
 )
 from xla_keras.storms.detection import cause_clause, fix_line, storm_cause
-from xla_keras.storms.fixes import APPLIED_KINDS, fix_value, recomputed_words
+from xla_keras.storms.fixes import APPLIED_TYPES, fix_value, recomputed_words
 
 if TYPE_CHECKING:
     from xla_keras.report.model import XlaReport
@@ -295,7 +295,7 @@ def _findings(report: XlaReport, where: str) -> Tuple[List[str], List[str]]:
         lines.append(within(f"  fastest      : {decision[0]}"))
     if report.slow_step_count:
         lines.append(within(f"  slow steps   : {slow_words(report)}"))
-    applied = [(fix, at, before) for fix, at, before in fixes if fix.get("kind") in APPLIED_KINDS]
+    applied = [(fix, at, before) for fix, at, before in fixes if isinstance(fix, APPLIED_TYPES)]
     if not applied:
         return lines, []
     fix, at, before = applied[0]

@@ -1,8 +1,8 @@
 """Storm advice: the cause read off the shapes seen, the fix computed from them, and what it
 saves, measured on real lengths where the batches allow it.
 
-Pure (no TensorFlow). The fix is a dict that ``xla_keras.data.apply_fix`` applies
-(``fix["code"]`` is the same call as one line). Real-length figures and the
+Pure (no TensorFlow). The fix is a typed record (``fixes.Fix``) that ``xla_keras.data.apply_fix``
+applies (``fix.code`` is the same call as one line). Real-length figures and the
 bucketing alternative: ``lengths``; the partial last batch:
 ``fixes``; the compile budget: ``budget``; what the session asks (``StormAnalysis``): below.
 """
@@ -28,7 +28,14 @@ from xla_keras.storms.detection import (
 )
 from xla_keras.storms.fixes import (
     REMAINDER,
+    ConsistentStructure,
+    DropRemainder,
+    Fix,
+    FixedBatchSize,
+    PadRemainder,
+    PadToLengths,
     Remainder,
+    UnknownFix,
     apply_code,
     batch_size_call,
     compiles_words,
@@ -101,7 +108,7 @@ def analyse(
     data: str = "tf.data",
     view: Optional[SampleView] = None,
     costs: Optional[Costs] = None,
-) -> Tuple[List[Dict[str, Any]], str, Dict[str, Any]]:
+) -> Tuple[List[Dict[str, Any]], str, Fix]:
     """Cause, advice and fix from everything the phase has seen. ``data``: "tf.data", or
     "arrays" (numpy arrays Keras batches itself, on either backend): the fix's code then
     needs no TensorFlow ("pydataset", "generator": likewise). ``view``: sampled batches to measure real lengths on.
@@ -127,15 +134,14 @@ def analyse(
         a = batch_axes[0]
         d = a.describe()
         size = max(a.values, key=lambda v: (a.values[v], v))
-        fix = {
-            "kind": "fixed_batch_size",
-            "path": a.path,
-            "size": size,
-            "batch_size": size,
-            "remainder": REMAINDER[phase],
-            "drop_remainder": REMAINDER[phase] == "drop",
-        }
-        fix["code"], fix["data"] = apply_code(fix, data), data
+        batch_fix = FixedBatchSize(
+            path=a.path,
+            size=size,
+            batch_size=size,
+            remainder=REMAINDER[phase],
+            drop_remainder=REMAINDER[phase] == "drop",
+        )
+        fix: Fix = dataclasses.replace(batch_fix, code=apply_code(batch_fix, data), data=data)
         rest = (
             "drops the last partial batch"
             if REMAINDER[phase] == "drop"
@@ -151,7 +157,7 @@ def analyse(
         )
         return varying, advice, fix
     if structures_differ(sigs):
-        fix = {"kind": "consistent_structure"}
+        fix = ConsistentStructure()
         advice = (
             "The inputs change structure or dtype between batches (leaves appear, vanish or change "
             "dtype or rank): each variant compiles. Fix: feed every batch with the same structure "
@@ -159,11 +165,11 @@ def analyse(
         )
         return varying, advice, fix
     if remainder:
-        kind = "drop_remainder" if REMAINDER[phase] == "drop" else "pad_remainder"
-        fix = {"kind": kind, "rows": remainder.rows, "batch_size": remainder.batch_size, "remainder": REMAINDER[phase]}
-        fix["code"], fix["data"] = apply_code(fix, data), data
+        kind = DropRemainder if REMAINDER[phase] == "drop" else PadRemainder
+        rows = kind(rows=remainder.rows, batch_size=remainder.batch_size, remainder=REMAINDER[phase])
+        fix = dataclasses.replace(rows, code=apply_code(rows, data), data=data)
         return varying, partial_text.strip() + arrays_words(phase, remainder.batch_size, data), fix
-    return varying, "New signatures kept arriving but no single input explains them.", {"kind": "unknown"}
+    return varying, "New signatures kept arriving but no single input explains them.", UnknownFix()
 
 
 def arrays_words(phase: str, batch_size: int, data: str) -> str:
@@ -199,20 +205,22 @@ def _pad_advice(
             other_path, other_axis = other.rsplit(":", 1)
             if "@" not in other_path:
                 targets.append({"path": other_path, "axis": int(other_axis), "lengths": b})
-    fix: Dict[str, Any] = {
-        "kind": "pad_to_lengths",
-        "path": first.path,
-        "axis": first.axis,
-        "lengths": buckets[0],
-        "targets": targets,
+    fix = PadToLengths(
+        path=first.path,
+        axis=first.axis,
+        lengths=buckets[0],
+        targets=targets,
         **rows_fix,
-        "drop_remainder": rows_fix["remainder"] == "drop",
-        "padding_overhead": round(overhead, 4),
-        "compiles": compiles,
-    }
-    if len(length_axes) > 1:
-        fix["per_input"] = [{"path": a.path, "axis": a.axis, "lengths": b} for a, b in zip(length_axes, buckets)]
-    fix["code"], fix["data"] = apply_code(fix, data), data
+        drop_remainder=rows_fix["remainder"] == "drop",
+        padding_overhead=round(overhead, 4),
+        compiles=compiles,
+        per_input=(
+            [{"path": a.path, "axis": a.axis, "lengths": b} for a, b in zip(length_axes, buckets)]
+            if len(length_axes) > 1
+            else None
+        ),
+    )
+    fix = dataclasses.replace(fix, code=apply_code(fix, data), data=data)
 
     def together(a: VaryingAxis) -> str:  # co-varying leaves, kept as "path:axis" in the fix's varying list
         named = (f"'{o.rsplit(':', 1)[0]}' axis {o.rsplit(':', 1)[1]}" for o in a.also)
@@ -242,7 +250,7 @@ def _pad_advice(
         compiles,
         costs,
     )
-    fix.update(real_fields)
+    fix = dataclasses.replace(fix, **real_fields)
     advice = (
         f"{names[0].upper()}{names[1:]}. Fix: {rows} and pad {pad_targets}: "
         f"`xla_keras.data.apply_fix(data, fix)` on the data as you batched it "
@@ -306,7 +314,7 @@ class StormAnalysis:
         (more data than at the moment it opened); when its fix changed, ``fix_at_storm`` keeps the
         one the warning was computed with and the advice says what changed."""
         varying, advice, fix = self.analyse(storm.phase, stats, data_kind)
-        if (fix.get("kind"), fix_value(fix)) == (storm.fix.get("kind"), fix_value(storm.fix)):
+        if (fix.kind, fix_value(fix)) == (storm.fix.kind, fix_value(storm.fix)):
             return dataclasses.replace(storm, varying=varying, advice=advice, fix=fix)
         advice = f"{advice} {recomputed_words(storm.fix, fix)}"
         return dataclasses.replace(storm, varying=varying, advice=advice, fix=fix, fix_at_storm=storm.fix)
@@ -362,7 +370,7 @@ class StormAnalysis:
             varying, advice, fix = analyse(
                 phase, history, self.config.storm_threshold, data_kind, stats.view, phase_costs(stats)
             )
-            if fix.get("kind") == "unknown":
+            if isinstance(fix, UnknownFix):
                 continue  # nothing in the shapes explains the compiles: no fix to offer
             item = PhaseAdvice(phase, compiles, seconds, *over, budget, varying, advice, fix, run, run_index)
             item.advice = budget_text(phase, item)

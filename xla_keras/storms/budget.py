@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
-from xla_keras.core.arguments import known_fields
+from xla_keras.core.records import known_fields, record_dict
+from xla_keras.storms.fixes import Fix, PadToLengths, UnknownFix, fix_from_dict
 
 
 @dataclass
@@ -54,7 +55,7 @@ class PhaseAdvice:
     budget: float
     varying: List[Dict[str, Any]] = field(default_factory=list)
     advice: str = ""
-    fix: Dict[str, Any] = field(default_factory=dict)
+    fix: Fix = field(default_factory=UnknownFix)
     run: str = "fit"
     run_index: int = 1
 
@@ -63,26 +64,16 @@ class PhaseAdvice:
         """The call it judges, e.g. ``"fit 2"``."""
         return f"{self.run} {self.run_index}"
 
+    def __post_init__(self) -> None:
+        self.fix = fix_from_dict(self.fix)  # a fix passed as a dict (its JSON form) is read as its kind's record
+
     def to_dict(self) -> Dict[str, Any]:
         """This advice as the report's JSON holds it.
 
         Returns:
             A dict of the fields.
         """
-        return {
-            "phase": self.phase,
-            "compiles": self.compiles,
-            "compile_seconds": self.compile_seconds,
-            "recompile_seconds": self.recompile_seconds,
-            "wall_seconds": self.wall_seconds,
-            "share": self.share,
-            "budget": self.budget,
-            "varying": self.varying,
-            "advice": self.advice,
-            "fix": self.fix,
-            "run": self.run,
-            "run_index": self.run_index,
-        }
+        return record_dict(self)
 
     @classmethod
     def from_dict(cls, d: Dict[str, Any]) -> "PhaseAdvice":
@@ -94,7 +85,7 @@ class PhaseAdvice:
         Returns:
             A ``PhaseAdvice``.
         """
-        return cls(**known_fields(cls, d))
+        return cls(**known_fields(cls, d))  # the fix: read by __post_init__
 
 
 def over_budget(
@@ -129,7 +120,7 @@ def budget_text(phase: str, item: PhaseAdvice) -> str:
     weighed against compiles only for a padding fix (compiles are paid once, padding at every batch)."""
     subject = {"train": "training", "test": "validation"}.get(phase, phase) if item.run == "fit" else item.run
     weighed = ""
-    if item.fix.get("kind") == "pad_to_lengths":
+    if isinstance(item.fix, PadToLengths):
         weighed = "; compiles are paid once, padding at every " + ("epoch" if item.run == "fit" else item.run)
     return (
         f"Compile budget ({phase}, {item.call}): {subject} compiled {item.compiles} times, "

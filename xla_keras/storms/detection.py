@@ -13,15 +13,22 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from xla_keras.core.arguments import integer, known_fields
+from xla_keras.core.arguments import integer
 from xla_keras.core.messages import WIDTH, shaped, within
+from xla_keras.core.records import known_fields, record_dict
 from xla_keras.core.signatures import InputSignature, diff, fingerprint
 from xla_keras.storms.fixes import (
-    APPLIED_KINDS,
-    CONSISTENT_STRUCTURE,
-    DROP_REMAINDER,
-    PAD_REMAINDER,
+    BucketByLength,
+    ConsistentStructure,
+    DropRemainder,
+    Fix,
+    FixedBatchSize,
+    PadRemainder,
+    PadToLengths,
+    UnknownFix,
+    assert_never,
     data_name,
+    fix_from_dict,
     fix_value,
 )
 
@@ -84,13 +91,18 @@ class Storm:
     count: int
     varying: List[Dict[str, Any]] = field(default_factory=list)
     advice: str = ""
-    fix: Dict[str, Any] = field(default_factory=dict)
+    fix: Fix = field(default_factory=UnknownFix)
     compiles: int = 0
     compile_seconds: float = 0.0
     steady_step_seconds: Optional[float] = None
     window_start: int = 0
     action: str = "warn"
-    fix_at_storm: Optional[Dict[str, Any]] = None
+    fix_at_storm: Optional[Fix] = None
+
+    def __post_init__(self) -> None:
+        self.fix = fix_from_dict(self.fix)  # a fix passed as a dict (its JSON form) is read as its kind's record
+        if self.fix_at_storm is not None:
+            self.fix_at_storm = fix_from_dict(self.fix_at_storm)
 
     def to_dict(self) -> Dict[str, Any]:
         """This storm as the report's JSON holds it.
@@ -98,20 +110,7 @@ class Storm:
         Returns:
             A dict of the fields.
         """
-        return {
-            "phase": self.phase,
-            "step": self.step,
-            "count": self.count,
-            "varying": self.varying,
-            "advice": self.advice,
-            "fix": self.fix,
-            "compiles": self.compiles,
-            "compile_seconds": self.compile_seconds,
-            "steady_step_seconds": self.steady_step_seconds,
-            "window_start": self.window_start,
-            "action": self.action,
-            "fix_at_storm": self.fix_at_storm,
-        }
+        return record_dict(self)
 
     @classmethod
     def from_dict(cls, d: Dict[str, Any]) -> "Storm":
@@ -123,7 +122,7 @@ class Storm:
         Returns:
             A ``Storm``.
         """
-        return cls(**known_fields(cls, d))
+        return cls(**known_fields(cls, d))  # the fixes: read by __post_init__
 
 
 class StormDetector:
@@ -334,7 +333,7 @@ def storm_text(storm: Storm, index: int, log_dir: Optional[str] = None, data: st
 
     Example:
         >>> storm = Storm("train", 9, 8, [{"path": "x", "axis": 1, "min": 54, "max": 79, "n_values": 8}],
-        ...               "...", {"kind": "pad_to_lengths"}, compiles=8, compile_seconds=2.0)
+        ...               "...", PadToLengths(), compiles=8, compile_seconds=2.0)
         >>> print(storm_text(storm, 0))
         Recompilation storm (train): 8 new input shapes in 10 steps, 8 compiles, 2.0 s compiling
         Cause: input 'x' axis 1 varies (54..79, 8 values)
@@ -357,22 +356,26 @@ def storm_text(storm: Storm, index: int, log_dir: Optional[str] = None, data: st
     return shaped([headline, f"Cause: {storm_cause(storm)}", fix, more])
 
 
-def _so_far(fix: Dict[str, Any]) -> str:
-    """The applied fix's value as the shapes seen so far give it (the report recomputes it at the end)."""
-    value = fix_value(fix) if fix.get("kind") in APPLIED_KINDS else ""
+def _so_far(fix: Fix) -> str:
+    """The fix's value as the shapes seen so far give it (the report recomputes it at the end)."""
+    value = fix_value(fix)
     return f"  # {value} so far" if value else ""
 
 
-def fix_line(fix: Dict[str, Any], where: str, data: str = "tf.data") -> str:
+def fix_line(fix: Fix, where: str, data: str = "tf.data") -> str:
     """A fix as one line of code on the user's data (``where``: the expression that holds the fix,
     e.g. ``monitor.report.storms[0].fix``; the data's kind: the fix's ``"data"``, else ``data``), or
     in words when no code applies it."""
-    name = data_name(fix.get("data", data))
-    if fix.get("kind") in APPLIED_KINDS:
-        return f"{name} = xla_keras.data.apply_fix({name}, {where})"
-    if fix.get("kind") == CONSISTENT_STRUCTURE:
-        return "feed every batch with the same structure and dtypes (cast in the input pipeline)"
-    return "none from the shapes alone; or XlaMonitor(jit='off') for this model"
+    match fix:
+        case PadToLengths() | FixedBatchSize() | DropRemainder() | PadRemainder():
+            name = data_name(fix.data or data)
+            return f"{name} = xla_keras.data.apply_fix({name}, {where})"
+        case ConsistentStructure():
+            return "feed every batch with the same structure and dtypes (cast in the input pipeline)"
+        case BucketByLength() | UnknownFix():
+            return "none from the shapes alone; or XlaMonitor(jit='off') for this model"
+        case _:
+            assert_never(fix)
 
 
 def storm_cause(storm: Storm) -> str:
@@ -380,17 +383,25 @@ def storm_cause(storm: Storm) -> str:
     return cause_clause(storm.varying, storm.fix)
 
 
-def cause_clause(varying: List[Dict[str, Any]], fix: Dict[str, Any]) -> str:
+def cause_clause(varying: List[Dict[str, Any]], fix: Fix) -> str:
     """A storm's or a compile budget advice's cause as one clause, from what varied and its fix."""
-    kind = fix.get("kind")
-    if kind == CONSISTENT_STRUCTURE:
-        return "the inputs change structure or dtype between batches"
-    if kind in (DROP_REMAINDER, PAD_REMAINDER) and fix.get("rows") and fix.get("batch_size"):
-        return f"the last batch has {fix['rows']} rows instead of {fix['batch_size']}"
+    batch_size = False
+    match fix:
+        case ConsistentStructure():
+            return "the inputs change structure or dtype between batches"
+        case DropRemainder() | PadRemainder():
+            if fix.rows and fix.batch_size:
+                return f"the last batch has {fix.rows} rows instead of {fix.batch_size}"
+        case FixedBatchSize():
+            batch_size = True
+        case PadToLengths() | BucketByLength() | UnknownFix():
+            pass
+        case _:
+            assert_never(fix)
     if not varying:
         return "no single input explains the new shapes"
     first = varying[0]
-    what = "the batch size (axis 0)" if first.get("axis") == 0 and kind == "fixed_batch_size" else None
+    what = "the batch size (axis 0)" if first.get("axis") == 0 and batch_size else None
     leaf = f"input '{first['path']}' axis {first['axis']}"
     said = f"{what} of input '{first['path']}'" if what else leaf
     more = f" and {len(varying) - 1} more" if len(varying) > 1 else ""

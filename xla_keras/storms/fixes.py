@@ -1,13 +1,19 @@
-"""Fix kinds: the ``kind`` of a storm's machine-readable ``fix``, the one line of ``xla_keras.data`` code
-that applies a fix, and the partial last batch of each run in words.
+"""Fix kinds: a storm's machine-readable ``fix`` as one typed record per kind (``Fix``), the one line of
+``xla_keras.data`` code that applies a fix, and the partial last batch of each run in words.
 
-Saved reports and the fix code printed in them hold these strings: they never change.
+Saved reports and the fix code printed in them hold these kinds and keys: they never change. A ``Fix``
+is also a read-only mapping of exactly those keys (``fix["kind"]``, ``dict(fix)``), so code written
+against the dicts of earlier versions keeps working.
 """
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Dict, Optional
+from typing import Any, ClassVar, Dict, Iterator, List, NoReturn, Optional, Union
+
+from xla_keras.core.records import OMIT_NONE, known_fields, record_dict
 
 PAD_TO_LENGTHS = "pad_to_lengths"
 FIXED_BATCH_SIZE = "fixed_batch_size"
@@ -43,28 +49,182 @@ PAD = "pad"
 REMAINDERS = (DROP, PAD, None)
 
 
-def fix_value(fix: dict) -> str:
+def _held() -> Any:
+    """A key a fix of its kind holds only when it has a value (older reports may lack it too)."""
+    return dataclasses.field(default=None, metadata={OMIT_NONE: True})
+
+
+class FixRecord(Mapping[str, Any]):
+    """What every fix kind shares: its ``kind``, its JSON form derived from its fields, and the
+    read-only mapping of that form (``fix["kind"]``, ``fix.get("size")``, ``dict(fix)``)."""
+
+    kind: ClassVar[str]
+
+    def to_dict(self) -> Dict[str, Any]:
+        """The fix as the report's JSON holds it: ``kind`` first, then the fields it holds."""
+        return {"kind": self.kind, **record_dict(self)}
+
+    def __getitem__(self, key: str) -> Any:
+        return self.to_dict()[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.to_dict())
+
+    def __len__(self) -> int:
+        return len(self.to_dict())
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.to_dict()!r})"
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class BucketByLength(FixRecord):
+    """Group single examples by real length into buckets, each padded to its bound
+    (``xla_keras.data.bucket_by_length``)."""
+
+    kind: ClassVar[str] = BUCKET_BY_LENGTH
+    length_of: Optional[Dict[str, Any]] = _held()  # {"path", "axis", "rank"}: the leaf whose length sorts
+    lengths: Optional[List[int]] = _held()
+    targets: Optional[List[Dict[str, Any]]] = _held()  # [{"path", "axis"}]: the leaves padded
+    batch_size: Optional[int] = None
+    remainder: Optional[str] = None
+    compiles: Optional[int] = _held()
+    real_padding_overhead: Optional[float] = _held()
+    examples_per_epoch: Optional[int] = _held()
+    dropped_per_epoch: Optional[int] = _held()
+    padded_rows_per_epoch: Optional[int] = _held()
+    code: Optional[str] = _held()
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class PadToLengths(FixRecord):
+    """Pad the varying axes to a few lengths (``targets``), batched to a fixed size."""
+
+    kind: ClassVar[str] = PAD_TO_LENGTHS
+    path: Optional[str] = _held()
+    axis: Optional[int] = _held()
+    lengths: Optional[List[int]] = _held()
+    targets: Optional[List[Dict[str, Any]]] = _held()  # [{"path", "axis", "lengths"}]
+    batch_size: Optional[int] = None
+    remainder: Optional[str] = None
+    drop_remainder: Optional[bool] = _held()
+    padding_overhead: Optional[float] = _held()
+    compiles: Optional[int] = _held()
+    per_input: Optional[List[Dict[str, Any]]] = _held()  # several varying inputs: each one's lengths
+    code: Optional[str] = _held()
+    data: Optional[str] = _held()
+    real_lengths: Optional[Dict[str, Any]] = _held()  # the sampled batches' real lengths, or why not
+    batches_real_padding_overhead: Optional[float] = _held()
+    real_padding_overhead: Optional[float] = _held()
+    bucket_by_length: Optional[BucketByLength] = _held()  # bucketing offered instead
+    compute_ratio: Optional[float] = _held()
+    better_fix: Optional[str] = _held()
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class FixedBatchSize(FixRecord):
+    """Re-batch to one batch size (``size``)."""
+
+    kind: ClassVar[str] = FIXED_BATCH_SIZE
+    path: Optional[str] = _held()
+    size: Optional[int] = _held()
+    batch_size: Optional[int] = _held()
+    remainder: Optional[str] = _held()
+    drop_remainder: Optional[bool] = _held()
+    code: Optional[str] = _held()
+    data: Optional[str] = _held()
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class DropRemainder(FixRecord):
+    """Drop each run's partial last batch (``rows`` rows instead of ``batch_size``)."""
+
+    kind: ClassVar[str] = DROP_REMAINDER
+    rows: Optional[int] = _held()
+    batch_size: Optional[int] = _held()
+    remainder: Optional[str] = _held()
+    code: Optional[str] = _held()
+    data: Optional[str] = _held()
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class PadRemainder(FixRecord):
+    """Pad each run's partial last batch to ``batch_size`` rows that weigh nothing."""
+
+    kind: ClassVar[str] = PAD_REMAINDER
+    rows: Optional[int] = _held()
+    batch_size: Optional[int] = _held()
+    remainder: Optional[str] = _held()
+    code: Optional[str] = _held()
+    data: Optional[str] = _held()
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class ConsistentStructure(FixRecord):
+    """Feed every batch with the same structure and dtypes: a change made by hand."""
+
+    kind: ClassVar[str] = CONSISTENT_STRUCTURE
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class UnknownFix(FixRecord):
+    """No single input explains the new signatures: no fix from the shapes alone."""
+
+    kind: ClassVar[str] = UNKNOWN
+
+
+Fix = Union[PadToLengths, FixedBatchSize, DropRemainder, PadRemainder, BucketByLength, ConsistentStructure, UnknownFix]
+"""A storm's (or a compile budget advice's) fix: one record per kind."""
+
+APPLIED_TYPES = (PadToLengths, FixedBatchSize, DropRemainder, PadRemainder)  # the kinds of APPLIED_KINDS
+FIX_TYPES: Dict[str, type] = {
+    cls.kind: cls for cls in (*APPLIED_TYPES, BucketByLength, ConsistentStructure, UnknownFix)
+}
+
+
+def fix_from_dict(data: Any) -> Fix:
+    """A fix read back from its JSON form (unknown keys ignored; a kind this version does not know reads
+    as ``UnknownFix``)."""
+    if isinstance(data, FixRecord):
+        return data  # type: ignore[return-value]
+    kind = (data or {}).get("kind")
+    cls = FIX_TYPES.get(kind, UnknownFix) if isinstance(kind, str) else UnknownFix
+    fields = known_fields(cls, data or {})
+    if isinstance(fields.get(BUCKET_BY_LENGTH), Mapping):
+        fields[BUCKET_BY_LENGTH] = fix_from_dict(fields[BUCKET_BY_LENGTH])
+    return cls(**fields)
+
+
+def assert_never(value: NoReturn) -> NoReturn:
+    """The end of an exhaustive ``match`` on a ``Fix``: mypy fails where a kind has no branch."""
+    raise AssertionError(f"a fix kind with no branch here: {value!r}")
+
+
+def fix_value(fix: Fix) -> str:
     """What a fix sets, in a few words (``"size 25"``, ``"lengths [32, 64]"``; empty when the fix
     does not say): two fixes with the same words apply the same change."""
-    kind = fix.get("kind")
-    if kind == FIXED_BATCH_SIZE and fix.get("size"):
-        return f"size {fix['size']}"
-    if kind == PAD_TO_LENGTHS:
-        lengths = list(dict.fromkeys(str(t["lengths"]) for t in fix.get("targets") or [] if t.get("lengths")))
-        if not lengths:
+    match fix:
+        case FixedBatchSize():
+            return f"size {fix.size}" if fix.size else ""
+        case PadToLengths():
+            lengths = list(dict.fromkeys(str(t["lengths"]) for t in fix.targets or [] if t.get("lengths")))
+            if not lengths:
+                return ""
+            rows = f", batch size {fix.batch_size}" if fix.batch_size else ""
+            return "lengths " + "; ".join(lengths) + rows
+        case DropRemainder() | PadRemainder():
+            return f"batch size {fix.batch_size}" if fix.batch_size else ""
+        case BucketByLength() | ConsistentStructure() | UnknownFix():
             return ""
-        rows = f", batch size {fix['batch_size']}" if fix.get("batch_size") else ""
-        return "lengths " + "; ".join(lengths) + rows
-    if kind in (DROP_REMAINDER, PAD_REMAINDER) and fix.get("batch_size"):
-        return f"batch size {fix['batch_size']}"
-    return ""
+        case _:
+            assert_never(fix)
 
 
-def recomputed_words(at_storm: dict, now: dict) -> str:
+def recomputed_words(at_storm: Fix, now: Fix) -> str:
     """Why a storm's fix in the report differs from the one its warning was computed with."""
 
-    def words(fix: dict) -> str:
-        return fix_value(fix) or f"a {fix.get('kind')} fix"
+    def words(fix: Fix) -> str:
+        return fix_value(fix) or f"a {fix.kind} fix"
 
     return (
         f"Recomputed from every shape seen by the end: {words(now)} ({words(at_storm)} when the storm "
@@ -112,7 +272,7 @@ def data_kind_of(data: Any, default: str) -> str:
     return "generator"
 
 
-def _call(function: str, fix: Dict[str, Any], data: str, extra: str = "") -> str:
+def _call(function: str, fix: Fix, data: str, extra: str = "") -> str:
     """The one line that applies ``fix`` with ``xla_keras.data``, with the fix written out so the
     line stands alone (no ``storm`` object needed)."""
     minimal = {
@@ -120,14 +280,14 @@ def _call(function: str, fix: Dict[str, Any], data: str, extra: str = "") -> str
         for k in ("kind", "targets", "length_of", "lengths", "size", "rows", "batch_size", "remainder")
         if k in fix
     }
-    if fix.get("kind") != "bucket_by_length":
+    if not isinstance(fix, BucketByLength):
         minimal.pop("lengths", None)  # the targets carry them
     name = data_name(data)
     source = "examples" if function == "bucket_by_length" else name
     return f"import xla_keras\n{name} = xla_keras.data.{function}({source}, {minimal!r}{extra})"
 
 
-def apply_code(fix: Dict[str, Any], data: str) -> str:
+def apply_code(fix: Fix, data: str) -> str:
     where = {
         "tf.data": "  # on the dataset as you batched it",
         "pydataset": "  # your PyDataset -> a keras.utils.PyDataset of fixed batches",
@@ -135,7 +295,7 @@ def apply_code(fix: Dict[str, Any], data: str) -> str:
     return _call("apply_fix", fix, data) + where
 
 
-def bucket_code(fix: Dict[str, Any], data: str) -> str:
+def bucket_code(fix: BucketByLength, data: str) -> str:
     where = (
         "  # on the dataset of single examples, before batching"
         if data == "tf.data"

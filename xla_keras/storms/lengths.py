@@ -14,6 +14,7 @@ have ``.numpy()`` and a ``.device``).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 from dataclasses import dataclass
@@ -24,7 +25,7 @@ import numpy as np
 from xla_keras.core.signatures import leaves
 from xla_keras.storms.buckets import TARGET_PADDING_OVERHEAD, best_buckets, pad_target
 from xla_keras.storms.detection import VaryingAxis
-from xla_keras.storms.fixes import REMAINDER, bucket_code, compiles_words, examples_words
+from xla_keras.storms.fixes import REMAINDER, BucketByLength, bucket_code, compiles_words, examples_words
 
 # Enough batches for a stable length distribution (a 1% share is ~2-3 batches), and a bounded
 # memory: only integer/boolean leaves of rank >= 2 are kept, and at most MAX_BYTES of them.
@@ -344,22 +345,19 @@ def real_length_figures(
     # Per example computed (dropped examples cost nothing, padded rows do): the compute comparison.
     bucket_per_row = epoch.tokens / epoch.kept if epoch.kept else float("inf")
     bucket_overhead = measured.bucketed_tokens(lambda v: pad_target(v, bounds)) / real - 1
-    bucket = {
-        "kind": "bucket_by_length",
-        "length_of": {"path": measured.path, "axis": measured.axis, "rank": measured.rank},
-        "lengths": bounds,
-        "targets": [{"path": t["path"], "axis": t["axis"]} for t in targets],
-        "batch_size": batch_size,
-        "remainder": remainder,
-        "compiles": len(bounds),
-        "real_padding_overhead": round(bucket_overhead, 4),
-        "examples_per_epoch": round(per_epoch),
-    }
-    if remainder == "drop":
-        bucket["dropped_per_epoch"] = round(epoch.dropped)
-    else:
-        bucket["padded_rows_per_epoch"] = round(epoch.padded_rows)
-    bucket["code"] = bucket_code(bucket, data)
+    bucket = BucketByLength(
+        length_of={"path": measured.path, "axis": measured.axis, "rank": measured.rank},
+        lengths=bounds,
+        targets=[{"path": t["path"], "axis": t["axis"]} for t in targets],
+        batch_size=batch_size,
+        remainder=remainder,
+        compiles=len(bounds),
+        real_padding_overhead=round(bucket_overhead, 4),
+        examples_per_epoch=round(per_epoch),
+        dropped_per_epoch=round(epoch.dropped) if remainder == "drop" else None,
+        padded_rows_per_epoch=None if remainder == "drop" else round(epoch.padded_rows),
+    )
+    bucket = dataclasses.replace(bucket, code=bucket_code(bucket, data))
     ratio = pad_per_row / bucket_per_row if bucket_per_row else 0.0
     saving = 1 - 1 / ratio if ratio else 0.0
     better = "bucket_by_length" if saving >= BETTER_BY else "pad_to_lengths"

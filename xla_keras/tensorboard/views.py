@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 from typing import Any, Dict, List, Optional, Sequence
 
+from xla_keras.core.records import number_fields
 from xla_keras.core.signatures import AxisChange, describe, diff, from_jsonable
 from xla_keras.core.types import PHASES
 from xla_keras.report.figures import (
@@ -22,8 +23,11 @@ from xla_keras.report.figures import (
     processes_words,
     steady_words,
 )
+from xla_keras.report.model import Compilation, XlaReport
 from xla_keras.report.schema import ParsedReport, parse_report
-from xla_keras.storms.detection import cause_clause
+from xla_keras.storms.budget import PhaseAdvice
+from xla_keras.storms.detection import Storm, cause_clause
+from xla_keras.storms.fixes import fix_from_dict
 from xla_keras.tensorboard.metadata import RUNS
 
 # TensorBoard run names the monitor writes under its log_dir, and the tab's run.
@@ -196,7 +200,7 @@ def _advised(item: Dict[str, Any]) -> Dict[str, Any]:
     fix = item.get("fix") or {}
     return {
         "phase": item.get("phase"),
-        "cause": cause_clause(item.get("varying") or [], fix),
+        "cause": cause_clause(item.get("varying") or [], fix_from_dict(fix)),
         "advice": item.get("advice", ""),
         "varying": item.get("varying") or [],
         "fix_kind": fix.get("kind"),
@@ -332,16 +336,6 @@ def summary(run: str, report: Dict[str, Any]) -> Dict[str, Any]:
     }
 
 
-_NUMBERS = (
-    "compile_seconds",
-    "wall_seconds",
-    "compile_share",
-    "steady_step_seconds",
-    "break_even_steps",
-    "cache_saved_seconds",
-)
-
-
 def parse_checked(report: Any) -> ParsedReport:
     """The report parsed, if the tab can show it; else ValueError saying what is wrong with it (a report
     written by hand, or damaged: the tab says so instead of failing). The tab parses each report once."""
@@ -349,20 +343,10 @@ def parse_checked(report: Any) -> ParsedReport:
         parsed = parse_report(report)
     except (TypeError, KeyError, AttributeError) as error:
         raise ValueError(f"the report is malformed: {error}") from None
-    for key in _NUMBERS:
-        _number(report.get(key), key)
-    for key in ("compilation_count", "distinct_signatures", "steps"):
-        for phase, value in (report.get(key) or {}).items():
-            _number(value, f"{key}[{phase!r}]", none=False)
-    for i, c in enumerate(report.get("compilations") or []):
-        _number(c.get("step"), f"compilations[{i}].step", none=False)
-        _number(c.get("seconds"), f"compilations[{i}].seconds", none=False)
-    for i, s in enumerate(report.get("storms") or []):
-        for key in ("step", "count", "compiles", "compile_seconds", "steady_step_seconds", "window_start"):
-            _number(s.get(key), f"storms[{i}].{key}")
-    for i, a in enumerate(report.get("advice") or []):
-        for key in ("compiles", "compile_seconds", "recompile_seconds", "wall_seconds", "share", "budget"):
-            _number(a.get(key), f"advice[{i}].{key}")
+    _numbers(report, XlaReport, "")
+    for key, record in (("compilations", Compilation), ("storms", Storm), ("advice", PhaseAdvice)):
+        for i, item in enumerate(report.get(key) or []):
+            _numbers(item, record, f"{key}[{i}].")
     decision = report.get("jit_decision")
     if decision is not None:
         if not isinstance(decision, dict):
@@ -373,6 +357,16 @@ def parse_checked(report: Any) -> ParsedReport:
             for mode, value in (decision.get(key) or {}).items():
                 _number(value, f"jit_decision.{key}[{mode!r}]")
     return parsed
+
+
+def _numbers(data: Dict[str, Any], record: Any, where: str) -> None:
+    """Each number field of the dataclass ``record`` in ``data`` is a number (its fields say which)."""
+    for name, optional, keyed in number_fields(record):
+        if keyed:
+            for key, value in (data.get(name) or {}).items():
+                _number(value, f"{where}{name}[{key!r}]", none=optional)
+        else:
+            _number(data.get(name), f"{where}{name}", none=optional)
 
 
 def _number(value: Any, name: str, none: bool = True) -> None:

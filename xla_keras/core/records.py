@@ -1,0 +1,100 @@
+"""Records as plain data: a dataclass's JSON form derived from its fields, read back by key, and which of
+its fields are numbers (what a reader of a hand-written or damaged JSON file checks). Pure.
+
+A record declares its fields once; ``to_dict``, ``from_dict`` and the XLA tab's checks follow them, so a
+new field is one line in the dataclass (and its docstring), not an edit in each of them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+from typing import Any, Callable, Dict, Iterator, NamedTuple, Optional, Union
+
+# Field metadata: how a field's value is written (default: ``plain``), and whether a None is left out
+# of the JSON (a key that a record of that kind holds only when it has a value).
+TO_JSON = "to_json"
+FROM_JSON = "from_json"  # how a field's JSON value is read back (default: as it is); a None stays None
+OMIT_NONE = "omit_none"
+
+
+def converters(to_json: Callable[[Any], Any], from_json: Callable[[Any], Any]) -> Dict[str, Any]:
+    """The metadata of a dataclass field whose JSON form is not its value (``field(metadata=...)``):
+    ``to_json`` writes it, ``from_json`` reads it."""
+    return {TO_JSON: to_json, FROM_JSON: from_json}
+
+
+def plain(value: Any) -> Any:
+    """``value`` as JSON-able data: a record through its ``to_dict()``, containers copied through."""
+    if hasattr(value, "to_dict"):
+        return value.to_dict()
+    if isinstance(value, dict):
+        return {k: plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [plain(v) for v in value]
+    return value
+
+
+def record_dict(record: Any) -> Dict[str, Any]:
+    """A dataclass record as plain data, key by key in field order (``TO_JSON`` and ``OMIT_NONE``
+    metadata honoured)."""
+    out: Dict[str, Any] = {}
+    for f in dataclasses.fields(record):
+        value = getattr(record, f.name)
+        if value is None and f.metadata.get(OMIT_NONE):
+            continue
+        convert: Callable[[Any], Any] = f.metadata.get(TO_JSON, plain)
+        out[f.name] = convert(value)
+    return out
+
+
+def known_fields(cls: Any, data: Any) -> dict:
+    """The items of ``data`` that are fields of the dataclass ``cls``: a record read back by key, never
+    by position, unknown keys (a newer schema's) ignored."""
+    names = {f.name for f in dataclasses.fields(cls)}  # not __dataclass_fields__: it holds ClassVars too
+    return {k: v for k, v in data.items() if k in names}
+
+
+def record_from_dict(cls: Any, data: Any) -> Any:
+    """The dataclass record ``cls`` read back from ``record_dict``'s form: by key (``known_fields``),
+    each ``FROM_JSON`` field converted, missing ones taking their defaults."""
+    known = known_fields(cls, data)
+    for f in dataclasses.fields(cls):
+        convert = f.metadata.get(FROM_JSON)
+        if convert is not None and known.get(f.name) is not None:
+            known[f.name] = convert(known[f.name])
+    return cls(**known)
+
+
+_NUMBER_TYPES = (int, float)
+
+
+class NumberField(NamedTuple):
+    """A field that holds a number, or a dict of numbers by key (``keyed``: per phase, per mode)."""
+
+    name: str
+    optional: bool  # may be missing or None: it has a default (older reports lack it) or is Optional
+    keyed: bool
+
+
+def _numbers(hint: Any) -> Optional[bool]:
+    """Whether ``hint`` is a number type (int or float): None if not, else whether it is Optional."""
+    kinds = typing.get_args(hint) if typing.get_origin(hint) is Union else (hint,)
+    numeric = [k for k in kinds if k is not type(None)]
+    if numeric and all(k in _NUMBER_TYPES for k in numeric):
+        return type(None) in kinds
+    return None
+
+
+def number_fields(cls: Any) -> Iterator[NumberField]:
+    """The fields of the dataclass ``cls`` that hold a number (int or float, optional or not) or a dict of
+    them: what a reader of a hand-written or damaged JSON file checks before drawing it."""
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        hint = hints[f.name]
+        keyed = typing.get_origin(hint) is dict
+        optional = _numbers(typing.get_args(hint)[1] if keyed else hint)
+        if optional is None:
+            continue
+        has_default = f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING
+        yield NumberField(f.name, optional or (has_default and not keyed), keyed)
