@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 import xla_keras
-from xla_keras.storms.detection import Storm, cause_clause, fix_line
+from xla_keras.storms.detection import Storm
 from xla_keras.storms.fixes import (
     KINDS,
     BucketByLength,
@@ -26,7 +26,9 @@ from xla_keras.storms.fixes import (
     FixedBatchSize,
     PadToLengths,
     UnknownFix,
+    cause_clause,
     fix_from_dict,
+    fix_line,
     fix_value,
 )
 
@@ -76,8 +78,8 @@ def test_consumers_read_the_typed_fix():
 # Each consumer's dispatch, and the branch removed from a copy of its module: mypy must fail there.
 BRANCHES = [
     ("xla_keras/storms/fixes.py", "fix_value", "        case FixedBatchSize():\n"),
-    ("xla_keras/storms/detection.py", "fix_line", "        case ConsistentStructure():\n"),
-    ("xla_keras/storms/detection.py", "cause_clause", "        case FixedBatchSize():\n"),
+    ("xla_keras/storms/fixes.py", "fix_line", "        case ConsistentStructure():\n"),
+    ("xla_keras/storms/fixes.py", "cause_clause", "        case FixedBatchSize():\n"),
 ]
 
 

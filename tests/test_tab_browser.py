@@ -39,7 +39,7 @@ def _check_advised_card(frame, selector, item):
     """A storm's or budget advice's card (the first matching ``selector``), against its record in
     xla_report.json: the headline, then ``Cause:`` (one clause, from what varied and the fix), then
     the fix code; the advice text hidden behind a closed "details" until it is opened."""
-    from xla_keras.storms.detection import cause_clause
+    from xla_keras.storms.fixes import cause_clause
 
     card = frame.locator(selector).first
     classes = frame.locator("body").evaluate(

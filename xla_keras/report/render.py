@@ -22,8 +22,8 @@ from xla_keras.report.figures import (
     slow_words,
     steady_words,
 )
-from xla_keras.storms.detection import cause_clause, fix_line, storm_cause
-from xla_keras.storms.fixes import APPLIED_TYPES, fix_value, recomputed_words
+from xla_keras.storms.detection import storm_cause
+from xla_keras.storms.fixes import APPLIED_TYPES, cause_clause, fix_line, fix_value, recomputed_words
 
 if TYPE_CHECKING:
     from xla_keras.report.model import XlaReport

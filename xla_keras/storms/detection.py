@@ -17,20 +17,7 @@ from xla_keras.core.arguments import integer
 from xla_keras.core.messages import WIDTH, shaped, within
 from xla_keras.core.records import known_fields, record_dict
 from xla_keras.core.signatures import InputSignature, diff, fingerprint
-from xla_keras.storms.fixes import (
-    BucketByLength,
-    ConsistentStructure,
-    DropRemainder,
-    Fix,
-    FixedBatchSize,
-    PadRemainder,
-    PadToLengths,
-    UnknownFix,
-    assert_never,
-    data_name,
-    fix_from_dict,
-    fix_value,
-)
+from xla_keras.storms.fixes import Fix, UnknownFix, cause_clause, fix_from_dict, fix_line, so_far
 
 ON_STORM = ("warn", "raise", "fallback")
 # Beyond this many distinct signatures per phase the history keeps counting
@@ -332,6 +319,7 @@ def storm_text(storm: Storm, index: int, log_dir: Optional[str] = None, data: st
     ``then``: what the monitor did besides warning (a fallback), said on the last line.
 
     Example:
+        >>> from xla_keras.storms.fixes import PadToLengths
         >>> storm = Storm("train", 9, 8, [{"path": "x", "axis": 1, "min": 54, "max": 79, "n_values": 8}],
         ...               "...", PadToLengths(), compiles=8, compile_seconds=2.0)
         >>> print(storm_text(storm, 0))
@@ -347,7 +335,7 @@ def storm_text(storm: Storm, index: int, log_dir: Optional[str] = None, data: st
         f", {_fmt_ms(storm.compile_seconds)} compiling",
         f" vs {_fmt_ms(steady)} a step" if steady is not None else "",
     )
-    fix = within(f"Fix: {fix_line(storm.fix, f'monitor.report.storms[{index}].fix', data)}", _so_far(storm.fix))
+    fix = within(f"Fix: {fix_line(storm.fix, f'monitor.report.storms[{index}].fix', data)}", so_far(storm.fix))
     more = f"{then}More: monitor.report.storms[{index}].advice"
     more = within(
         more if len(more) <= WIDTH else f"{then}More: print(monitor.report)",
@@ -356,56 +344,9 @@ def storm_text(storm: Storm, index: int, log_dir: Optional[str] = None, data: st
     return shaped([headline, f"Cause: {storm_cause(storm)}", fix, more])
 
 
-def _so_far(fix: Fix) -> str:
-    """The fix's value as the shapes seen so far give it (the report recomputes it at the end)."""
-    value = fix_value(fix)
-    return f"  # {value} so far" if value else ""
-
-
-def fix_line(fix: Fix, where: str, data: str = "tf.data") -> str:
-    """A fix as one line of code on the user's data (``where``: the expression that holds the fix,
-    e.g. ``monitor.report.storms[0].fix``; the data's kind: the fix's ``"data"``, else ``data``), or
-    in words when no code applies it."""
-    match fix:
-        case PadToLengths() | FixedBatchSize() | DropRemainder() | PadRemainder():
-            name = data_name(fix.data or data)
-            return f"{name} = xla_keras.data.apply_fix({name}, {where})"
-        case ConsistentStructure():
-            return "feed every batch with the same structure and dtypes (cast in the input pipeline)"
-        case BucketByLength() | UnknownFix():
-            return "none from the shapes alone; or XlaMonitor(jit='off') for this model"
-        case _:
-            assert_never(fix)
-
-
 def storm_cause(storm: Storm) -> str:
     """The storm's cause as one clause: the input and axis that vary, with their range."""
     return cause_clause(storm.varying, storm.fix)
-
-
-def cause_clause(varying: List[Dict[str, Any]], fix: Fix) -> str:
-    """A storm's or a compile budget advice's cause as one clause, from what varied and its fix."""
-    batch_size = False
-    match fix:
-        case ConsistentStructure():
-            return "the inputs change structure or dtype between batches"
-        case DropRemainder() | PadRemainder():
-            if fix.rows and fix.batch_size:
-                return f"the last batch has {fix.rows} rows instead of {fix.batch_size}"
-        case FixedBatchSize():
-            batch_size = True
-        case PadToLengths() | BucketByLength() | UnknownFix():
-            pass
-        case _:
-            assert_never(fix)
-    if not varying:
-        return "no single input explains the new shapes"
-    first = varying[0]
-    what = "the batch size (axis 0)" if first.get("axis") == 0 and batch_size else None
-    leaf = f"input '{first['path']}' axis {first['axis']}"
-    said = f"{what} of input '{first['path']}'" if what else leaf
-    more = f" and {len(varying) - 1} more" if len(varying) > 1 else ""
-    return f"{said} varies ({first['min']}..{first['max']}, {first['n_values']} values){more}"
 
 
 def partial_batch_note(phase: str, history: ShapeHistory) -> Optional[str]:

@@ -1,5 +1,6 @@
-"""Fix kinds: a storm's machine-readable ``fix`` as one typed record per kind (``Fix``), the one line of
-``xla_keras.data`` code that applies a fix, and the partial last batch of each run in words.
+"""Fix kinds: a storm's machine-readable ``fix`` as one typed record per kind (``Fix``), what each kind
+says (its value, its cause, the one line of ``xla_keras.data`` code that applies it: the only places
+that dispatch on the kind, each an exhaustive ``match``), and the partial last batch of each run in words.
 
 Saved reports and the fix code printed in them hold these kinds and keys: they never change. A ``Fix``
 is also a read-only mapping of exactly those keys (``fix["kind"]``, ``dict(fix)``), so code written
@@ -218,6 +219,53 @@ def fix_value(fix: Fix) -> str:
             return ""
         case _:
             assert_never(fix)
+
+
+def so_far(fix: Fix) -> str:
+    """The fix's value as the shapes seen so far give it (the report recomputes it at the end)."""
+    value = fix_value(fix)
+    return f"  # {value} so far" if value else ""
+
+
+def fix_line(fix: Fix, where: str, data: str = "tf.data") -> str:
+    """A fix as one line of code on the user's data (``where``: the expression that holds the fix,
+    e.g. ``monitor.report.storms[0].fix``; the data's kind: the fix's ``"data"``, else ``data``), or
+    in words when no code applies it."""
+    match fix:
+        case PadToLengths() | FixedBatchSize() | DropRemainder() | PadRemainder():
+            name = data_name(fix.data or data)
+            return f"{name} = xla_keras.data.apply_fix({name}, {where})"
+        case ConsistentStructure():
+            return "feed every batch with the same structure and dtypes (cast in the input pipeline)"
+        case BucketByLength() | UnknownFix():
+            return "none from the shapes alone; or XlaMonitor(jit='off') for this model"
+        case _:
+            assert_never(fix)
+
+
+def cause_clause(varying: List[Dict[str, Any]], fix: Fix) -> str:
+    """A storm's or a compile budget advice's cause as one clause, from what varied and its fix."""
+    batch_size = False
+    match fix:
+        case ConsistentStructure():
+            return "the inputs change structure or dtype between batches"
+        case DropRemainder() | PadRemainder():
+            if fix.rows and fix.batch_size:
+                return f"the last batch has {fix.rows} rows instead of {fix.batch_size}"
+        case FixedBatchSize():
+            batch_size = True
+        case PadToLengths() | BucketByLength() | UnknownFix():
+            pass
+        case _:
+            assert_never(fix)
+    if not varying:
+        return "no single input explains the new shapes"
+    first = varying[0]
+    what = "the batch size (axis 0)" if first.get("axis") == 0 and batch_size else None
+    leaf = f"input '{first['path']}' axis {first['axis']}"
+    said = f"{what} of input '{first['path']}'" if what else leaf
+    more = f" and {len(varying) - 1} more" if len(varying) > 1 else ""
+    return f"{said} varies ({first['min']}..{first['max']}, {first['n_values']} values){more}"
 
 
 def recomputed_words(at_storm: Fix, now: Fix) -> str:

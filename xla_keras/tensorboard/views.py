@@ -26,8 +26,8 @@ from xla_keras.report.figures import (
 from xla_keras.report.model import Compilation, XlaReport
 from xla_keras.report.schema import ParsedReport, parse_report
 from xla_keras.storms.budget import PhaseAdvice
-from xla_keras.storms.detection import Storm, cause_clause
-from xla_keras.storms.fixes import fix_from_dict
+from xla_keras.storms.detection import Storm
+from xla_keras.storms.fixes import cause_clause, fix_from_dict
 from xla_keras.tensorboard.metadata import RUNS
 
 # TensorBoard run names the monitor writes under its log_dir, and the tab's run.
