@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Optional, Tuple, Union
 
-from xla_keras.core.arguments import directory, integer, number
+from xla_keras.core.plain_data import directory, integer, number
 from xla_keras.core.program_cost import COST_CHOICES
 from xla_keras.jit.modes import MODES, validate_mode
 from xla_keras.storms.detection import ON_STORM

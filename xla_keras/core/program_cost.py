@@ -12,7 +12,7 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Any, Dict, Mapping, Optional, Tuple
 
-from xla_keras.core.records import known_fields
+from xla_keras.core.plain_data import known_fields
 from xla_keras.core.timing import MIN_STEADY_SAMPLES
 
 # A bounded number of analyses per phase of a fit (or of a standalone evaluate / predict): one per

@@ -12,8 +12,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional
 
+from xla_keras.core.plain_data import converters, plain, record_dict, record_from_dict
 from xla_keras.core.program_cost import ProgramCost
-from xla_keras.core.records import converters, plain, record_dict, record_from_dict
 from xla_keras.core.signatures import InputSignature, from_jsonable, to_jsonable
 from xla_keras.core.timing import excess_over_steady
 from xla_keras.core.types import PHASES

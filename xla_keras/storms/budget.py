@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
-from xla_keras.core.records import known_fields, record_dict
+from xla_keras.core.plain_data import known_fields, record_dict
 from xla_keras.storms.fixes import Fix, PadToLengths, UnknownFix, fix_from_dict
 
 

@@ -13,9 +13,8 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from xla_keras.core.arguments import integer
 from xla_keras.core.messages import WIDTH, shaped, within
-from xla_keras.core.records import known_fields, record_dict
+from xla_keras.core.plain_data import integer, known_fields, record_dict
 from xla_keras.core.signatures import InputSignature, diff, fingerprint
 from xla_keras.storms.fixes import Fix, UnknownFix, cause_clause, fix_from_dict, fix_line, so_far
 

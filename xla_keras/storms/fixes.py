@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, Dict, Iterator, List, NoReturn, Optional, Union
 
-from xla_keras.core.records import OMIT_NONE, known_fields, record_dict
+from xla_keras.core.plain_data import OMIT_NONE, known_fields, record_dict
 
 PAD_TO_LENGTHS = "pad_to_lengths"
 FIXED_BATCH_SIZE = "fixed_batch_size"

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from typing import Any, Dict, List, Optional, Sequence
 
-from xla_keras.core.records import number_fields
+from xla_keras.core.plain_data import number_fields
 from xla_keras.core.signatures import AxisChange, describe, diff, from_jsonable
 from xla_keras.core.types import PHASES
 from xla_keras.report.figures import (

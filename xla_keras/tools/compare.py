@@ -15,7 +15,7 @@ import statistics
 from dataclasses import asdict, dataclass
 from typing import Any, Callable, List, Optional, Sequence, Union
 
-from xla_keras.core.arguments import integer
+from xla_keras.core.plain_data import integer
 from xla_keras.core.timing import MIN_COMPARE_STEPS, break_even_steps, comparable
 
 

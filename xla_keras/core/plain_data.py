@@ -1,15 +1,53 @@
-"""Records as plain data: a dataclass's JSON form derived from its fields, read back by key, and which of
-its fields are numbers (what a reader of a hand-written or damaged JSON file checks). Pure.
+"""Plain data in and out, checked. Pure.
 
-A record declares its fields once; ``to_dict``, ``from_dict`` and the XLA tab's checks follow them, so a
-new field is one line in the dataclass (and its docstring), not an edit in each of them.
+- **Arguments** as users pass them: Keras accepts numpy integers where an int is meant and
+  ``pathlib.Path`` (or ``~``) where a directory is meant, and so do the public entry points.
+- **Records** as their JSON holds them: a dataclass's JSON form derived from its fields, read back by
+  key, and which of its fields are numbers (what a reader of a hand-written or damaged JSON file
+  checks). A record declares its fields once; ``to_dict``, ``from_dict`` and the XLA tab's checks
+  follow them, so a new field is one line in the dataclass (and its docstring), not an edit in each.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import numbers
+import os
 import typing
 from typing import Any, Callable, Dict, Iterator, NamedTuple, Optional, Union
+
+
+def integer(value: Any) -> Optional[int]:
+    """``value`` as an int if it is an integer (numpy ones included, bool
+    excluded), else None."""
+    if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+        return int(value)
+    return None
+
+
+def number(value: Any) -> Optional[float]:
+    """``value`` as a float if it is a finite number (numpy ones and numeric strings included, bool
+    excluded), else None."""
+    if isinstance(value, bool):
+        return None
+    try:
+        result = float(value)
+    except (TypeError, ValueError):
+        return None
+    return result if result == result and abs(result) != float("inf") else None
+
+
+def directory(value: Any, name: str) -> Optional[str]:
+    """A directory argument as a str path (``~`` expanded), or None."""
+    if value is None:
+        return None
+    if not isinstance(value, (str, os.PathLike)):
+        raise TypeError(f"{name} must be a str, an os.PathLike (e.g. pathlib.Path) or None; got {type(value).__name__}")
+    path = os.fspath(value)
+    if isinstance(path, bytes) or not path:
+        raise ValueError(f"{name} must be a non-empty directory path or None; got {value!r}")
+    return os.path.expanduser(path)
+
 
 # Field metadata: how a field's value is written (default: ``plain``), and whether a None is left out
 # of the JSON (a key that a record of that kind holds only when it has a value).
