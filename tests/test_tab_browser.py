@@ -39,7 +39,7 @@ def _check_advised_card(frame, selector, item):
     """A storm's or budget advice's card (the first matching ``selector``), against its record in
     xla_report.json: the headline, then ``Cause:`` (one clause, from what varied and the fix), then
     the fix code; the advice text hidden behind a closed "details" until it is opened."""
-    from xla_keras.storms.fixes import cause_clause
+    from xla_keras.storms.fixes import cause_clause, fix_from_dict
 
     card = frame.locator(selector).first
     classes = frame.locator("body").evaluate(
@@ -47,7 +47,7 @@ def _check_advised_card(frame, selector, item):
     )
     assert classes[0] == "headline" and classes[1] == "cause", classes
     assert card.locator(":scope > *").nth(2).locator(".fix-code").count() == 1  # the fix's code block
-    assert card.locator(".cause").inner_text() == f"Cause: {cause_clause(item['varying'], item['fix'])}"
+    assert card.locator(".cause").inner_text() == f"Cause: {cause_clause(item['varying'], fix_from_dict(item['fix']))}"
     assert not card.locator("details.advice-details .advice").is_visible()
     # Found, opened and read in one script: the tab redraws whenever a reload (each second here) brings
     # anything new, and a card found by one call may be detached by the next (a CI run saw it).
