@@ -24,14 +24,20 @@ ROOT = os.path.dirname(HERE)
 pytestmark = [pytest.mark.scenario, pytest.mark.xdist_group("scenario_runs")]
 
 
-def _fits(root):
+def _fits(root, only=()):
     def run():
         dump, out = root / "dump", root / "truth.json"
         env = dict(os.environ, CUDA_VISIBLE_DEVICES="", XLA_FLAGS=f"--xla_dump_to={dump}")
         env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
         env.pop("TF_XLA_FLAGS", None)
         proc = subprocess.run(
-            [sys.executable, os.path.join(HERE, "truth_fits.py"), str(out), str(dump)],
+            [
+                sys.executable,
+                os.path.join(HERE, "truth_fits.py"),
+                str(out),
+                str(dump),
+                *([",".join(only)] if only else []),
+            ],
             env=env,
             capture_output=True,
             text=True,
@@ -44,9 +50,31 @@ def _fits(root):
     return {"tensorflow": run}
 
 
+# truth_fits.py's fits but ``separate`` (the timed test's alone, below), run by the untimed tests.
+UNTIMED = (
+    "fallback_early",
+    "fallback_late",
+    "trace_window",
+    "two_fits",
+    "advice_of_fit_1",
+    "evaluate_budget",
+    "predict_status",
+)
+
+
 @pytest.fixture(scope="module")
 def fits(tmp_path_factory):
-    return Runs(_fits, tmp_path_factory, "test_truth::fits")["tensorflow"]
+    return Runs(lambda root: _fits(root, UNTIMED), tmp_path_factory, "test_truth::fits")["tensorflow"]
+
+
+@pytest.fixture(scope="module")
+def timed_fits(tmp_path_factory):
+    """The fits whose step times are compared with separate fits' clock: run in the timed invocation, with
+    nothing beside them (their steps are ~1.3 ms; a fallback's before and after span ~0.1 s, which the
+    other worker's fits can tilt: CI once read 0.94x beside 1.38x by separate fits)."""
+    return Runs(lambda root: _fits(root, ("fallback_late", "separate")), tmp_path_factory, "test_truth::timed")[
+        "tensorflow"
+    ]
 
 
 def _flat(text):
@@ -71,8 +99,9 @@ def test_a_fallback_with_one_steady_xla_step_states_no_ratio(fits):
     assert run["dumped"] == sum(run["report"]["compilation_count"].values()) == 8
 
 
-def test_a_fallback_with_enough_steps_compares_in_the_direction_separate_fits_measure(fits):
-    run, separate = fits["fallback_late"], fits["separate"]["separate_ms"]
+@pytest.mark.timed
+def test_a_fallback_with_enough_steps_compares_in_the_direction_separate_fits_measure(timed_fits):
+    run, separate = timed_fits["fallback_late"], timed_fits["separate"]["separate_ms"]
     fallback = run["report"]["fallback"]
     assert fallback["xla_steady_steps"]["train"] >= 20 and fallback["steady_steps_after"]["train"] >= 20
     stated = fallback["steady_step_seconds_after"]["train"] / fallback["xla_steady_step_seconds"]["train"]
@@ -95,18 +124,7 @@ def test_every_note_of_the_ground_truth_scenarios_is_borne_out_by_its_records(sc
     assert problems(scenario_runs(key).report) == []
 
 
-@pytest.mark.parametrize(
-    "kind",
-    [
-        "fallback_early",
-        "fallback_late",
-        "trace_window",
-        "two_fits",
-        "advice_of_fit_1",
-        "evaluate_budget",
-        "predict_status",
-    ],
-)
+@pytest.mark.parametrize("kind", UNTIMED)
 def test_every_note_of_these_fits_is_borne_out_by_its_records(fits, kind):
     assert problems(fits[kind]["report"]) == []
 

@@ -176,7 +176,7 @@ def _dumped(dump_dir):
     return set(os.listdir(dump_dir)) if os.path.isdir(dump_dir) else set()
 
 
-def main(out_path, dump_dir):
+def main(out_path, dump_dir, only=()):
     import logging
 
     from xla_keras.errors import XlaKerasWarning
@@ -185,6 +185,8 @@ def main(out_path, dump_dir):
     warnings.simplefilter("ignore")
     results = {}
     for name, run in kinds(os.path.dirname(out_path)).items():
+        if only and name not in only:
+            continue
         before = _dumped(dump_dir)
         stdout = io.StringIO()
         with warnings.catch_warnings(record=True) as caught, contextlib.redirect_stdout(stdout):
@@ -206,4 +208,4 @@ def main(out_path, dump_dir):
 
 if __name__ == "__main__":
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-    main(sys.argv[1], sys.argv[2])
+    main(sys.argv[1], sys.argv[2], tuple(sys.argv[3].split(",")) if len(sys.argv) > 3 else ())
