@@ -14,7 +14,7 @@ import dataclasses
 import numbers
 import os
 import typing
-from typing import Any, Callable, Dict, Iterator, NamedTuple, Optional, Union
+from typing import Any, Callable, Dict, Iterator, NamedTuple, Optional, Tuple, Union
 
 
 def integer(value: Any) -> Optional[int]:
@@ -62,8 +62,13 @@ def converters(to_json: Callable[[Any], Any], from_json: Callable[[Any], Any]) -
     return {TO_JSON: to_json, FROM_JSON: from_json}
 
 
+_SCALARS = (str, int, float, bool, type(None))
+
+
 def plain(value: Any) -> Any:
     """``value`` as JSON-able data: a record through its ``to_dict()``, containers copied through."""
+    if isinstance(value, _SCALARS):  # most values: checked first (a report is written at every flush)
+        return value
     if hasattr(value, "to_dict"):
         return value.to_dict()
     if isinstance(value, dict):
@@ -77,31 +82,54 @@ def record_dict(record: Any) -> Dict[str, Any]:
     """A dataclass record as plain data, key by key in field order (``TO_JSON`` and ``OMIT_NONE``
     metadata honoured)."""
     out: Dict[str, Any] = {}
-    for f in dataclasses.fields(record):
-        value = getattr(record, f.name)
-        if value is None and f.metadata.get(OMIT_NONE):
+    for name, convert, omit_none in _writers(type(record)):
+        value = getattr(record, name)
+        if value is None and omit_none:
             continue
-        convert: Callable[[Any], Any] = f.metadata.get(TO_JSON, plain)
-        out[f.name] = convert(value)
+        out[name] = convert(value)
     return out
+
+
+_Writers = Tuple[Tuple[str, Callable[[Any], Any], bool], ...]
+_WRITERS: Dict[type, _Writers] = {}
+
+
+def _writers(cls: type) -> _Writers:
+    """Each field of the dataclass ``cls``: its name, how its value is written, whether a None is left out
+    (read once per class: ``dataclasses.fields`` costs more than the record's own values)."""
+    if cls not in _WRITERS:
+        _WRITERS[cls] = tuple(
+            (f.name, f.metadata.get(TO_JSON, plain), bool(f.metadata.get(OMIT_NONE))) for f in dataclasses.fields(cls)
+        )
+    return _WRITERS[cls]
 
 
 def known_fields(cls: Any, data: Any) -> dict:
     """The items of ``data`` that are fields of the dataclass ``cls``: a record read back by key, never
     by position, unknown keys (a newer schema's) ignored."""
-    names = {f.name for f in dataclasses.fields(cls)}  # not __dataclass_fields__: it holds ClassVars too
-    return {k: v for k, v in data.items() if k in names}
+    readers = _readers(cls)
+    return {k: v for k, v in data.items() if k in readers}
 
 
 def record_from_dict(cls: Any, data: Any) -> Any:
     """The dataclass record ``cls`` read back from ``record_dict``'s form: by key (``known_fields``),
     each ``FROM_JSON`` field converted, missing ones taking their defaults."""
     known = known_fields(cls, data)
-    for f in dataclasses.fields(cls):
-        convert = f.metadata.get(FROM_JSON)
-        if convert is not None and known.get(f.name) is not None:
-            known[f.name] = convert(known[f.name])
+    for name, convert in _readers(cls).items():
+        if convert is not None and known.get(name) is not None:
+            known[name] = convert(known[name])
     return cls(**known)
+
+
+_READERS: Dict[type, Dict[str, Optional[Callable[[Any], Any]]]] = {}
+
+
+def _readers(cls: type) -> Dict[str, Optional[Callable[[Any], Any]]]:
+    """Each field of the dataclass ``cls`` by name, with how its JSON value is read (None: as it is). From
+    ``dataclasses.fields``, not ``__dataclass_fields__``, which holds ClassVars too; read once per class."""
+    if cls not in _READERS:
+        _READERS[cls] = {f.name: f.metadata.get(FROM_JSON) for f in dataclasses.fields(cls)}
+    return _READERS[cls]
 
 
 _NUMBER_TYPES = (int, float)
