@@ -275,7 +275,12 @@ def test_after_a_fallback_the_headline_counts_the_op_by_op_compiles_and_the_warn
     assert f"{int(other['in_steps']['count'])} executables" in headline and "op by op" in headline
     assert "op by op        : after the switch JAX ran the steps op by op" in text
     (warning,) = run["warnings"]
-    assert "XLA off (on_storm='fallback'); " in warning and "compile per shape" in warning
+    # The last line weighs XLA's compile per shape at the storm (the first line's figures) against
+    # JAX's op-by-op cost per shape (1 s): a slower machine compiles slower and reads the other way.
+    storm = report["storms"][0]
+    likely_slower = storm["compile_seconds"] / storm["compiles"] < 1.0
+    expected = "ops compile per shape: likely slower" if likely_slower else "each op now compiles per shape"
+    assert f"XLA off (on_storm='fallback'); {expected}. " in warning
     assert all("batch_size=" not in storm["advice"] for storm in report["storms"])  # its data is a PyDataset
 
 
