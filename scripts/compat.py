@@ -76,15 +76,40 @@ class Turns:
     time, and while no tier is installing. The ground truth compares compile seconds with
     TensorFlow's own lines: two tiers' fits competing for 2 cores stretched TensorFlow 2.16's
     first-compile op span by 110 ms, and a fourth tier's install beside the oldest tier's tests by
-    7 ms past its bound (both measured, failures)."""
+    7 ms past its bound (both measured, failures).
+
+    ``--tests-after FILE`` (scripts/test.sh): the installs start at once, beside the main suite, and
+    the tests wait until FILE exists (written when the main suite and the timed tests are done); once
+    the last install has ended, ``FILE.installed`` is written, for the timed tests to wait on."""
 
     def __init__(self):
         self._changed = threading.Condition()
         self._installs = 0
         self._testing = False
+        self.tests_after: Optional[str] = None
+        self._installing_tiers: set = set()  # tiers not yet past their install phase
+
+    def expect(self, tiers: List[str]) -> None:
+        self._installing_tiers = set(tiers)
+
+    def installed(self, tier: str) -> None:
+        """``tier`` is past its install phase (done, or failed): when it is the last one, the machine
+        is the tests' (``FILE.installed``)."""
+        with self._changed:
+            if tier not in self._installing_tiers:
+                return
+            self._installing_tiers.discard(tier)
+            if self._installing_tiers or not self.tests_after:
+                return
+        with open(self.tests_after + ".installed", "w"):
+            pass
+
+    def _wait_for_go(self) -> None:
+        while self.tests_after and not os.path.exists(self.tests_after):
+            time.sleep(1)
 
     @contextlib.contextmanager
-    def installing(self):
+    def installing(self, tier: str):
         with self._changed:
             self._changed.wait_for(lambda: not self._testing)
             self._installs += 1
@@ -94,9 +119,11 @@ class Turns:
             with self._changed:
                 self._installs -= 1
                 self._changed.notify_all()
+            self.installed(tier)
 
     @contextlib.contextmanager
     def testing(self):
+        self._wait_for_go()
         with self._changed:
             self._changed.wait_for(lambda: not self._testing and self._installs == 0)
             self._testing = True
@@ -303,7 +330,7 @@ def run_tier(tier: Tier, work_root: str) -> float:
     vpy = os.path.join(venv, "bin", "python")
     if tier.jax:
         return run_jax_tier(tier, python, vpy, work, start)
-    with TURNS.installing():
+    with TURNS.installing(tier.name):
         pins = [f"tensorflow=={tier.tensorflow}"]
         with tier.timed("venv"):
             tier.results["venv"] = venv_cache.venv_with(
@@ -336,7 +363,7 @@ def run_tier(tier: Tier, work_root: str) -> float:
 
 def run_jax_tier(tier: Tier, python: str, vpy: str, work: str, start: float) -> float:
     keras = [f"keras=={tier.keras}"] if tier.keras else ["keras"]
-    with TURNS.installing():
+    with TURNS.installing(tier.name):
         pins = [f"jax[cpu]=={tier.jax}", f"jaxlib=={tier.jax}", *keras]
         with tier.timed("venv"):
             tier.results["venv"] = venv_cache.venv_with(
@@ -370,7 +397,14 @@ def main(argv: Optional[List[str]] = None) -> int:
         "--tier", action="append", choices=[t.name for t in TIERS], help="run only this tier (repeatable); default: all"
     )
     parser.add_argument("--work-dir", default=None, help="where the venvs go (default: a temporary directory)")
-    parser.add_argument("--jobs", type=int, default=3, help="tiers run side by side (default: 3)")
+    parser.add_argument("--jobs", type=int, default=None, help="tiers run side by side (default: all)")
+    parser.add_argument(
+        "--tests-after",
+        metavar="FILE",
+        default=None,
+        help="install now, run the tests once FILE exists; write FILE.installed when every install "
+        "has ended (scripts/test.sh: the installs overlap the main suite)",
+    )
     parser.add_argument(
         "--pair",
         nargs="+",
@@ -392,6 +426,9 @@ def main(argv: Optional[List[str]] = None) -> int:
                 keras=pair[2] if len(pair) == 3 else None,
             )
         )
+    TURNS.tests_after = args.tests_after
+    TURNS.expect([t.name for t in tiers])
+    jobs = max(1, min(args.jobs or len(tiers), len(tiers)))
     work_root = args.work_dir or tempfile.mkdtemp(prefix="xla_keras_compat_")
     failed = []
     printing = threading.Lock()
@@ -405,6 +442,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         except (Failure, subprocess.TimeoutExpired) as error:
             failed.append(tier.name)
             tier.results["FAILED"] = str(error)
+        finally:
+            TURNS.installed(tier.name)  # a tier that failed before installing holds no one up
         with printing:  # each tier's block as soon as it is done, whole
             pin = f"jax=={tier.jax}" if tier.jax else f"tensorflow=={tier.tensorflow}"
             print(f"== tier {tier.name}: Python {tier.python}, {pin}", flush=True)
@@ -414,12 +453,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     # Tiers are independent venvs: install them side by side (most of a tier is pip downloading and
     # installing TensorFlow); their tests run alone (TURNS).
     start = time.monotonic()
-    with ThreadPoolExecutor(max(1, min(args.jobs, len(tiers)))) as pool:
+    with ThreadPoolExecutor(jobs) as pool:
         list(pool.map(one, tiers))
-    print(
-        f"compatibility tier: {time.monotonic() - start:.0f} s for {len(tiers)} tier(s), "
-        f"{max(1, min(args.jobs, len(tiers)))} at a time"
-    )
+    waited = " (its tests waited for --tests-after)" if args.tests_after else ""
+    print(f"compatibility tier: {time.monotonic() - start:.0f} s for {len(tiers)} tier(s), {jobs} at a time{waited}")
     if not args.work_dir:
         shutil.rmtree(work_root, ignore_errors=True)
     if failed:

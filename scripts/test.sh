@@ -7,6 +7,9 @@
 #   2. the compatibility tier: fresh venvs pinned to older TensorFlow releases (install check,
 #      ground truth, private APIs, older Keras / tf_keras), scripts/compat.py;
 #   3. the packaging proof: sdist + wheel, installed in a clean venv, scripts/package_check.py.
+# 2's installs and all of 3 run in the background during the main suite (downloads and unpacking
+# beside a suite that leaves ~13% of the cores idle); both are over before the timed tests start,
+# and 2's tests wait for the timed tests to end: what compares times runs alone.
 # `bash scripts/test.sh --main` runs only 0 and 1 (after the install).
 # `bash scripts/test.sh --quick` runs only the quick tier: the tests that start no fit
 # (`pytest -m "not slow"`, see tests/conftest.py), with no install step: the inner loop.
@@ -28,7 +31,12 @@ section_done() {
     section_name=""
   fi
 }
-trap section_done EXIT  # a failing section says how long it ran too
+background=()  # the process groups started below: stopped with everything they started on exit
+finish() {
+  section_done
+  for group in "${background[@]}"; do kill -- "-$group" 2>/dev/null || true; done
+}
+trap finish EXIT  # a failing section says how long it ran too
 section() {
   section_done
   section_name="$1"
@@ -39,6 +47,19 @@ section() {
 
 section "install"
 bash scripts/install_test_deps.sh
+full=$([ "${1:-}" != "--main" ] && echo yes || true)
+if [ -n "$full" ]; then
+  logs=$(mktemp -d)
+  tests_after="$logs/compat-tests-may-start"
+  set -m  # each background job in its own process group, so that `finish` stops its children too
+  python scripts/compat.py --tests-after "$tests_after" > "$logs/compat.log" 2>&1 &
+  compat=$!
+  python scripts/package_check.py > "$logs/package.log" 2>&1 &
+  package=$!
+  set +m
+  background=("$compat" "$package")
+  echo "(compatibility tier installing and packaging proof running in the background: $logs)"
+fi
 section "static checks"
 ruff check .
 ruff format --check .
@@ -49,13 +70,25 @@ NO_MKDOCS_2_WARNING=1 mkdocs build --strict --site-dir "$docs_site"  # not --qui
 rm -rf "$docs_site"
 section "main suite"
 python -m pytest -q -n 2 --dist loadgroup -m "not timed" --durations=15
+if [ -n "$full" ]; then
+  section "waiting for the background installs and the packaging proof"
+  package_status=0
+  wait "$package" || package_status=$?
+  while [ ! -e "$tests_after.installed" ] && kill -0 "$compat" 2>/dev/null; do sleep 1; done
+fi
 section "timed tests"
 python -m pytest -q -m timed --durations=5
-if [ "${1:-}" != "--main" ]; then
-  section "compatibility tier"
-  python scripts/compat.py
+if [ -n "$full" ]; then
   section "packaging"
-  python scripts/package_check.py
+  cat "$logs/package.log"
+  [ "$package_status" = 0 ] || { echo "packaging proof failed (exit $package_status)"; exit "$package_status"; }
+  section "compatibility tier (installed during the main suite; its tests now)"
+  touch "$tests_after"
+  compat_status=0
+  wait "$compat" || compat_status=$?
+  cat "$logs/compat.log"
+  [ "$compat_status" = 0 ] || exit "$compat_status"
+  rm -rf "$logs"
 fi
 section_done
 echo
