@@ -263,6 +263,15 @@ def test_layers_without_jit_and_raw_jit():
     assert _internals.op_determinism_enabled() is False
 
 
+def test_layer_calls_counts_a_layers_calls_in_the_model():
+    from xla_keras.backends.keras._internals import layer_calls
+
+    dense = keras.layers.Dense(2)
+    a, b = keras.Input((2,)), keras.Input((2,))
+    keras.Model([a, b], [dense(a), dense(b)])
+    assert layer_calls(dense) == 2 and layer_calls(keras.layers.Dense(2)) == 0
+
+
 def test_versions_name_the_installed_packages():
     v = _internals.versions()
     assert v["tensorflow"].startswith("2.") and v["keras"].startswith("3.")

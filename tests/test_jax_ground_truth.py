@@ -15,6 +15,7 @@ import collections
 import importlib.util
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -203,7 +204,9 @@ def test_batch_sizes_each_compile_once_at_their_first_step(runs):
     assert report["storms"] and report["storms"][0]["step"] == 8
     # Generators are not tf.data: the fix needs no TensorFlow.
     code = report["storms"][0]["fix"]["code"]
-    assert "tf." not in code and "batches = xla_keras.data.apply_fix(batches, {'kind': 'fixed_batch_size'" in code
+    assert "tf." not in code and "{'kind': 'fixed_batch_size'" in code
+    # one line, or laid out over lines of 100 columns (the comment after the open parenthesis)
+    assert re.search(r"batches = xla_keras\.data\.apply_fix\((  #[^\n]*\n\s*)?batches,", code), code
 
 
 def test_partial_last_batch_plus_validation(runs):

@@ -184,7 +184,7 @@ def _history(shapes):
 def test_the_padding_fix_for_arrays_applies_without_tensorflow_and_pads_to_the_advised_lengths():
     lengths = [5, 9, 13, 17, 33, 41, 50, 62, 70]
     _, _, fix = analyse("train", _history([(8, n) for n in lengths]), 4, data="arrays")
-    assert "tf." not in fix["code"] and "batches = xla_keras.data.apply_fix(batches, {" in fix["code"]
+    assert "tf." not in fix["code"] and _applied_to(fix["code"]) == "batches"
     # and one longer than any seen: doubled, never an error
     batches = [(np.ones((8, n), np.int32), np.zeros((8,), np.float32)) for n in lengths + [200]]
     fixed = apply_fix(batches, fix)
@@ -210,7 +210,17 @@ def test_the_batch_size_fix_for_arrays_rebatches_a_generator_without_tensorflow(
 
 def test_tf_data_keeps_the_tf_data_fix():
     _, _, fix = analyse("train", _history([(8, n) for n in (5, 9, 13, 17, 33)]), 4)
-    assert "ds = xla_keras.data.apply_fix(ds, {" in fix["code"]
+    assert _applied_to(fix["code"]) == "ds"
+
+
+def _applied_to(code):
+    """The data a fix's code applies ``xla_keras.data.apply_fix`` to (the name it assigns back)."""
+    import ast
+
+    assignment = ast.parse(code).body[1]
+    assert ast.unparse(assignment.value.func) == "xla_keras.data.apply_fix"
+    assert ast.unparse(assignment.targets[0]) == ast.unparse(assignment.value.args[0])
+    return ast.unparse(assignment.targets[0])
 
 
 # ------------------------------------------------------------------ private APIs, under KERAS_BACKEND=jax

@@ -32,6 +32,7 @@ REPORT_KEYS = [
     "jit_mode",
     "jit_active",
     "jit_reason",
+    "jit_fix",
     "compilations",
     "compilation_count",
     "compilations_dropped",
@@ -348,9 +349,9 @@ def test_reports_carry_their_schema_version_and_parse_back():
 
     report = full_report()
     data = report.to_dict()
-    assert data["schema_version"] == SCHEMA_VERSION == 10
+    assert data["schema_version"] == SCHEMA_VERSION == 11
     parsed = parse_report(json.loads(json.dumps(data)))
-    assert parsed.schema_version == 10 and not parsed.newer and parsed.message is None
+    assert parsed.schema_version == 11 and not parsed.newer and parsed.message is None
     assert parsed.report.to_dict() == data
 
 

@@ -141,7 +141,7 @@ def test_sequence_length_storm_gets_bucket_lengths_and_code():
     assert "xla_keras.data.apply_fix(data, fix)" in advice
     assert fix["targets"] == [{"path": "x/tokens", "axis": 1, "lengths": fix["lengths"]}]
     assert fix["drop_remainder"] is True and fix["remainder"] == "drop" and fix["batch_size"] == 32
-    assert "xla_keras.data.apply_fix(ds, {'kind': 'pad_to_lengths', 'targets': [{'path': 'x/tokens'" in fix["code"]
+    assert "xla_keras.data.apply_fix(" in fix["code"] and "'targets': [{'path': 'x/tokens'" in fix["code"]
     compile(fix["code"], "<fix>", "exec")  # the code we hand out is valid Python
     assert "real_lengths" not in fix  # no sample given: no real-length claim
 
@@ -263,21 +263,53 @@ def test_more_buckets_never_pad_more():
                 "padding_overhead": 0.1,
             },
             "tf.data",
-            "ds = xla_keras.data.apply_fix(ds, {'kind': 'pad_to_lengths', 'targets': [{'path': 'x', 'axis': 1, "
-            "'lengths': [16]}], 'batch_size': 8, 'remainder': 'drop'})",
+            (
+                "ds",
+                {
+                    "kind": "pad_to_lengths",
+                    "targets": [{"path": "x", "axis": 1, "lengths": [16]}],
+                    "batch_size": 8,
+                    "remainder": "drop",
+                },
+            ),
         ),
         (
             {"kind": "fixed_batch_size", "size": 20, "batch_size": 20, "remainder": "pad", "path": "x"},
             "arrays",
-            "batches = xla_keras.data.apply_fix(batches, {'kind': 'fixed_batch_size', 'size': 20, 'batch_size': 20, "
-            "'remainder': 'pad'})",
+            ("batches", {"kind": "fixed_batch_size", "size": 20, "batch_size": 20, "remainder": "pad"}),
+        ),
+        (  # too long for one line of 100 columns: laid out over lines of at most 100
+            {
+                "kind": "pad_to_lengths",
+                "targets": [{"path": "inputs/token_ids", "axis": 1, "lengths": list(range(16, 513, 16))}],
+                "batch_size": 8,
+                "remainder": "drop",
+            },
+            "tf.data",
+            (
+                "ds",
+                {
+                    "kind": "pad_to_lengths",
+                    "targets": [{"path": "inputs/token_ids", "axis": 1, "lengths": list(range(16, 513, 16))}],
+                    "batch_size": 8,
+                    "remainder": "drop",
+                },
+            ),
         ),
     ],
 )
 def test_the_fix_code_is_one_call_with_the_fix_written_out(fix, data, expect):
+    """The code is ``import xla_keras`` and one call of ``apply_fix`` on the user's data with the fix
+    written out as a literal, in lines of at most 100 columns (the printed report's and the tab's box)."""
+    import ast
+
     code = apply_code(fix, data)
-    compile(code, "<fix>", "exec")
-    assert code.startswith("import xla_keras\n") and expect in code
+    assert max(map(len, code.splitlines())) <= 100
+    module = ast.parse(code)
+    assert ast.unparse(module.body[0]) == "import xla_keras" and len(module.body) == 2
+    (target,), call = module.body[1].targets, module.body[1].value
+    assert ast.unparse(target) == expect[0] and ast.unparse(call.func) == "xla_keras.data.apply_fix"
+    assert ast.unparse(call.args[0]) == expect[0] and ast.literal_eval(call.args[1]) == expect[1]
 
 
 def test_pad_target_doubles_the_last_length_beyond_the_advised_ones():

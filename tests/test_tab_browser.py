@@ -133,6 +133,7 @@ def tab_logdir(tmp_path_factory):
         with pytest.raises(RuntimeError, match="interrupted"):
             mlp().fit(x, y, batch_size=32, epochs=3, callbacks=[monitor, _Interrupt()], verbose=0)
         _fastest_fit(mlp(), x, y, str(root / "fastest"))
+        _refused_fit(str(root / "refused"))
     from xla_keras.core.types import Scalar
     from xla_keras.tensorboard.sink import OutputSink
 
@@ -145,6 +146,21 @@ def tab_logdir(tmp_path_factory):
             with open(os.path.join(dirpath, REPORT_FILE)) as f:
                 reports[os.path.relpath(dirpath, root)] = json.load(f)
     return root, reports
+
+
+def _refused_fit(log_dir):
+    """jit='on' on a model with a StringLookup: Keras refuses jit_compile=True; the report's jit_fix."""
+    text = keras.Input(shape=(1,), dtype="string")
+    lookup = keras.layers.StringLookup(vocabulary=["a", "b"], name="word_lookup")
+    model = keras.Model(text, keras.layers.Dense(1)(keras.layers.CategoryEncoding(3)(lookup(text))))
+    model.compile("sgd", "mse")
+    import tensorflow as tf
+
+    words = tf.data.Dataset.from_tensor_slices(
+        (np.array([["a"], ["b"], ["c"], ["a"]] * 4), np.ones((16, 1), "float32"))
+    )
+    monitor = xla_keras.XlaMonitor(log_dir=log_dir, jit="on", verbose=0)
+    model.fit(words.batch(8), epochs=1, callbacks=[monitor], verbose=0)
 
 
 def _fastest_fit(model, x, y, log_dir):
@@ -188,9 +204,11 @@ def test_the_fits_wrote_what_the_checks_below_expect(tab_logdir):
         "compare/on",
         "fastest",
         "interrupted",
+        "refused",
         "shapes",
         "storm",
     ]
+    assert reports["refused"]["jit_fix"] and reports["refused"]["jit_active"] is False
     assert reports["fastest"]["jit_decision"]["switches"] == 6
     assert reports["fastest"]["jit_decision"]["basis"] == "within_noise"  # three rounds, then the forced tie
     shapes = [c for c in reports["shapes"]["compilations"] if c["phase"] == "train"]
@@ -341,6 +359,14 @@ def test_the_xla_tab_in_headless_chromium(tab_server):
             if reports["storm"]["traces"]:
                 assert frame.locator("#traces a.profile-link").count() == len(reports["storm"]["traces"])
             page.screenshot(path=os.path.join(ARTIFACTS, "xla_tab_storm.png"), full_page=True)
+            _findings_lead_and_code_fits(frame, "#storms")
+
+            # a layer Keras refuses to compile: what XLA did not compile leads, with the move as code
+            _select(frame, "refused")
+            card = frame.locator("#not-compiled .not-compiled")
+            assert card.locator(".fix-code").inner_text().strip() == reports["refused"]["jit_fix"].strip()
+            assert "word_lookup" in card.locator(".cause").inner_text()
+            _findings_lead_and_code_fits(frame, "#not-compiled")
 
             # the interrupted fit renders what it logged
             _select(frame, "interrupted")
@@ -382,6 +408,27 @@ def test_the_xla_tab_in_headless_chromium(tab_server):
         finally:
             browser.close()
     assert os.path.getsize(os.path.join(ARTIFACTS, "xla_tab_shapes.png")) > 20000
+
+
+def _findings_lead_and_code_fits(frame, finding):
+    """The run's view leads with what to act on (``finding``), then the run's numbers, then the ledger;
+    every fix's code lines are at most 100 columns, shown whole in their box, under no button."""
+    order = frame.locator("#run").evaluate(
+        "(run, ids) => ids.map(id => Array.from(run.children).indexOf(run.querySelector(id)))",
+        [finding, "#status", "#timeline", "#ledger"],
+    )
+    assert -1 not in order and order == sorted(order), order
+    boxes = frame.locator(".fix").evaluate_all(
+        """fixes => fixes.map(fix => { const pre = fix.querySelector('pre.fix-code');
+              const button = fix.querySelector('button.copy');
+              return [pre.innerText, pre.scrollWidth, pre.clientWidth,
+                      button.getBoundingClientRect().bottom, pre.getBoundingClientRect().top]; })"""
+    )
+    assert boxes
+    for text, scroll_width, client_width, button_bottom, code_top in boxes:
+        assert max(map(len, text.splitlines())) <= 100, text
+        assert scroll_width <= client_width, (scroll_width, client_width, text[:80])
+        assert button_bottom <= code_top, "the copy button covers the code"
 
 
 def _late_report():

@@ -11,12 +11,14 @@ A backend subclasses ``KerasBackend`` and supplies its ``_internals`` module (``
 from __future__ import annotations
 
 import weakref
+from dataclasses import replace
 from typing import Any, ClassVar, Dict, List, Optional, Sequence, Tuple
 
 from xla_keras.backends.base import CompileProbe, Installed, StepObserver
 from xla_keras.backends.chain import FUNCTION_ATTR, MAKE_FUNCTION, unwrap
 from xla_keras.core.signatures import InputSignature
 from xla_keras.jit.modes import JitState
+from xla_keras.jit.pipeline_move import PipelineMove, pipeline_move
 
 
 def is_keras3_model(model: Any) -> bool:
@@ -45,6 +47,7 @@ class KerasBackend:
         self._wrappers: Any = None
         self._owner: Any = None
         self._kept: Dict[str, Dict[bool, Any]] = {}  # jit='fastest': phase -> {XLA on: Keras's function}
+        self._move: Optional[PipelineMove] = None  # the refusing layers' move into the input pipeline
 
     def prepare(self, owner: StepObserver) -> None:
         """At monitor construction: the owner of the wrappers (the monitor)."""
@@ -151,10 +154,17 @@ class KerasBackend:
     # ------------------------------------------------------------ jit
 
     def apply_jit(self, model: Any) -> bool:
-        return self.jit.apply(model)
+        changed = self.jit.apply(model)
+        self._move = None
+        if self.jit.refusal and not model.run_eagerly:
+            self._move = pipeline_move(model, self._internals.layers_without_jit(model))
+        return changed
 
     def read_back(self, model: Any, phase: str) -> JitState:
-        return self.jit.read_back(model, self.step_function(model, phase))
+        state = self.jit.read_back(model, self.step_function(model, phase))
+        if self._move is not None and state.reason == self.jit.refusal:
+            state = replace(state, reason=self.jit_refusal or state.reason, fix=self._move.code)
+        return state
 
     def fall_back(self, model: Any, reason: str) -> None:
         self.jit.fall_back(model, reason)
@@ -164,7 +174,9 @@ class KerasBackend:
 
     @property
     def jit_refusal(self) -> Optional[str]:
-        return self.jit.refusal
+        """Why the mode could not be applied, and the move that lifts a layer's refusal where there is one."""
+        refusal = self.jit.refusal
+        return f"{refusal}. {self._move.words}" if refusal and self._move is not None else refusal
 
     # ------------------------------------------------------------ traces, Keras facts
 

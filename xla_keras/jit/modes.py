@@ -26,6 +26,7 @@ class JitState:
     active: Optional[bool] = None
     reason: str = ""
     autoclustering: bool = False  # clusters may compile (verified by the probe)
+    fix: Optional[str] = None  # code that lets XLA compile what it did not (jit/pipeline_move.py)
 
     @property
     def xla_expected(self) -> bool:

@@ -67,8 +67,9 @@ def build_report(snapshot: SessionSnapshot, context: ReportContext) -> XlaReport
         steps=sum(report.steps.values()),
         fell_back=snapshot.fallback is not None or bool(snapshot.jit_decision and snapshot.jit_decision["switches"]),
     )
+    report.jit_fix = context.jit_state.fix
     if context.refused:
-        report.jit_active, report.jit_reason = None, context.refused
+        report.jit_active, report.jit_reason, report.jit_fix = None, context.refused, None
     report.storms = list(snapshot.storms)
     report.advice = list(snapshot.advice)
     report.fallback = snapshot.fallback

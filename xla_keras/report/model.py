@@ -208,7 +208,7 @@ class SlowStep:
         return record_from_dict(cls, d)
 
 
-SCHEMA_VERSION = 10  # see schema.py for what each version added
+SCHEMA_VERSION = 11  # see schema.py for what each version added
 
 
 @dataclass
@@ -226,6 +226,8 @@ class XlaReport:
         jit_active: whether XLA compiled the steps; None when unknown (nothing ran, or the monitor
             stepped aside).
         jit_reason: why, in words: what the model's step function runs with and what the probes saw.
+        jit_fix: code that lets XLA compile what it did not (a layer Keras refuses to compile, with
+            ``supports_jit=False``, moved into the input pipeline), or None.
         compilations: the compiles, each a ``Compilation`` (at most ``max_records`` per phase).
         compilation_count: compiles per phase, exact.
         compilations_dropped: compile records beyond the ``max_records`` cap (counted, not kept).
@@ -302,6 +304,7 @@ class XlaReport:
     jit_mode: str = "keep"
     jit_active: Optional[bool] = None
     jit_reason: str = ""
+    jit_fix: Optional[str] = None
     compilations: List[Compilation] = field(
         metadata=converters(plain, _each(Compilation.from_dict)), default_factory=list
     )

@@ -33,6 +33,17 @@ def _active_word(active: Optional[bool]) -> str:
     return {True: "yes", False: "NO", None: "unknown"}[active]
 
 
+def _jit_fix_lines(code: Optional[str]) -> List[str]:
+    """The code that lets XLA compile what it did not, indented under its label; a line too long for
+    100 columns there leaves the code to ``report.jit_fix`` (it is whole there)."""
+    if not code:
+        return []
+    lines = code.splitlines()
+    if max(map(len, lines)) > 100 - 4:
+        return ["  fix             : report.jit_fix has the code (its lines are too long to print here)"]
+    return ["  fix (code)      :", *(f"    {line}" for line in lines)]
+
+
 def render(report: XlaReport, full: bool = False) -> str:
     """The human summary printed at the end of a fit (``str(report)``), in 100 columns: each storm
     and advice as its headline and its fix, each note in at most 2 lines. ``full=True``
@@ -47,6 +58,7 @@ def render(report: XlaReport, full: bool = False) -> str:
     lines.append(f"  jit requested   : {report.jit_mode}    XLA active: {_active_word(report.jit_active)}")
     if report.jit_reason:
         lines.append(f"  why             : {report.jit_reason}")
+    lines += _jit_fix_lines(report.jit_fix)
     compiles = (
         ", ".join(
             f"{p} {report.compilation_count.get(p, 0)}" + (f" ({ms_text(by_phase[p])})" if p in by_phase else "")
@@ -187,6 +199,7 @@ def render_markdown(report: XlaReport) -> str:
         "",
         f"{report.jit_reason}",
         "",
+        *([f"```python\n{report.jit_fix}\n```", ""] if report.jit_fix else []),
         "| phase | steps | compiles | compile time | distinct signatures | steady step |",
         "|---|---|---|---|---|---|",
     ]

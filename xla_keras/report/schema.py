@@ -35,6 +35,8 @@ Report schema versions (``xla_report.json``, ``XlaReport.to_dict()``; the curren
   step times are measured between the device's drains. Older reports read with ``basis`` "per_step"
   (TensorFlow) or "dispatch" (JAX: their step times were dispatch times, not step times), and slow steps
   of basis "step" ("host" on JAX).
+* 11 - ``jit_fix``: code that lets XLA compile what it did not (a refusing layer moved into the input
+  pipeline); older reports read with null.
 """
 
 from __future__ import annotations

@@ -10,6 +10,7 @@ against the dicts of earlier versions keeps working.
 from __future__ import annotations
 
 import dataclasses
+import pprint
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, Dict, Iterator, List, NoReturn, Optional, Union
@@ -320,9 +321,13 @@ def data_kind_of(data: Any, default: str) -> str:
     return "generator"
 
 
-def _call(function: str, fix: Fix, data: str, extra: str = "") -> str:
-    """The one line that applies ``fix`` with ``xla_keras.data``, with the fix written out so the
-    line stands alone (no ``storm`` object needed)."""
+CODE_COLUMNS = 100  # a fix's code fits the printed report and the tab's code box
+
+
+def _call(function: str, fix: Fix, data: str, where: str) -> str:
+    """The call that applies ``fix`` with ``xla_keras.data``, with the fix written out so the code
+    stands alone (no ``storm`` object needed): one line where it fits ``CODE_COLUMNS``, else the fix
+    laid out over lines of at most that width."""
     minimal = {
         k: fix[k]
         for k in ("kind", "targets", "length_of", "lengths", "size", "rows", "batch_size", "remainder")
@@ -332,7 +337,11 @@ def _call(function: str, fix: Fix, data: str, extra: str = "") -> str:
         minimal.pop("lengths", None)  # the targets carry them
     name = data_name(data)
     source = "examples" if function == "bucket_by_length" else name
-    return f"import xla_keras\n{name} = xla_keras.data.{function}({source}, {minimal!r}{extra})"
+    line = f"{name} = xla_keras.data.{function}({source}, {minimal!r}){where}"
+    if len(line) <= CODE_COLUMNS:
+        return f"import xla_keras\n{line}"
+    laid_out = pprint.pformat(minimal, width=CODE_COLUMNS - 4, sort_dicts=False).replace("\n", "\n    ")
+    return f"import xla_keras\n{name} = xla_keras.data.{function}({where}\n    {source},\n    {laid_out},\n)"
 
 
 def apply_code(fix: Fix, data: str) -> str:
@@ -340,7 +349,7 @@ def apply_code(fix: Fix, data: str) -> str:
         "tf.data": "  # on the dataset as you batched it",
         "pydataset": "  # your PyDataset -> a keras.utils.PyDataset of fixed batches",
     }.get(data, "  # numpy / generator batches -> a keras.utils.PyDataset")
-    return _call("apply_fix", fix, data) + where
+    return _call("apply_fix", fix, data, where)
 
 
 def bucket_code(fix: BucketByLength, data: str) -> str:
@@ -349,7 +358,7 @@ def bucket_code(fix: BucketByLength, data: str) -> str:
         if data == "tf.data"
         else "  # an iterable of single examples -> a keras.utils.PyDataset"
     )
-    return _call("bucket_by_length", fix, data) + where
+    return _call("bucket_by_length", fix, data, where)
 
 
 def batch_size_call(phase: str, size: object) -> str:

@@ -39,6 +39,15 @@ def layers_without_jit(model: Any) -> List[str]:
     return [layer.name for layer in layers if not getattr(layer, "supports_jit", True)]
 
 
+def layer_calls(layer: Any) -> int:
+    """How many times ``layer`` was called in building the model (its inbound nodes): a layer's public
+    ``input`` is its first call's, whatever the others."""
+    try:
+        return len(layer._inbound_nodes)
+    except AttributeError as e:
+        raise InternalsMoved("keras Operation._inbound_nodes", e) from e
+
+
 def set_raw_model_jit(model: Any, value: Any) -> None:
     """Put back a stored jit_compile as it was (None = "auto", unresolved),
     bypassing the setter's support check."""

@@ -122,12 +122,15 @@ function draw(root) {
     return;
   }
   for (const message of view.messages || []) detail.appendChild(el('div', {class: 'message'}, message));
-  detail.appendChild(statusStrip(view.status));
-  detail.appendChild(timeline(view, state.steps));
-  detail.appendChild(ledgerTable(root, view));
+  // What to act on first (what XLA did not compile, storms, advice), then the run's numbers, then
+  // the ledger.
+  if (view.status.jit_fix) detail.appendChild(notCompiledCard(view.status));
   detail.appendChild(stormCards(view.storms));
   if ((view.advice || []).length) detail.appendChild(budgetCards(view.advice));
+  detail.appendChild(statusStrip(view.status));
   if (view.jit_decision) detail.appendChild(decisionCard(view.jit_decision));
+  detail.appendChild(timeline(view, state.steps));
+  detail.appendChild(ledgerTable(root, view));
   detail.appendChild(traceLinks(view.traces));
   if (view.notes.length) {
     detail.appendChild(el('section', {id: 'notes'}, [el('h3', {}, 'Notes'),
@@ -333,6 +336,15 @@ function ledgerTable(root, view) {
       el('span')]);
 }
 
+// What XLA did not compile: the reason (a layer Keras refuses to compile) and the code that lifts it.
+function notCompiledCard(s) {
+  return el('section', {id: 'not-compiled'}, [el('h3', {}, 'What XLA did not compile'),
+    el('div', {class: 'not-compiled card'}, [
+      el('div', {class: 'headline'}, `XLA ${active(s.jit_active)}: the model runs without XLA`),
+      el('p', {class: 'cause'}, s.jit_reason),
+      codeBlock('Fix: move the layer into the input pipeline', s.jit_fix)])]);
+}
+
 function stormCards(storms) {
   const section = el('section', {id: 'storms'}, [el('h3', {}, `Recompilation storms (${storms.length})`)]);
   if (!storms.length) section.appendChild(el('div', {class: 'muted'}, 'None.'));
@@ -393,7 +405,10 @@ function codeBlock(title, text) {
   const code = el('pre', {class: 'fix-code'}, el('code', {}, text));
   const button = el('button', {class: 'copy', type: 'button'}, 'Copy the fix');
   button.addEventListener('click', () => copy(text, button));
-  return el('div', {class: 'fix'}, [el('div', {class: 'card-title'}, title), button, code]);
+  // The button beside the title, not over the code: code lines are at most 100 columns and the box
+  // shows them whole.
+  return el('div', {class: 'fix'}, [el('div', {class: 'fix-head'}, [el('div', {class: 'card-title'}, title), button]),
+                                    code]);
 }
 
 // A storm's or a budget advice's card: the headline, the cause and the fix code first; then the
