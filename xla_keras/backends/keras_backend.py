@@ -155,9 +155,8 @@ class KerasBackend:
 
     def apply_jit(self, model: Any) -> bool:
         changed = self.jit.apply(model)
-        self._move = None
-        if self.jit.refusal and not model.run_eagerly:
-            self._move = pipeline_move(model, self._internals.layers_without_jit(model))
+        # Only a refusal the layers caused has their move (not one under a strategy, or eager).
+        self._move = pipeline_move(model, self.jit.refusing_layers) if self.jit.refusal else None
         return changed
 
     def read_back(self, model: Any, phase: str) -> JitState:

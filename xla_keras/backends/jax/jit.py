@@ -10,7 +10,7 @@ kept there; a storm fallback lasts for its fit only.
 from __future__ import annotations
 
 import os
-from typing import Any, Optional
+from typing import Any, List, Optional
 
 from xla_keras.backends.jax import _internals
 from xla_keras.errors import XlaKerasWarning
@@ -92,12 +92,14 @@ class JitController:
         self.mode = validate_jax_mode(mode)
         self._model_jit = SavedModelJit(_internals.raw_model_jit, _internals.set_raw_model_jit)
         self.refusal: Optional[str] = None
+        self.refusing_layers: List[str] = []  # the supports_jit=False layers, when they are the refusal's cause
         self.fallback_reason: Optional[str] = None
         self.start_on: Optional[bool] = None  # jit='fastest': the kept decision's mode; None: Keras's auto
 
     def apply(self, model: Any) -> bool:
         """Apply the mode to the model. Never a global switch: returns False."""
         self.refusal = None
+        self.refusing_layers = []
         self.fallback_reason = None
         if self.mode == "keep":
             return False
@@ -105,12 +107,13 @@ class JitController:
             self.refusal = eager_refusal(self.mode)
             return False
         if self.mode == "fastest":
-            self.refusal = fastest_blocked(_internals.layers_without_jit(model))
+            self.refusing_layers = _internals.layers_without_jit(model)
+            self.refusal = fastest_blocked(self.refusing_layers)
             if not self.refusal:
                 self._model_jit.apply(model, self.start_on if self.start_on is not None else _internals.auto_jit(model))
             return False
         if not self._model_jit.apply(model, self.mode == "on"):
-            blockers = _internals.layers_without_jit(model)
+            blockers = self.refusing_layers = _internals.layers_without_jit(model)
             why = f"layers with supports_jit=False: {', '.join(blockers)}" if blockers else "model_supports_jit said no"
             self.refusal = f"Keras refused jit_compile=True ({why}); the model runs without XLA"
         return False

@@ -10,7 +10,7 @@ back when the fit ends.
 from __future__ import annotations
 
 import os
-from typing import Any, Optional
+from typing import Any, List, Optional
 
 from xla_keras.backends.tensorflow import _internals
 from xla_keras.backends.tensorflow.flags import (
@@ -153,6 +153,7 @@ class JitController:
         self._saved_autoclustering: Any = self._UNSET
         self._model_jit = SavedModelJit(_internals.raw_model_jit, _internals.set_raw_model_jit)
         self.refusal: Optional[str] = None
+        self.refusing_layers: List[str] = []  # the supports_jit=False layers, when they are the refusal's cause
         self.fallback_reason: Optional[str] = None
         self._overrode_env_auto_jit = False
         self.start_on: Optional[bool] = None  # jit='fastest': the kept decision's mode; None: Keras's auto
@@ -189,6 +190,7 @@ class JitController:
         function must be rebuilt; a function whose jit flag differs from the
         model's is rebuilt by the caller anyway."""
         self.refusal = None
+        self.refusing_layers = []
         self.fallback_reason = None
         if self.mode == "keep":
             return False
@@ -207,7 +209,7 @@ class JitController:
             )
             return False
         if not self._model_jit.apply(model, self.mode == "on"):
-            blockers = _internals.layers_without_jit(model)
+            blockers = self.refusing_layers = _internals.layers_without_jit(model)
             why = (
                 f"layers with supports_jit=False: {', '.join(blockers)}"
                 if blockers
@@ -229,7 +231,8 @@ class JitController:
                 + ": jit_compile=True is refused there (see jit='on'), so only one mode can run"
             )
             return False
-        self.refusal = fastest_blocked(_internals.layers_without_jit(model), _internals.op_determinism_enabled())
+        self.refusing_layers = _internals.layers_without_jit(model)
+        self.refusal = fastest_blocked(self.refusing_layers, _internals.op_determinism_enabled())
         if self.refusal:
             return False
         self._model_jit.apply(model, self.start_on if self.start_on is not None else _internals.auto_jit(model))
