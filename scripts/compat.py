@@ -55,6 +55,7 @@ TIER_TESTS = [
     "tests/test_quiet.py",
     "tests/test_tab_plugin.py",
     "tests/test_cost_ground_truth.py",
+    "tests/test_unsupported_ops.py",
 ]
 # Keras's JAX backend, in a venv without TensorFlow (tf.data scenarios skip themselves there).
 JAX_TIER_TESTS = [
@@ -63,6 +64,7 @@ JAX_TIER_TESTS = [
     "tests/test_data.py",
     "tests/test_lengths.py",
     "tests/test_cost_ground_truth.py",
+    "tests/test_unsupported_ops.py",
 ]
 
 

@@ -49,6 +49,7 @@ FIT_EXAMPLES = (
     ("Compilation", ()),
     ("Storm", ()),
     ("RecompilationStormError", ()),
+    ("UnsupportedOpError", ()),
     ("XlaKerasWarning", ()),
     ("LogDirError", ()),
     ("compare", ("table",)),

@@ -272,6 +272,14 @@ def test_layer_calls_counts_a_layers_calls_in_the_model():
     assert layer_calls(dense) == 2 and layer_calls(keras.layers.Dense(2)) == 0
 
 
+def test_layer_names_include_the_layers_of_a_nested_model():
+    from xla_keras.backends.keras._internals import layer_names
+
+    inner = keras.Sequential([keras.Input((2,)), keras.layers.Dense(2, name="inner_dense")], name="block")
+    outer = keras.Sequential([keras.Input((2,)), inner, keras.layers.Dense(1, name="head")], name="outer")
+    assert {"block", "inner_dense", "head"} <= set(layer_names(outer))
+
+
 def test_versions_name_the_installed_packages():
     v = _internals.versions()
     assert v["tensorflow"].startswith("2.") and v["keras"].startswith("3.")

@@ -33,6 +33,8 @@ REPORT_KEYS = [
     "jit_active",
     "jit_reason",
     "jit_fix",
+    "unsupported_ops",  # schema 12
+    "coverage",  # schema 12
     "compilations",
     "compilation_count",
     "compilations_dropped",
@@ -349,9 +351,9 @@ def test_reports_carry_their_schema_version_and_parse_back():
 
     report = full_report()
     data = report.to_dict()
-    assert data["schema_version"] == SCHEMA_VERSION == 11
+    assert data["schema_version"] == SCHEMA_VERSION == 12
     parsed = parse_report(json.loads(json.dumps(data)))
-    assert parsed.schema_version == 11 and not parsed.newer and parsed.message is None
+    assert parsed.schema_version == 12 and not parsed.newer and parsed.message is None
     assert parsed.report.to_dict() == data
 
 

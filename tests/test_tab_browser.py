@@ -134,6 +134,7 @@ def tab_logdir(tmp_path_factory):
             mlp().fit(x, y, batch_size=32, epochs=3, callbacks=[monitor, _Interrupt()], verbose=0)
         _fastest_fit(mlp(), x, y, str(root / "fastest"))
         _refused_fit(str(root / "refused"))
+        _unsupported_fit(x, y, str(root / "unsupported"))
     from xla_keras.core.types import Scalar
     from xla_keras.tensorboard.sink import OutputSink
 
@@ -161,6 +162,23 @@ def _refused_fit(log_dir):
     )
     monitor = xla_keras.XlaMonitor(log_dir=log_dir, jit="on", verbose=0)
     model.fit(words.batch(8), epochs=1, callbacks=[monitor], verbose=0)
+
+
+def _unsupported_fit(x, y, log_dir):
+    """jit='on' on a model with an op XLA cannot compile (AsString): the fit falls back, the report's
+    unsupported_ops and jit_fix (auto-clustering)."""
+    import tensorflow as tf
+
+    class Stringify(keras.layers.Layer):
+        def call(self, inputs):
+            return inputs + 0.0 * tf.cast(tf.strings.length(tf.strings.as_string(inputs)), inputs.dtype)
+
+    inputs = keras.Input(x.shape[1:])
+    model = keras.Model(inputs, keras.layers.Dense(1)(Stringify(name="stringify")(inputs)))
+    model.compile("sgd", "mse")
+    monitor = xla_keras.XlaMonitor(log_dir=log_dir, jit="on", verbose=0)
+    with pytest.warns(xla_keras.XlaKerasWarning, match="XLA cannot compile AsString in layer 'stringify'"):
+        model.fit(x[:64], y[:64], batch_size=32, epochs=1, callbacks=[monitor], verbose=0)
 
 
 def _fastest_fit(model, x, y, log_dir):
@@ -207,7 +225,9 @@ def test_the_fits_wrote_what_the_checks_below_expect(tab_logdir):
         "refused",
         "shapes",
         "storm",
+        "unsupported",
     ]
+    assert reports["unsupported"]["unsupported_ops"]["layers"] == ["stringify"]
     assert reports["refused"]["jit_fix"] and reports["refused"]["jit_active"] is False
     assert reports["fastest"]["jit_decision"]["switches"] == 6
     assert reports["fastest"]["jit_decision"]["basis"] == "within_noise"  # three rounds, then the forced tie
@@ -366,6 +386,17 @@ def test_the_xla_tab_in_headless_chromium(tab_server):
             card = frame.locator("#not-compiled .not-compiled")
             assert card.locator(".fix-code").inner_text().strip() == reports["refused"]["jit_fix"].strip()
             assert "word_lookup" in card.locator(".cause").inner_text()
+            _findings_lead_and_code_fits(frame, "#not-compiled")
+
+            # an op XLA cannot compile: the card names it, its layer and the user's line, the fix as code
+            _select(frame, "unsupported")
+            card = frame.locator("#not-compiled .not-compiled")
+            headline = card.locator(".headline").inner_text()
+            assert "XLA could not compile AsString in layer 'stringify' (XLA_CPU_JIT) at train step 1" in headline
+            assert (
+                card.locator(".line").inner_text() == f"Your line: {reports['unsupported']['unsupported_ops']['line']}"
+            )
+            assert card.locator(".fix-code").inner_text().strip() == reports["unsupported"]["jit_fix"].strip()
             _findings_lead_and_code_fits(frame, "#not-compiled")
 
             # the interrupted fit renders what it logged

@@ -14,6 +14,7 @@ from typing import Any, Optional, Tuple, Union
 from xla_keras.core.plain_data import directory, integer, number
 from xla_keras.core.program_cost import COST_CHOICES
 from xla_keras.jit.modes import MODES, validate_mode
+from xla_keras.jit.unsupported import ON_UNSUPPORTED
 from xla_keras.storms.detection import ON_STORM
 
 UPDATE_FREQS = ("epoch", "batch")
@@ -41,6 +42,7 @@ class MonitorConfig:
         compile_budget_floor: as ``XlaMonitor``'s.
         cost: as ``XlaMonitor``'s.
         peak_flops: as ``XlaMonitor``'s; kept as a float or None.
+        on_unsupported: as ``XlaMonitor``'s.
 
     Raises:
         ValueError: an argument outside its choices (the message names them).
@@ -72,6 +74,7 @@ class MonitorConfig:
     compile_budget_floor: float = 1.0
     cost: str = "auto"
     peak_flops: Optional[float] = None
+    on_unsupported: str = "fallback"
 
     def __post_init__(self):
         fix = lambda name, value: object.__setattr__(self, name, value)  # noqa: E731 - frozen
@@ -99,6 +102,10 @@ class MonitorConfig:
         if not isinstance(self.cost, str) or self.cost not in COST_CHOICES:
             raise ValueError(f"cost must be one of {', '.join(map(repr, COST_CHOICES))}; got {self.cost!r}")
         fix("peak_flops", _peak_flops(self.peak_flops))
+        if not isinstance(self.on_unsupported, str) or self.on_unsupported not in ON_UNSUPPORTED:
+            raise ValueError(
+                f"on_unsupported must be one of {', '.join(map(repr, ON_UNSUPPORTED))}; got {self.on_unsupported!r}"
+            )
 
     @property
     def steps_per_scalar(self) -> Optional[int]:

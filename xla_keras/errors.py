@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__all__ = ["XlaKerasWarning", "LogDirError", "RecompilationStormError"]
+__all__ = ["XlaKerasWarning", "LogDirError", "RecompilationStormError", "UnsupportedOpError"]
 
 
 class XlaKerasWarning(UserWarning):
@@ -86,3 +86,44 @@ class RecompilationStormError(RuntimeError):
 
         ```
     """
+
+
+class UnsupportedOpError(RuntimeError):
+    """XLA cannot compile an op of the step, and ``XlaMonitor(on_unsupported="raise")`` asked to stop.
+
+    Raised from TensorFlow's ``InvalidArgumentError`` (or the error ``jax.jit`` raised while tracing): that
+    error is its ``framework_error``, and its ``__cause__`` too where Keras's traceback filtering does not
+    drop the chain (Keras re-raises from ``fit`` with ``from None``; ``__context__`` keeps it). The message
+    (at most 4 lines) names the ops, their layers, the device type and the fix;
+    ``monitor.report.unsupported_ops`` holds the same, and the report's files are flushed first. With
+    ``on_unsupported="fallback"`` (the default) the fit goes on without XLA instead.
+
+    Example:
+        `x`, `y`: any model's data (here 4 features); on TensorFlow, ``tf.strings.as_string`` (AsString) has
+        no XLA kernel.
+
+        ```pycon
+        >>> import tensorflow as tf
+        >>> class Stringify(keras.layers.Layer):
+        ...     def call(self, x):
+        ...         return x + 0.0 * tf.cast(tf.strings.length(tf.strings.as_string(x)), x.dtype)
+        >>> inputs = keras.Input((4,))
+        >>> strict = keras.Model(inputs, keras.layers.Dense(1)(Stringify(name="stringify")(inputs)))
+        >>> strict.compile("sgd", "mse")
+        >>> monitor = xla_keras.XlaMonitor(log_dir=None, jit="on", on_unsupported="raise", verbose=0)
+        >>> try:
+        ...     history = strict.fit(x, y, verbose=0, callbacks=[monitor])
+        ... except xla_keras.UnsupportedOpError as error:
+        ...     print(str(error).splitlines()[0])
+        ...     print(type(error.framework_error).__name__)
+        XLA cannot compile AsString in layer 'stringify' at train step 1 (XLA_CPU_JIT)
+        InvalidArgumentError
+        >>> monitor.report.unsupported_ops["layers"], monitor.report.jit_active
+        (['stringify'], False)
+
+        ```
+    """
+
+    def __init__(self, message: str, framework_error: BaseException):
+        super().__init__(message)
+        self.framework_error = framework_error

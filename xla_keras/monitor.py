@@ -36,9 +36,10 @@ from xla_keras.callback.reports import ModelReport, ReportBook
 from xla_keras.callback.state import CallState
 from xla_keras.callback.step_path import StepPath
 from xla_keras.callback.storm_action import StormAction
+from xla_keras.callback.unsupported_action import UnsupportedAction
 from xla_keras.config import MonitorConfig
 from xla_keras.core.repeats import SteadyLane
-from xla_keras.errors import LogDirError, RecompilationStormError
+from xla_keras.errors import LogDirError, RecompilationStormError, UnsupportedOpError
 
 if TYPE_CHECKING:
     from xla_keras.backends.base import CompileProbe
@@ -49,8 +50,9 @@ if TYPE_CHECKING:
 
 __all__ = ["XlaMonitor", "LogDirError"]
 
-# Only these stop a call, by design: a storm under on_storm="raise", an unwritable log_dir.
-_hook = guarded(RecompilationStormError, LogDirError)
+# Only these stop a call, by design: a storm under on_storm="raise", an op XLA cannot compile under
+# on_unsupported="raise", an unwritable log_dir.
+_hook = guarded(RecompilationStormError, UnsupportedOpError, LogDirError)
 
 
 def _watched(method):
@@ -132,6 +134,12 @@ class XlaMonitor(keras.callbacks.Callback):
             0.10); ``"off"``: no analysis.
         peak_flops: one device's peak FLOP/s for the MFU; None (the default): a table of common GPUs and
             TPUs by device and compute dtype (``core.program_cost.PEAK_FLOPS``), and no MFU on other devices (CPUs).
+        on_unsupported: what happens when XLA cannot compile an op of the step, wherever XLA compiles the whole
+            step (``jit="on"``, or ``"keep"`` with the model's own ``jit_compile=True``): TensorFlow's op with no
+            XLA kernel (``tf.strings``, ``tf.print``, ...), or a JAX layer whose shapes depend on the data.
+            ``"fallback"`` (the default): the step is rebuilt without XLA and runs the same batches again (no
+            step lost), the report names the ops, their layers and the fix (``report.unsupported_ops``,
+            ``report.jit_fix``); ``"raise"``: ``UnsupportedOpError`` (files flushed), from the framework's error.
 
     Raises:
         ValueError: at construction, for an argument outside its choices (the message names them).
@@ -141,6 +149,7 @@ class XlaMonitor(keras.callbacks.Callback):
         LogDirError: at the start of a fit whose ``log_dir`` cannot be written (an ``OSError``; before any
             step runs).
         RecompilationStormError: with ``on_storm="raise"``, when a storm opens.
+        UnsupportedOpError: with ``on_unsupported="raise"``, when XLA cannot compile an op of the step.
 
     Example:
         `model`, `x`, `y`: any compiled Keras model and its data (here 64 rows: 2 batches of 32).
@@ -180,13 +189,14 @@ class XlaMonitor(keras.callbacks.Callback):
         compile_budget_floor: float = 1.0,
         cost: str = "auto",
         peak_flops: Optional[float] = None,
+        on_unsupported: str = "fallback",
     ):
         backend = backend_for(keras.backend.backend())  # a class; raises, naming the backend that runs
         super().__init__()
         storms = (storm_threshold, storm_window, on_storm)
         budget = (compile_budget, compile_budget_floor)
         self.config = MonitorConfig(
-            log_dir, jit, *storms, profile, update_freq, verbose, max_records, *budget, cost, peak_flops
+            log_dir, jit, *storms, profile, update_freq, verbose, max_records, *budget, cost, peak_flops, on_unsupported
         )
         self.backend: Backend = backend(self.config.jit)
         self.call_token: Optional[object] = None  # the fit / evaluate / predict being watched (guards.py)
@@ -202,6 +212,7 @@ class XlaMonitor(keras.callbacks.Callback):
         self._lifecycle = Lifecycle(state, functions, self._fastest, self._steps)
         storm_action = StormAction(state, functions, self._lifecycle)
         self._steps.on_storm = storm_action.opened  # it sits above the step path
+        self._unsupported = UnsupportedAction(state, functions, self._lifecycle, self._steps)
         self._agreement = StormAgreement(state, storm_action)  # TensorFlow's workers: storms acted on together
         self._containment = Containment(state, functions, self._steps, self._lifecycle)
         self.backend.prepare(self)
@@ -241,6 +252,7 @@ class XlaMonitor(keras.callbacks.Callback):
     storm_threshold = property(lambda self: self.config.storm_threshold)
     storm_window = property(lambda self: self.config.storm_window)
     on_storm = property(lambda self: self.config.on_storm)
+    on_unsupported = property(lambda self: self.config.on_unsupported)
     profile = property(lambda self: self.config.profile)
     update_freq = property(lambda self: self.config.update_freq)
     verbose = property(lambda self: self.config.verbose)
@@ -432,6 +444,11 @@ class XlaMonitor(keras.callbacks.Callback):
     def call_failed(self, phase: str, handle: Optional[Any], began: bool = True) -> None:
         """The model or the data raised (or Ctrl-C): clean up, never masking the user's exception."""
         self._lifecycle.call_failed(phase, handle, began)
+
+    @_hook
+    def call_unsupported(self, phase: str, handle: Optional[Any], error: BaseException) -> Optional[Any]:
+        """XLA could not compile an op of the call's step: the function that runs it again without XLA."""
+        return self._unsupported.met(phase, handle, error)
 
     # ------------------------------------------------------------ error containment (guards.py calls these)
 

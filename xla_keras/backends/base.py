@@ -25,6 +25,7 @@ from xla_keras.core.repeats import SteadyLane
 from xla_keras.core.signatures import InputSignature
 from xla_keras.core.types import CallPlan, CompileObservation, Notes
 from xla_keras.jit.modes import JitState, ProbeFacts
+from xla_keras.jit.unsupported import Unsupported
 
 
 @dataclass(frozen=True)
@@ -124,6 +125,12 @@ class StepObserver(Protocol):
         """The call raised (the model, the data, Ctrl-C): clean up without masking the error.
         ``began``: False when pulling its batches failed (call_began never ran)."""
 
+    def call_unsupported(self, phase: str, probe: Optional[Any], error: BaseException) -> Optional[Any]:
+        """The call raised ``error`` after its batches were pulled. When XLA could not compile an op of the
+        step, the function to run the same batches again with, XLA off (``on_unsupported="fallback"``), or
+        ``UnsupportedOpError`` raised from ``error`` (``"raise"``); None: not such an error (the wrapper then
+        reports ``call_failed`` and re-raises it)."""
+
 
 class Backend(Protocol):
     """Constructed with the JIT mode; one per monitor."""
@@ -193,7 +200,21 @@ class Backend(Protocol):
 
     def read_back(self, model: Any, phase: str) -> JitState: ...
 
-    def fall_back(self, model: Any, reason: str) -> None: ...
+    def fall_back(self, model: Any, reason: str, unsupported: Optional[Tuple[Optional[str], dict]] = None) -> None:
+        """XLA off for the rest of this fit: after a storm, or after an op XLA cannot compile (``unsupported``:
+        the fix's code and the report's record, read back with the mode)."""
+
+    def layer_names(self, model: Any) -> List[str]:
+        """Every layer's name, nested ones included."""
+
+    def trace_coverage(self, session_dir: str, layer_names: Sequence[str]) -> Optional[dict]:
+        """Auto-clustering's coverage of the train step from a saved trace window (``jit/coverage.py``), or None."""
+
+    def unsupported_op(self, error: BaseException, model: Any) -> Optional[Unsupported]:
+        """An op XLA cannot compile, read from the error a step raised; None: the error is something else."""
+
+    def unsupported_fix(self, model: Any, found: Unsupported) -> Tuple[Optional[str], str]:
+        """The fix for ``found``: as code (or None), and in words."""
 
     def restore_jit(self, model: Any = None) -> bool:
         """Put back what was changed; True when the model's setting came back (rebuild its functions)."""

@@ -16,9 +16,11 @@ from typing import Any, ClassVar, Dict, List, Optional, Sequence, Tuple
 
 from xla_keras.backends.base import CompileProbe, Installed, StepObserver
 from xla_keras.backends.chain import FUNCTION_ATTR, MAKE_FUNCTION, unwrap
+from xla_keras.backends.keras._internals import layer_names
 from xla_keras.core.signatures import InputSignature
 from xla_keras.jit.modes import JitState
-from xla_keras.jit.pipeline_move import PipelineMove, pipeline_move
+from xla_keras.jit.pipeline_move import PipelineMove, layers_on_inputs, pipeline_move
+from xla_keras.jit.unsupported import Unsupported, autoclustering_fix
 
 
 def is_keras3_model(model: Any) -> bool:
@@ -41,6 +43,8 @@ class KerasBackend:
     # jit='fastest': the other mode's first call against the fit's first call, by direction (to XLA
     # on: True), measured on each backend; the trial's one-time cost is estimated with it.
     trial_first_call: Dict[bool, float] = {True: 1.0, False: 1.0}
+    # The backend's reader of a step's error: an op XLA cannot compile (``jit.unsupported_op``), or None.
+    _unsupported_op: Any = None
 
     def __init__(self, jit: Any):
         self.jit = jit
@@ -48,6 +52,8 @@ class KerasBackend:
         self._owner: Any = None
         self._kept: Dict[str, Dict[bool, Any]] = {}  # jit='fastest': phase -> {XLA on: Keras's function}
         self._move: Optional[PipelineMove] = None  # the refusing layers' move into the input pipeline
+        # An op XLA cannot compile switched XLA off for this fit: (the fix's code, the report's record).
+        self._after_unsupported: Optional[Tuple[Optional[str], Dict[str, Any]]] = None
 
     def prepare(self, owner: StepObserver) -> None:
         """At monitor construction: the owner of the wrappers (the monitor)."""
@@ -135,6 +141,14 @@ class KerasBackend:
                 self.drop_function(model, phase)
         self._kept.clear()
 
+    def layer_names(self, model: Any) -> List[str]:
+        """Every layer's name, nested ones included (what a node's name scopes name)."""
+        return layer_names(model)
+
+    def trace_coverage(self, session_dir: str, layer_names: Sequence[str]) -> Optional[dict]:
+        """Auto-clustering's coverage from a saved trace window: none without auto-clustering (JAX)."""
+        return None
+
     def callback_model(self, callback: Any) -> Any:
         return self._internals.callback_model(callback)
 
@@ -154,6 +168,7 @@ class KerasBackend:
     # ------------------------------------------------------------ jit
 
     def apply_jit(self, model: Any) -> bool:
+        self._after_unsupported = None
         changed = self.jit.apply(model)
         # Only a refusal the layers caused has their move (not one under a strategy, or eager).
         self._move = pipeline_move(model, self.jit.refusing_layers) if self.jit.refusal else None
@@ -163,10 +178,47 @@ class KerasBackend:
         state = self.jit.read_back(model, self.step_function(model, phase))
         if self._move is not None and state.reason == self.jit.refusal:
             state = replace(state, reason=self.jit_refusal or state.reason, fix=self._move.code)
+        if self._after_unsupported is not None and self.jit.fallback_reason:
+            fix, record = self._after_unsupported
+            state = replace(state, fix=fix, unsupported=record)
         return state
 
-    def fall_back(self, model: Any, reason: str) -> None:
+    def fall_back(self, model: Any, reason: str, unsupported: Optional[Tuple[Optional[str], dict]] = None) -> None:
+        """XLA off for the rest of this fit (a storm, or ``unsupported``: an op XLA cannot compile, with the
+        fix's code and the report's record)."""
         self.jit.fall_back(model, reason)
+        self._after_unsupported = unsupported
+
+    def unsupported_op(self, error: BaseException, model: Any) -> Optional[Unsupported]:
+        """An op XLA cannot compile, read from the error a step raised; None: the error is something else."""
+        found = self._unsupported_op(error, model) if self._unsupported_op is not None else None
+        if found is None or not found.input_dtype:
+            return found
+        # The step's own input XLA takes no tensor of: the layers that take it are where the op belongs.
+        layers = layers_on_inputs(model, found.input_dtype)
+        if len(layers) != 1:
+            return found
+        return replace(found, ops=tuple(replace(op, layer=op.layer or layers[0]) for op in found.ops))
+
+    def unsupported_fix(self, model: Any, found: Unsupported) -> Tuple[Optional[str], str]:
+        """The fix for ``found``, as code (or None) and in words. TensorFlow: its layers moved into the input
+        pipeline where each is a preprocessing layer of the model's inputs, else auto-clustering, which
+        compiles the rest of the step. JAX (no auto-clustering; a layer whose shapes follow the data has no
+        tf.data map to move to): static shapes, in words."""
+        if "autoclustering" not in self.jit_modes:
+            return None, "give that layer static shapes (JAX's error says how), or keep jit_compile=False for it"
+        layers: Sequence[str] = found.layers
+        if found.input_dtype:  # the step's own input: the layers that take it move with it
+            layers = layers_on_inputs(model, found.input_dtype)
+        whole = bool(layers) and (bool(found.input_dtype) or all(op.layer for op in found.ops))
+        cause = f"XLA cannot compile {found.what()} ({found.device}): {found.why}"
+        move = pipeline_move(model, layers, cause) if whole else None
+        if move is not None:
+            moved = ", ".join(move.layers)
+            return move.code, f"apply {moved} in the input pipeline (dataset.map): monitor.report.jit_fix has the code"
+        return autoclustering_fix(found), (
+            "jit='autoclustering' compiles the rest of the step: monitor.report.jit_fix has the code"
+        )
 
     def restore_jit(self, model: Any = None) -> bool:
         return self.jit.restore(model)

@@ -186,17 +186,19 @@ class FastestRun:
         """The mode to switch to now, or None."""
         return self.trial.check(step, self.outlook(step))
 
-    def stop(self, step: int, reason: str) -> None:
-        """A storm fallback switched XLA off for the rest of the fit: the trial ends there."""
-        self.trial.stop(
-            step, "storm", f"{reason}: the trial stopped, XLA is off for the rest of the fit", False, self.outlook(step)
-        )
+    def stop(self, step: int, reason: str, basis: str = "storm") -> None:
+        """A fallback switched XLA off for the rest of the fit (``basis``: after a storm, or an op XLA cannot
+        compile, "unsupported"): the trial ends there."""
+        said = f"{reason}: the trial stopped, XLA is off for the rest of the fit"
+        self.trial.stop(step, basis, said, False, self.outlook(step))
         self.session.trial_ended(self.trial)
 
     def final_on(self) -> bool:
         """The mode the model keeps after the fit: the decision's (a storm fallback's lasts for its fit)."""
         decision = self.trial.decision
-        return self.trial.default_on if decision is None or decision.basis == "storm" else decision.mode == "on"
+        if decision is None or decision.basis in ("storm", "unsupported"):  # a fallback lasts for its fit
+            return self.trial.default_on
+        return decision.mode == "on"
 
     def finish(self, step: int) -> Optional[Decision]:
         """The fit ended: a trial still running keeps the default. Returns the decision to keep on the model."""

@@ -53,10 +53,35 @@ class StepFunctions:
         """What really runs for ``phase`` now, with the reason in words (jit='fastest': the decision's)."""
         state = self.state
         jit_state = state.backend.read_back(state.model, phase)
+        if jit_state.autoclustering and not state.current.layer_names:  # the coverage names the layers
+            state.current.layer_names = state.backend.layer_names(state.model)
         decision = state.session.jit_decision if state.config.jit == "fastest" else None
         if decision is not None and not state.backend.jit_refusal:
             jit_state.reason = trial_words(decision) if isinstance(decision, Trial) else decision.why
         state.current.jit_state = jit_state
+
+    def switch_off(
+        self, phase: str, step: int, reason: str, unsupported: Optional[Tuple[Optional[str], dict]] = None
+    ) -> None:
+        """XLA off for the rest of this call, from ``phase`` step ``step``: a storm fallback, or an op XLA
+        cannot compile (``unsupported``: the fix's code and the report's record). A jit='fastest' trial ends
+        there; every wrapped phase's function is rebuilt without XLA and wrapped again, the others are dropped
+        (Keras rebuilds them lazily, without XLA)."""
+        state = self.state
+        backend, session, model = state.backend, state.session, state.model
+        run = state.fastest
+        if run is not None:  # the trial ends: XLA off for the rest of the fit (its kept function, if any)
+            run.stop(session.phases["train"].step, reason, "unsupported" if unsupported else "storm")
+        backend.fall_back(model, reason, unsupported)
+        session.fell_back(phase, step, reason)
+        wrapped = backend.wrapped_phases()
+        for name in PHASES:
+            if name in wrapped:
+                self.install(name, rebuild=run is None)  # the non-XLA function, wrapped again
+            else:
+                backend.drop_function(model, name)  # rebuilt lazily, non-XLA
+                session.functions_forced([name])
+        self.read_back(phase)
 
     def restore_model(self) -> None:
         state = self.state
@@ -341,10 +366,13 @@ class Lifecycle:
         if summary:
             print(summary)
 
-    def call_failed(self, phase: str, handle: Optional[Any], began: bool = True) -> None:
+    def call_failed(
+        self, phase: str, handle: Optional[Any], began: bool = True, why: str = "an exception or Ctrl-C"
+    ) -> None:
         """The model or the data raised (or Ctrl-C): the fit or evaluate is over. Give the profiler back,
         put the flags back and flush, without ever replacing the user's exception with one of ours.
-        ``began``: the call's batches were pulled (a failed pull leaves the previous call's facts)."""
+        ``began``: the call's batches were pulled (a failed pull leaves the previous call's facts).
+        ``why``: what stopped it, for the report's note."""
         state = self.state
         try:
             self.steps.disarm()  # the calls the lane took are counted before the failed one is uncounted
@@ -353,7 +381,7 @@ class Lifecycle:
                 state.session.call_failed(phase)
             state.current.traces.stop()
             text = state.in_fit
-            state.current.ended(state.stopped_early(phase, state.in_fit))
+            state.current.ended(state.stopped_early(phase, state.in_fit, why))
             if state.in_fit:
                 self.end_fit()
             elif phase != "train":

@@ -49,6 +49,22 @@ class ModelReport:
         self.stopped: Optional[str] = None  # where the last interrupted call stopped, in words
         self.processes: List[Dict[str, Any]] = []  # several processes: each one's counts (callback/agreement.py)
         self.costs = CostMeter(config.cost, config.peak_flops, backend, self.session.notes)
+        self.layer_names: List[str] = []  # the model's layers (auto-clustering: the coverage names them)
+        self._coverage: Optional[Dict[str, Any]] = None
+        self._coverage_read: Optional[str] = None  # the session dir the coverage was read from
+
+    def coverage(self) -> Optional[Dict[str, Any]]:
+        """Auto-clustering's coverage of the train step, read once from the steady trace window (when one
+        was saved while auto-clustering ran): ``jit/coverage.py``."""
+        session = self.traces.steady_session
+        if session is None or session == self._coverage_read or not self.jit_state.autoclustering:
+            return self._coverage
+        self._coverage_read = session
+        try:
+            self._coverage = self.backend.trace_coverage(session, self.layer_names)
+        except Exception as error:  # noqa: BLE001 - a figure withheld, never a failed fit
+            self.session.notes.add_once("coverage", f"the trace window's coverage could not be read: {error!r}")
+        return self._coverage
 
     def ended(self, interrupted: Optional[str] = None) -> None:
         """A watched call ended: normally, or (``interrupted``: where, in words) by an exception."""
@@ -91,6 +107,7 @@ class ModelReport:
                 other_compilations=self.backend.compiles_outside_steps(self.probe) if self.probe is not None else {},
                 processes=tuple(self.processes),
                 costs=self.costs.rates(self.session.phases),
+                coverage=self.coverage(),
             ),
         )
 

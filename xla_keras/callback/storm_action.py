@@ -9,7 +9,6 @@ from xla_keras.callback.agreement import gather_processes
 from xla_keras.callback.lifecycle import Lifecycle, StepFunctions
 from xla_keras.callback.state import RUN_WORD, CallState
 from xla_keras.core.messages import warn
-from xla_keras.core.types import PHASES
 from xla_keras.errors import RecompilationStormError
 from xla_keras.storms.detection import Storm, storm_text
 
@@ -115,19 +114,5 @@ class StormAction:
         self._fall_back("train", train_step, why)
 
     def _fall_back(self, phase: str, step: int, why: str = "after a recompilation storm") -> None:
-        state = self.state
-        backend, session, model = state.backend, state.session, state.model
         reason = f"switched XLA off at {phase} step {step} {why} (on_storm='fallback')"
-        run = state.fastest
-        if run is not None:  # the trial ends: XLA off for the rest of the fit (its kept function, if any)
-            run.stop(session.phases["train"].step, reason)
-        backend.fall_back(model, reason)
-        session.fell_back(phase, step, reason)
-        wrapped = backend.wrapped_phases()
-        for name in PHASES:
-            if name in wrapped:
-                self.functions.install(name, rebuild=run is None)  # the non-XLA function, wrapped again
-            else:
-                backend.drop_function(model, name)  # rebuilt lazily, non-XLA
-                session.functions_forced([name])
-        self.functions.read_back(phase)
+        self.functions.switch_off(phase, step, reason)

@@ -39,6 +39,7 @@ class TraceWindows:
         self._missing_viewer = missing_viewer  # how to get the Profile tab, when it is not installed
         self.open: Optional[dict] = None  # the window we opened: kind, stop_step, dir, started
         self.saved: List[str] = []  # "kind: session dir" of every window saved
+        self.steady_session: Optional[str] = None  # the steady window's session dir (coverage reads it)
         self._plan: dict = {}
         self._fit_first_step = 1
 
@@ -184,6 +185,8 @@ class TraceWindows:
         if not sessions:
             return None
         self.saved.append(f"{window['kind']}: {sessions[-1]}")
+        if window["kind"] == "steady":
+            self.steady_session = sessions[-1]
         fix = self._missing_viewer()
         if fix:
             self.notes.add_once(

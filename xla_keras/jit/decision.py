@@ -33,6 +33,7 @@ BASES = (
     "unfinished",
     "storm",
     "reused",
+    "unsupported",
 )
 
 

@@ -7,7 +7,7 @@ the report's ``jit_active`` / ``jit_reason`` start from it.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Optional, Tuple
+from typing import Any, Dict, Optional, Tuple
 
 MODES = ("keep", "on", "off", "autoclustering", "fastest")
 
@@ -27,6 +27,7 @@ class JitState:
     reason: str = ""
     autoclustering: bool = False  # clusters may compile (verified by the probe)
     fix: Optional[str] = None  # code that lets XLA compile what it did not (jit/pipeline_move.py)
+    unsupported: Optional[Dict[str, Any]] = None  # an op XLA cannot compile stopped it (jit/unsupported.py)
 
     @property
     def xla_expected(self) -> bool:

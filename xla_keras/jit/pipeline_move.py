@@ -66,6 +66,29 @@ def _where_applied(model: Any, layer: Any) -> Optional[Any]:
     return "" if structure is applied_to else None
 
 
+def layers_on_inputs(model: Any, dtype: str) -> List[str]:
+    """The layers applied directly to one of the model's inputs of ``dtype`` (e.g. ``"string"``): what
+    runs on that input inside the step, in the model's order."""
+    structure = _inputs(model)
+    tensors = (
+        list(structure.values())
+        if isinstance(structure, dict)
+        else list(structure)
+        if isinstance(structure, (list, tuple))
+        else [structure]
+    )
+    wanted = [t for t in tensors if t is not None and str(getattr(t, "dtype", "")) == dtype]
+    names = []
+    for layer in getattr(model, "layers", None) or ():
+        try:
+            applied = layer.input
+        except (AttributeError, ValueError):
+            continue
+        if any(applied is tensor for tensor in wanted):
+            names.append(layer.name)
+    return names
+
+
 @dataclass(frozen=True)
 class PipelineMove:
     """Layers to take out of the model and apply in the input pipeline, and the code that does it."""
@@ -82,13 +105,15 @@ class PipelineMove:
         )
 
 
-def pipeline_move(model: Any, layer_names: Sequence[str]) -> Optional[PipelineMove]:
+def pipeline_move(model: Any, layer_names: Sequence[str], cause: Optional[str] = None) -> Optional[PipelineMove]:
     """The move of ``layer_names`` from ``model`` into ``dataset.map``, as code, or None when one of them
     is not a preprocessing layer of the model's inputs (then no move keeps the model's meaning).
 
     Args:
         model: the Keras model whose ``jit_compile=True`` Keras refused.
-        layer_names: the layers that declare ``supports_jit=False``.
+        layer_names: the layers that declare ``supports_jit=False`` (or hold an op XLA cannot compile).
+        cause: why XLA does not compile them, for the code's first comment; None: Keras's refusal
+            (``supports_jit=False``).
 
     Returns:
         A ``PipelineMove``: its ``code`` stands ``model`` and ``dataset`` for the user's.
@@ -129,10 +154,11 @@ def pipeline_move(model: Any, layer_names: Sequence[str]) -> Optional[PipelineMo
         return None  # two refusing layers on one input: no input of the model after them to stand for both
     named = ", ".join(f"{name} ({kinds[name]})" for name, _, _ in moves)
     these = "it" if len(moves) == 1 else "them"
-    said = (
-        f"xla_keras: Keras runs no step of this model with XLA while {named} {'is' if len(moves) == 1 else 'are'}"
-        f" in it (supports_jit=False). Apply {these} in the input pipeline; the layers after {these} then compile."
+    cause = cause or (
+        f"Keras runs no step of this model with XLA while {named} {'is' if len(moves) == 1 else 'are'} in it "
+        "(supports_jit=False)"
     )
+    said = f"xla_keras: {cause}. Apply {these} in the input pipeline; the layers after {these} then compile."
     lines = textwrap.wrap(said, width=96, initial_indent="# ", subsequent_indent="# ")  # 4 to indent it
     lines += [f'{variable} = model.get_layer("{name}")' for name, variable, _ in moves]
     structure, output = _inputs(model), _output_words(model)

@@ -31,6 +31,7 @@ class ReportContext:
     other_compilations: Dict[str, dict] = field(default_factory=dict)
     processes: Tuple[Dict[str, Any], ...] = ()  # several processes: each one's counts, gathered
     costs: Dict[str, Dict[str, Any]] = field(default_factory=dict)  # per phase: achieved rates (callback/cost_card.py)
+    coverage: Optional[Dict[str, Any]] = None  # auto-clustering: the trace window's coverage (jit/coverage.py)
 
 
 def build_report(snapshot: SessionSnapshot, context: ReportContext) -> XlaReport:
@@ -68,6 +69,8 @@ def build_report(snapshot: SessionSnapshot, context: ReportContext) -> XlaReport
         fell_back=snapshot.fallback is not None or bool(snapshot.jit_decision and snapshot.jit_decision["switches"]),
     )
     report.jit_fix = context.jit_state.fix
+    report.unsupported_ops = context.jit_state.unsupported
+    report.coverage = context.coverage
     if context.refused:
         report.jit_active, report.jit_reason, report.jit_fix = None, context.refused, None
     report.storms = list(snapshot.storms)

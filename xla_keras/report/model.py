@@ -208,7 +208,7 @@ class SlowStep:
         return record_from_dict(cls, d)
 
 
-SCHEMA_VERSION = 11  # see schema.py for what each version added
+SCHEMA_VERSION = 12  # see schema.py for what each version added
 
 
 @dataclass
@@ -227,7 +227,16 @@ class XlaReport:
             stepped aside).
         jit_reason: why, in words: what the model's step function runs with and what the probes saw.
         jit_fix: code that lets XLA compile what it did not (a layer Keras refuses to compile, with
-            ``supports_jit=False``, moved into the input pipeline), or None.
+            ``supports_jit=False``, or one holding an op XLA cannot compile, moved into the input pipeline;
+            else ``jit="autoclustering"``), or None.
+        unsupported_ops: XLA could not compile an op of the step (``on_unsupported``): ``{"phase", "step",
+            "action" ("fallback" or "raise"), "device", "ops" (each ``{"op", "layer", "node"}``), "layers",
+            "line" (the user's source line), "why", "error" (the framework's words), "fix"}``; else None.
+        coverage: auto-clustering (TensorFlow): what XLA's clusters held of the train step, from the steady
+            trace window: ``{"phase", "steps", "clusters", "share_inside" (of the op kernels' time),
+            "inside_seconds_per_step", "outside_seconds_per_step", "nodes_outside", "ops_outside" (each
+            ``{"op", "nodes", "layers", "seconds_per_step", "share", "reason"}``, by time), "advice" (the op
+            outside with the most time that has a known fix: ``{"op", "fix"}``), "counted"}``; else None.
         compilations: the compiles, each a ``Compilation`` (at most ``max_records`` per phase).
         compilation_count: compiles per phase, exact.
         compilations_dropped: compile records beyond the ``max_records`` cap (counted, not kept).
@@ -305,6 +314,8 @@ class XlaReport:
     jit_active: Optional[bool] = None
     jit_reason: str = ""
     jit_fix: Optional[str] = None
+    unsupported_ops: Optional[Dict[str, Any]] = None
+    coverage: Optional[Dict[str, Any]] = None
     compilations: List[Compilation] = field(
         metadata=converters(plain, _each(Compilation.from_dict)), default_factory=list
     )

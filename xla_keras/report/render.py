@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import re
 import textwrap
-from typing import TYPE_CHECKING, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
 from xla_keras.core.messages import WIDTH, within
 from xla_keras.core.signatures import describe
 from xla_keras.core.types import PHASES
+from xla_keras.jit.coverage import coverage_words, outside_words
 from xla_keras.report.figures import (
     break_even_words,
     compile_time_words,
@@ -44,6 +45,36 @@ def _jit_fix_lines(code: Optional[str]) -> List[str]:
     return ["  fix (code)      :", *(f"    {line}" for line in lines)]
 
 
+def op_words(op: Dict[str, Any]) -> str:
+    """One op XLA could not compile: ``AsString in layer 'dedup'``."""
+    return f"{op['op']} in layer {op['layer']!r}" if op.get("layer") else op["op"]
+
+
+def unsupported_words(found: Dict[str, Any], line: bool = True) -> str:
+    """An op XLA could not compile (``report.unsupported_ops``) in a few words: the ops and their layers,
+    the device type, where it was met and, with ``line``, the user's source line."""
+    ops = ", ".join(dict.fromkeys(op_words(op) for op in found["ops"]))
+    said = f"{ops} ({found.get('device')}) at {found.get('phase')} step {found.get('step')}"
+    return said + (f", your line {found['line']}" if line and found.get("line") else "")
+
+
+def _coverage_lines(coverage: Optional[Dict[str, Any]], full: bool) -> List[str]:
+    """Auto-clustering's coverage: the share of op time in XLA, the op types outside (4, or all with
+    ``full``) with their reasons, and the advice."""
+    if not coverage:
+        return []
+    ops = coverage.get("ops_outside") or []
+    lines = [f"  coverage        : {coverage_words(coverage)}; {coverage.get('nodes_outside')} op node(s) outside"]
+    for op in ops if full else ops[:4]:
+        lines.append(f"      outside: {outside_words(op)}: {op['reason']}")
+    if len(ops) > 4 and not full:
+        lines.append(f"      + {len(ops) - 4} more op types outside: report.coverage['ops_outside']")
+    advice = coverage.get("advice")
+    if advice:
+        lines.append(f"  coverage fix    : {advice['fix']} (brings {advice['op']} into XLA)")
+    return lines
+
+
 def render(report: XlaReport, full: bool = False) -> str:
     """The human summary printed at the end of a fit (``str(report)``), in 100 columns: each storm
     and advice as its headline and its fix, each note in at most 2 lines. ``full=True``
@@ -58,6 +89,8 @@ def render(report: XlaReport, full: bool = False) -> str:
     lines.append(f"  jit requested   : {report.jit_mode}    XLA active: {_active_word(report.jit_active)}")
     if report.jit_reason:
         lines.append(f"  why             : {report.jit_reason}")
+    if report.unsupported_ops:
+        lines.append(f"  not compiled    : {unsupported_words(report.unsupported_ops)}")
     lines += _jit_fix_lines(report.jit_fix)
     compiles = (
         ", ".join(
@@ -68,6 +101,7 @@ def render(report: XlaReport, full: bool = False) -> str:
     )
     how = f"  [measured by {'/'.join(sorted(sources))}]" if sources else ""
     lines.append(f"  compiles        : {compiles}{how}")
+    lines += _coverage_lines(report.coverage, full)
     lines.append(
         "  signatures      : " + (", ".join(f"{p} {report.distinct_signatures.get(p, 0)}" for p in phases) or "none")
     )
@@ -121,7 +155,7 @@ def render(report: XlaReport, full: bool = False) -> str:
             trimmed = True
     for line in decision_lines(report.jit_decision):
         lines.append(f"  fastest         : {line}")
-    if report.fallback:
+    if report.fallback and not report.unsupported_ops:  # else "why" says it
         lines.append(f"  fallback        : {report.fallback['reason']}")
         cost = fallback_cost(report.fallback)
         if cost:
@@ -199,6 +233,7 @@ def render_markdown(report: XlaReport) -> str:
         "",
         f"{report.jit_reason}",
         "",
+        *([f"**not compiled:** {unsupported_words(report.unsupported_ops)}", ""] if report.unsupported_ops else []),
         *([f"```python\n{report.jit_fix}\n```", ""] if report.jit_fix else []),
         "| phase | steps | compiles | compile time | distinct signatures | steady step |",
         "|---|---|---|---|---|---|",
@@ -268,7 +303,13 @@ def summary(report: XlaReport, where: str = "monitor.report") -> str:
             row.get("compilation_count") == report.processes[0].get("compilation_count") for row in report.processes
         )
         counts += f" ({len(report.processes)} processes, " + ("the same in each)" if same else "not all alike)")
-    ran = "XLA ran until the storm fallback" if report.fallback else _RAN.get(report.jit_active, _RAN[None])
+    ran = (
+        "XLA did not run: an op it cannot compile"
+        if report.unsupported_ops
+        else "XLA ran until the storm fallback"
+        if report.fallback
+        else _RAN.get(report.jit_active, _RAN[None])
+    )
     head = f"xla_keras: {ran} (jit={report.jit_mode!r}); compiles: {counts}"
     lines = [within(head, f" [measured by {'/'.join(sources)}]" if sources else "")]
     total, of_wall, parts = compile_time_words(report)
@@ -290,6 +331,19 @@ def summary(report: XlaReport, where: str = "monitor.report") -> str:
 def _findings(report: XlaReport, where: str) -> Tuple[List[str], List[str]]:
     """One line per finding; and the first finding's fix as one line of code, as the user applies it."""
     lines, fixes = [], []
+    found = report.unsupported_ops
+    if found:
+        done = "XLA off" if found.get("action") == "fallback" else "stopped"
+        ops = ", ".join(dict.fromkeys(op_words(op) for op in found["ops"]))
+        head = f"  NOT COMPILED : {ops} ({found.get('phase')} step {found.get('step')}): {done}"
+        code = f"; fix: {where}.jit_fix" if found.get("fix") else ""
+        lines.append(within(head, code, ", no step lost" if found.get("action") == "fallback" else ""))
+    coverage = report.coverage
+    if coverage and coverage.get("ops_outside"):
+        top = outside_words(coverage["ops_outside"][0], short=True)
+        advised = f"; fix: {where}.coverage['advice']" if coverage.get("advice") else ""
+        head = f"  COVERAGE     : {coverage_words(coverage).split(' (')[0]}; most outside: {top}"
+        lines.append(within(head, advised))
     for i, storm in enumerate(report.storms):
         head = f"  STORM ({storm.phase}, step {storm.step}): {storm.count} new input shapes; "
         lines.append(_finding(head, storm_cause(storm)))
@@ -299,7 +353,7 @@ def _findings(report: XlaReport, where: str) -> Tuple[List[str], List[str]]:
         head = f"  ADVICE ({item.phase}, {item.call}): {took}; "
         lines.append(_finding(head, cause_clause(item.varying, item.fix)))
         fixes.append((item.fix, f"{where}.advice[{i}].fix", None))
-    if report.fallback:
+    if report.fallback and not found:
         lines.append(
             within(f"  fallback     : XLA off from {report.fallback.get('phase')} step {report.fallback.get('step')}")
         )

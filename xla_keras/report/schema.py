@@ -37,6 +37,10 @@ Report schema versions (``xla_report.json``, ``XlaReport.to_dict()``; the curren
   of basis "step" ("host" on JAX).
 * 11 - ``jit_fix``: code that lets XLA compile what it did not (a refusing layer moved into the input
   pipeline); older reports read with null.
+* 12 - ``unsupported_ops``: an op XLA could not compile (``on_unsupported``: the ops, their layers, the
+  device type, the user's line, what was done, the fix); ``coverage``: auto-clustering's coverage of the
+  train step, from the steady trace window (the op time inside XLA's clusters, each op type outside with
+  its nodes, layers, time and reason, the advice); older reports read with null.
 """
 
 from __future__ import annotations

@@ -153,6 +153,8 @@ def status(report: Dict[str, Any]) -> Dict[str, Any]:
         "jit_active": report.get("jit_active"),
         "jit_reason": report.get("jit_reason", ""),
         "jit_fix": report.get("jit_fix"),
+        "unsupported_ops": report.get("unsupported_ops"),
+        "coverage": report.get("coverage"),
         "compilation_count": {p: counts.get(p, 0) for p in PHASES},
         "total_compilations": sum(counts.get(p, 0) for p in PHASES),
         "compilations_listed": len(report.get("compilations") or []),

@@ -10,6 +10,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Iterable, List, Optional
 
+from xla_keras.jit.coverage import GraphCoverage, clustering_summaries, coverage_lines
+
 _MS = {"h": 3.6e6, "min": 6e4, "s": 1e3, "ms": 1.0, "us": 1e-3}
 
 
@@ -99,6 +101,15 @@ PATTERNS = [
         "Keras release with the fix.",
     ),
     Pattern(
+        "clustering",
+        re.compile(r"\*\*\* Clustering info for graph of size"),
+        "Auto-clustering's summary of a graph (TF_CPP_VMODULE=mark_for_compilation_pass=2, or =3 for the "
+        "edges it could not contract): the clusters XLA compiles, and the nodes it left to TensorFlow.",
+        "Yes where computing nodes stay outside: they run without XLA, and each one splits the step into "
+        "more clusters.",
+        "Each computing op type outside is listed with its reason and, where one is known, its fix.",
+    ),
+    Pattern(
         "xla_service",
         re.compile(r"XLA service \S+ initialized for platform (\w+)"),
         "XLA's runtime started for a platform.",
@@ -115,12 +126,16 @@ class Finding:
     first_line: int = 0
     examples: List[str] = field(default_factory=list)
     total_ms: float = 0.0
+    graphs: List[GraphCoverage] = field(default_factory=list)  # "clustering": each graph's coverage
 
 
 def explain(lines: Iterable[str]) -> List[Finding]:
     """Every known TensorFlow/XLA line in a log, grouped by kind, in order of first appearance."""
     found: dict = {}
+    clustering: List[str] = []  # auto-clustering's summary lines, read as a whole at the end
     for number, line in enumerate(lines, start=1):
+        if "mark_for_compilation_pass" in line:
+            clustering.append(line)
         for pattern in PATTERNS:
             match = pattern.regex.search(line)
             if not match:
@@ -134,6 +149,8 @@ def explain(lines: Iterable[str]) -> List[Finding]:
             if pattern.key == "compile_time":  # the exact microseconds when TF prints them
                 exact = match.group(3)
                 finding.total_ms += int(exact) / 1e3 if exact else float(match.group(1)) * _MS[match.group(2)]
+    if "clustering" in found:
+        found["clustering"].graphs = clustering_summaries(clustering)
     return sorted(found.values(), key=lambda f: f.first_line)
 
 
@@ -148,6 +165,10 @@ def render(findings: List[Finding], source: Optional[str] = None) -> str:
         head = f"[{f.pattern.key}] {f.count} line(s), first at line {f.first_line}"
         if f.pattern.key == "compile_time":
             head += f": {f.count} compiles, {f.total_ms / 1e3:.2f} s in all"
+        if f.graphs:
+            out += [head, *(f"  {line}" for graph in f.graphs for line in coverage_lines(graph, 98))]
+            out += [f"  means   {f.pattern.meaning}", f"  fix     {f.pattern.fix}", ""]
+            continue
         out += [
             head,
             f"  e.g.    {f.examples[0]}",

@@ -16,7 +16,7 @@ from typing import Any, ClassVar, Dict, List, Optional, Sequence, Tuple
 
 from xla_keras.backends.base import CompileProbe, Distribution
 from xla_keras.backends.jax import _internals, cost
-from xla_keras.backends.jax.jit import MODES, JitController, persistent_cache
+from xla_keras.backends.jax.jit import MODES, JitController, persistent_cache, unsupported_op
 from xla_keras.backends.jax.probe import RECORDER, JaxProbe
 from xla_keras.backends.jax.steps import StepWrappers, end_of_data, wait_for
 from xla_keras.backends.keras_backend import KerasBackend, is_keras3_model
@@ -43,6 +43,7 @@ class JaxBackend(KerasBackend):
     op_by_op_shape_seconds: Optional[float] = 1.0
     _internals = _internals
     _wrapper_chain = StepWrappers
+    _unsupported_op = staticmethod(unsupported_op)
     # Measured (JAX on a 2-core CPU): the jitted step's first call (trace + compile) took 0.42 s (MLP) and
     # 1.0 s (CNN); the op-by-op step's first call compiles one executable per primitive and shape: 3.8 s
     # and 6.3 s, up to 9x (cached for the process after that). The other way, at most the first call.

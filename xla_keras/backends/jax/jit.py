@@ -9,7 +9,9 @@ kept there; a storm fallback lasts for its fit only.
 
 from __future__ import annotations
 
+import linecache
 import os
+import traceback
 from typing import Any, List, Optional
 
 from xla_keras.backends.jax import _internals
@@ -22,6 +24,7 @@ from xla_keras.jit.modes import (
     fastest_blocked,
     validate_mode,
 )
+from xla_keras.jit.unsupported import JAX_DEVICE, Unsupported, UnsupportedOp, quote, user_line
 
 MODES = ("keep", "on", "off", "fastest")
 
@@ -162,3 +165,62 @@ class JitController:
 
 
 __all__ = ["configure", "persistent_cache", "JitController", "MODES", "XlaKerasWarning"]
+
+
+# The errors jax.jit raises while tracing a step that cannot be one program of static shapes, and why.
+_TRACE_ERRORS = {
+    "NonConcreteBooleanIndexError": "an output's shape depends on the data (jax.jit traces abstract shapes)",
+    "ConcretizationTypeError": "a shape or a Python decision depends on the data (jax.jit traces abstract values)",
+    "TracerArrayConversionError": "a traced value is pulled into numpy (jax.jit traces abstract values)",
+    "TracerBoolConversionError": "Python control flow reads a traced value (jax.jit traces abstract values)",
+    "TracerIntegerConversionError": "a traced value is used as a Python int (jax.jit traces abstract values)",
+}
+
+
+def unsupported_op(error: BaseException, model: Any) -> Optional[Unsupported]:
+    """What stopped ``jax.jit`` from tracing the step, or None when ``error`` is something else: the
+    error JAX raised, the innermost layer whose ``call`` was running, the user's line.
+
+    Measured on Keras 3.15 with JAX 0.10: Keras re-raises a layer's error as ``type(error)(message)``,
+    which JAX's tracer errors cannot be built from (an ``AttributeError`` in their ``__init__``). JAX's own
+    error is then that one's ``__context__``, with the whole traceback; where only the failed rebuild is
+    left, the error it was building is the frame's ``self``."""
+    import jax
+    import keras
+
+    classes = tuple(getattr(jax.errors, name) for name in _TRACE_ERRORS if hasattr(jax.errors, name))
+    chain: List[BaseException] = []
+    link: Optional[BaseException] = error
+    while link is not None and link not in chain:
+        chain.append(link)
+        link = link.__cause__ or link.__context__
+    raised = next((link for link in chain if isinstance(link, classes)), None)
+    kind = type(raised) if raised is not None else None
+    walked = list(traceback.walk_tb((raised or error).__traceback__))
+    for frame, _ in walked if kind is None else ():
+        building = frame.f_locals.get("self") if frame.f_code.co_name == "__init__" else None
+        if isinstance(building, classes):
+            kind = type(building)
+            break
+    if kind is None:
+        return None
+    layer = None
+    for frame, _ in walked:  # outermost first: the innermost layer's call wins
+        owner = frame.f_locals.get("self") if frame.f_code.co_name == "call" else None
+        if isinstance(owner, keras.layers.Layer) and not isinstance(owner, keras.Model):
+            layer = owner.name
+    line = user_line([(frame.f_code.co_filename, number, frame.f_code.co_name) for frame, number in walked])
+    source = ""
+    if line:
+        path, _, rest = line.rpartition(":")
+        source = linecache.getline(path, int(rest.split(" ", 1)[0])).strip()
+    name = next(klass.__name__ for klass in kind.__mro__ if klass.__name__ in _TRACE_ERRORS)
+    first = (str(raised).strip().splitlines() or [""])[0] if raised is not None else f"(raising it failed: {error})"
+    return Unsupported(
+        ops=(UnsupportedOp(kind.__name__, layer, source or kind.__name__),),
+        device=JAX_DEVICE,
+        line=line,
+        error=quote(f"{kind.__name__}: {first}"),
+        why=_TRACE_ERRORS[name],
+        raised=raised,
+    )

@@ -130,11 +130,18 @@ def _full_call(wrapped, original, state, batches: list, start: float, phase: str
         # call do not see the batch twice.
         original = unwrap(getattr(model, FUNCTION_ATTR[phase]))
     lane = observer.steady_lane(phase)
+    again = None
     try:
         outputs = lane.held = original(state, iter(batches))
-    except BaseException:
-        observer.call_failed(phase, probe)
-        raise
+    except BaseException as error:
+        # jax.jit could not trace the step (shapes that depend on the data): the same batches again,
+        # without XLA (a new call, with the state Keras passed: the failed trace ran nothing).
+        again = observer.call_unsupported(phase, probe, error)
+        if again is None:
+            observer.call_failed(phase, probe)
+            raise
+    if again is not None:
+        return again(state, iter(batches))
     lane.returned = time.perf_counter()
     if observer.call_ran(phase, probe):  # the observer wants the device drained after this call
         observer.call_drained(phase, time.perf_counter() if wait_for(outputs) else None)

@@ -39,6 +39,15 @@ def layers_without_jit(model: Any) -> List[str]:
     return [layer.name for layer in layers if not getattr(layer, "supports_jit", True)]
 
 
+def layer_names(model: Any) -> List[str]:
+    """The names of every layer of the model, nested ones included (what a node's name scopes name)."""
+    try:
+        layers = model._flatten_layers()
+    except AttributeError as e:
+        raise InternalsMoved("keras Layer._flatten_layers", e) from e
+    return [layer.name for layer in layers]
+
+
 def layer_calls(layer: Any) -> int:
     """How many times ``layer`` was called in building the model (its inbound nodes): a layer's public
     ``input`` is its first call's, whatever the others."""

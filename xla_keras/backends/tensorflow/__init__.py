@@ -18,13 +18,14 @@ from xla_keras.backends.chain import FUNCTION_ATTR
 from xla_keras.backends.keras_backend import KerasBackend, is_keras3_model
 from xla_keras.backends.tensorflow import _internals, cost
 from xla_keras.backends.tensorflow.flags import tracing_count
-from xla_keras.backends.tensorflow.jit import JitController, persistent_cache
+from xla_keras.backends.tensorflow.jit import JitController, persistent_cache, unsupported_op
 from xla_keras.backends.tensorflow.probe import TensorFlowProbe
 from xla_keras.backends.tensorflow.steps import StepWrappers, end_of_data
 from xla_keras.core.program_cost import ProgramCost
 from xla_keras.core.signatures import InputSignature, signature_of
 from xla_keras.core.types import Notes
 from xla_keras.core.versions import keras_unsupported
+from xla_keras.jit.coverage import trace_coverage
 from xla_keras.jit.modes import MODES
 from xla_keras.storms.fixes import data_kind_of
 
@@ -52,6 +53,7 @@ class TensorFlowBackend(KerasBackend):
     ends_calls_in_wrapper = False  # Keras runs batch-end hooks in line (TensorFlow is not thread-safe for it)
     _internals = _internals
     _wrapper_chain = StepWrappers
+    _unsupported_op = staticmethod(unsupported_op)
     # Measured (TF 2.21, 2-core CPU): a fit's first call traces Keras's step (0.63-1.0 s for the small MLP
     # and CNN of benchmarks/); the XLA function's first call traces it again and compiles it: 1.3-2.0x
     # that in the fit (MLP 1.3x, CNN 1.9x, an LSTM 2.3x; up to 2.5x when the first trace was not the
@@ -71,6 +73,11 @@ class TensorFlowBackend(KerasBackend):
 
     def unsupported(self) -> Optional[str]:
         return keras_unsupported()
+
+    def trace_coverage(self, session_dir: str, layer_names: Sequence[str]) -> Optional[dict]:
+        """Auto-clustering's coverage of the train step, from the steady trace window TensorFlow saved."""
+        events = _internals.trace_window_events(session_dir)
+        return trace_coverage(((e.name, e.duration_ps) for e in events), layer_names)
 
     def foreign_model(self, model: Any) -> Optional[str]:
         if is_keras3_model(model):

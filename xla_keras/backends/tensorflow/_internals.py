@@ -10,6 +10,7 @@ Tested on TensorFlow 2.16-2.21 with Keras 3.7-3.15 (the README's matrix).
 
 from __future__ import annotations
 
+import os
 from typing import Any, List, Optional
 
 from xla_keras.backends.base import ProfilerBusy
@@ -299,6 +300,33 @@ def stop_probe(probe: Probe) -> List[TraceEvent]:
         for e in trace.trace_events
         if e.duration_ps > 0
     ]
+
+
+def trace_window_events(session_dir: str) -> List[TraceEvent]:
+    """The host's events of a trace window TensorFlow saved in ``session_dir`` (its ``*.xplane.pb``, read
+    with TensorFlow's own protobuf): the op kernels the executor ran, ``name:Type`` each."""
+    try:
+        from tensorflow.tsl.profiler.protobuf import xplane_pb2
+    except ImportError as e:
+        raise InternalsMoved("tensorflow.tsl.profiler.protobuf.xplane_pb2", e) from e
+    events: List[TraceEvent] = []
+    for name in sorted(os.listdir(session_dir)):
+        if not name.endswith(".xplane.pb"):
+            continue
+        space = xplane_pb2.XSpace()
+        with open(os.path.join(session_dir, name), "rb") as f:
+            space.ParseFromString(f.read())
+        for index, plane in enumerate(space.planes):
+            if not plane.name.startswith("/host:"):
+                continue
+            metadata = plane.event_metadata
+            for line in plane.lines:
+                base = line.timestamp_ns * 1000
+                events.extend(
+                    TraceEvent((index, line.id), metadata[e.metadata_id].name, base + e.offset_ps, e.duration_ps)
+                    for e in line.events
+                )
+    return events
 
 
 def abandon_probe(probe: Probe) -> None:

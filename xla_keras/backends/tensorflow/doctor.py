@@ -202,6 +202,18 @@ def findings(check_flags: bool, tab_installed: bool, tab_install_line: str) -> L
             )
         )
 
+    if "mark_for_compilation_pass" not in vmodule:
+        findings.append(
+            (
+                "info",
+                "logging",
+                "auto-clustering's own summary (per graph: the clusters built, the nodes left out and why) is off",
+                "once, in a separate run: TF_CPP_MIN_LOG_LEVEL=0 TF_CPP_VMODULE=mark_for_compilation_pass=3 "
+                "python train.py 2>&1 | xla-keras explain - (XlaMonitor(jit='autoclustering') measures the "
+                "coverage without it)",
+            )
+        )
+
     # Reading Keras imports TensorFlow, which a bad TF_XLA_FLAGS would kill.
     findings.extend(multi_worker_findings(read_keras=not (problem and "TF_XLA_FLAGS" in problem)))
 

@@ -10,8 +10,10 @@ back when the fit ends.
 from __future__ import annotations
 
 import os
+import re
 from typing import Any, List, Optional
 
+from xla_keras.backends.keras._internals import layer_names
 from xla_keras.backends.tensorflow import _internals
 from xla_keras.backends.tensorflow.flags import (
     CPU_GLOBAL_JIT,
@@ -35,6 +37,7 @@ from xla_keras.jit.modes import (
     fastest_blocked,
     validate_mode,
 )
+from xla_keras.jit.unsupported import Unsupported, UnsupportedOp, layer_named, quote, user_line
 
 __all__ = [
     "configure",
@@ -44,6 +47,7 @@ __all__ = [
     "MODES",
     "FIX_CPU_AUTOCLUSTERING",
     "XlaKerasWarning",
+    "unsupported_op",
 ]
 FIX_CPU_AUTOCLUSTERING = (
     "call xla_keras.configure(cpu_autoclustering=True) right after import, before any "
@@ -318,3 +322,52 @@ class JitController:
                 "or the model was compiled with jit_compile=False. Pass jit='on' to try it"
             )
         return "XLA is OFF for this fit: the model was compiled with jit_compile=False"
+
+
+# TensorFlow's words when the step's graph holds an op XLA cannot compile (TF 2.16 to 2.21, measured).
+_UNSUPPORTED = "Detected unsupported operations when trying to compile graph"
+_DEVICE = re.compile(r"compile graph \S+ on (\w+):")
+_OP = re.compile(r"(\w+) \(No registered '\w+' OpKernel for \w+ devices compatible with node \{\{node ([^}]+)\}\}")
+_DTYPE = re.compile(r"\bT=DT_([A-Z0-9]+)")
+_FRAME = re.compile(r'File "([^"]+)", line (\d+), in (\S+)')
+
+
+def unsupported_op(error: BaseException, model: Any) -> Optional[Unsupported]:
+    """The ops XLA could not compile, read from TensorFlow's ``InvalidArgumentError``, or None when
+    ``error`` is something else. Each op's layer comes from its node's name scopes; the user's line
+    from the stack TensorFlow quotes where the op was created. An ``_Arg`` is the step's own input: a
+    dtype XLA takes no tensor of (a string input, with its preprocessing layer inside the model)."""
+    import tensorflow as tf
+
+    if not isinstance(error, tf.errors.InvalidArgumentError):
+        return None
+    text = str(getattr(error, "message", None) or error)
+    at = text.find(_UNSUPPORTED)
+    if at < 0:
+        return None
+    end = text.find("The op is created at", at)
+    decisive = " ".join(text[at : end if end > 0 else None].split())
+    device = _DEVICE.search(decisive)
+    names = layer_names(model) if model is not None else []
+    ops = tuple(
+        UnsupportedOp(op, layer_named(node.split("/")[:-1], names), node)
+        for op, node in dict.fromkeys(_OP.findall(decisive))
+    )
+    if not ops:
+        return None
+    dtype = _DTYPE.search(decisive)
+    input_dtype = dtype.group(1).lower() if dtype and any(op.op == "_Arg" for op in ops) else None
+    if input_dtype:
+        why = f"the step takes a {input_dtype} input, and XLA takes no {input_dtype} tensor"
+    elif "attributes didn't match" in decisive:
+        why = "XLA has a kernel for it, but not for these dtypes or attributes"
+    else:
+        why = "XLA has no kernel for it on this device"
+    return Unsupported(
+        ops=ops,
+        device=device.group(1) if device else "XLA",
+        line=user_line([(f, int(n), name) for f, n, name in _FRAME.findall(text[at:])], rooted=True),
+        error=quote(re.sub(r"\[[^\]]*\]", "", decisive, count=1)),  # the graph's attributes: noise
+        why=why,
+        input_dtype=input_dtype,
+    )

@@ -104,7 +104,7 @@ def _make_wrapper(model: Any, phase: str, observer: StepObserver):
         if not observer.active():
             return original(data)
         start = time.perf_counter()
-        probe, began = None, False
+        probe, began, again = None, False, None
         try:
             if pulls and isinstance(data, iterator_types):
                 batches = batches_of(data)
@@ -122,9 +122,14 @@ def _make_wrapper(model: Any, phase: str, observer: StepObserver):
                 outputs = original(batches)
         except StopIteration:
             raise  # the end of an epoch, not an error
-        except BaseException:
-            observer.call_failed(phase, probe, began)  # a failed pull: the previous call's facts stand
-            raise
+        except BaseException as error:
+            # XLA could not compile an op of the step: the same batches again, without XLA (a new call).
+            again = observer.call_unsupported(phase, probe, error) if began else None
+            if again is None:
+                observer.call_failed(phase, probe, began)  # a failed pull: the previous call's facts stand
+                raise
+        if again is not None:
+            return again(batches)
         if probe is not None:  # most calls are not probed: their end is the batch-end hook's
             observer.call_ran(phase, probe)
         return outputs

@@ -124,7 +124,7 @@ function draw(root) {
   for (const message of view.messages || []) detail.appendChild(el('div', {class: 'message'}, message));
   // What to act on first (what XLA did not compile, storms, advice), then the run's numbers, then
   // the ledger.
-  if (view.status.jit_fix) detail.appendChild(notCompiledCard(view.status));
+  if (view.status.jit_fix || view.status.unsupported_ops) detail.appendChild(notCompiledCard(view.status));
   detail.appendChild(stormCards(view.storms));
   if ((view.advice || []).length) detail.appendChild(budgetCards(view.advice));
   detail.appendChild(statusStrip(view.status));
@@ -338,11 +338,28 @@ function ledgerTable(root, view) {
 
 // What XLA did not compile: the reason (a layer Keras refuses to compile) and the code that lifts it.
 function notCompiledCard(s) {
+  const found = s.unsupported_ops;
+  const children = [
+    el('div', {class: 'headline'}, found
+      ? `XLA could not compile ${unsupportedOps(found)} (${found.device}) at ${found.phase} step ${found.step}: ` +
+        (found.action === 'fallback' ? 'the run went on without XLA, no step lost' : 'the run stopped')
+      : `XLA ${active(s.jit_active)}: the model runs without XLA`),
+    el('p', {class: 'cause'}, s.jit_reason)];
+  if (found && found.line) children.push(el('p', {class: 'line'}, `Your line: ${found.line}`));
+  if (found) children.push(el('p', {class: 'error muted'}, found.error));
+  if (s.jit_fix) {
+    const moves = s.jit_fix.includes('dataset.map');
+    children.push(codeBlock(moves ? 'Fix: move the layer into the input pipeline' : 'Fix: compile the rest of the step',
+                            s.jit_fix));
+  }
   return el('section', {id: 'not-compiled'}, [el('h3', {}, 'What XLA did not compile'),
-    el('div', {class: 'not-compiled card'}, [
-      el('div', {class: 'headline'}, `XLA ${active(s.jit_active)}: the model runs without XLA`),
-      el('p', {class: 'cause'}, s.jit_reason),
-      codeBlock('Fix: move the layer into the input pipeline', s.jit_fix)])]);
+    el('div', {class: 'not-compiled card'}, children)]);
+}
+
+// "AsString in layer 'dedup', ..." (the ops XLA could not compile, once each).
+function unsupportedOps(found) {
+  const said = found.ops.map((op) => op.layer ? `${op.op} in layer '${op.layer}'` : op.op);
+  return [...new Set(said)].join(', ');
 }
 
 function stormCards(storms) {

@@ -1,0 +1,241 @@
+"""An op XLA cannot compile, under jit="on" and under the model's own jit_compile=True: named with its layer,
+the device type and the user's line; the fit goes on without XLA and loses no step (or stops with a short
+error of ours); the fix is code (the layer moved into the input pipeline, applied and refit here, or
+auto-clustering).
+
+Ground truth, in a fresh process per backend (tests/unsupported_fits.py): TensorFlow's own
+``InvalidArgumentError`` from the same model unmonitored (the ops, their node names, the device type); the
+optimizer's iterations and the final weights of the same model trained without XLA and unmonitored, on the
+same batches from the same weights (no step lost, no batch skipped or run twice); XLA's dump
+(``--xla_dump_to``: nothing compiled after a fallback; the refit after the move compiles its step).
+"""
+
+import json
+import os
+import re
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from xla_keras.config import MonitorConfig
+from xla_keras.jit.unsupported import Unsupported, UnsupportedOp, autoclustering_fix, layer_named
+from xla_keras.report.model import XlaReport
+from xla_keras.report.schema import parse_report
+
+pytestmark = pytest.mark.xdist_group("test_unsupported_ops")
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+FITS = os.path.join(HERE, "unsupported_fits.py")
+STEPS = 2 * 4  # two epochs of 64 examples in batches of 16 (steps_per_execution=2: 2 calls of 2 per epoch)
+
+# TensorFlow's words, parsed here on their own (not with the package's reader).
+TF_OPS = re.compile(r"(\w+) \(No registered '\w+' OpKernel for (\w+) devices compatible with node \{\{node ([^}]+)\}\}")
+
+
+def _run(backend, tmp_path_factory):
+    dump = str(tmp_path_factory.mktemp(f"dump_{backend}"))
+    logs = str(tmp_path_factory.mktemp(f"logs_{backend}"))
+    env = dict(
+        os.environ,
+        XLA_FLAGS=f"--xla_dump_to={dump}",
+        KERAS_BACKEND=backend,
+        CUDA_VISIBLE_DEVICES="",
+        TF_CPP_MIN_LOG_LEVEL="2",
+        PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""),
+    )
+    proc = subprocess.run(
+        [sys.executable, FITS, dump, logs, backend], env=env, capture_output=True, text=True, timeout=900
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
+    line = [ln for ln in proc.stdout.splitlines() if ln.startswith("XLA_KERAS_FITS ")][-1]
+    return json.loads(line[len("XLA_KERAS_FITS ") :])
+
+
+@pytest.fixture(scope="module")
+def tf_fits(tmp_path_factory):
+    pytest.importorskip("tensorflow")
+    return _run("tensorflow", tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def jax_fits(tmp_path_factory):
+    pytest.importorskip("jax")
+    return _run("jax", tmp_path_factory)
+
+
+def _line_of(text):
+    """The line number of ``text`` in tests/unsupported_fits.py."""
+    with open(FITS) as f:
+        return next(i for i, line in enumerate(f, 1) if text in line)
+
+
+def _shaped(message):
+    lines = message.splitlines()
+    return len(lines) <= 4 and max(map(len, lines)) <= 100
+
+
+def _same_weights(a, b):
+    return len(a) == len(b) and all(np.array_equal(np.array(x), np.array(y)) for x, y in zip(a, b))
+
+
+# ------------------------------------------------------------------ TensorFlow
+
+
+@pytest.mark.slow
+def test_the_op_is_named_as_tensorflows_own_error_names_it(tf_fits):
+    theirs = TF_OPS.findall(tf_fits["tf_error"])
+    assert theirs and tf_fits["tf_error_iterations"] == 0  # the unmonitored fit died at its first step
+    found = tf_fits["on"]["report"]["unsupported_ops"]
+    assert [op["op"] for op in found["ops"]] == [op for op, _, _ in theirs] == ["AsString"]
+    assert found["device"] == theirs[0][1] == "XLA_CPU_JIT"
+    # The layer, from the node's name scopes (each model instance numbers its own scope).
+    assert [node.split("/")[-2] for _, _, node in theirs] == [op["node"].split("/")[-2] for op in found["ops"]]
+    assert found["layers"] == ["stringify"] and found["ops"][0]["layer"] == "stringify"
+    assert found["line"] == f"{FITS}:{_line_of('tf.strings.as_string(x)')} in call"  # the user's line
+
+
+@pytest.mark.slow
+def test_the_fallback_runs_every_batch_once_and_compiles_nothing(tf_fits):
+    on, reference = tf_fits["on"], tf_fits["reference"]
+    assert on["error"] is None
+    assert on["iterations"] == reference["iterations"] == STEPS
+    assert _same_weights(on["weights"], reference["weights"])  # the same batches, in order, each once
+    assert on["dumped"] == []  # XLA compiled nothing in the monitored fit
+    report = on["report"]
+    assert report["jit_active"] is False and sum(report["compilation_count"].values()) == 0
+    assert report["steps"] == {"train": STEPS, "test": STEPS, "predict": 0}
+    assert report["unsupported_ops"]["action"] == "fallback" and report["unsupported_ops"]["step"] == 1
+    assert report["jit_reason"].startswith("XLA cannot compile AsString in layer 'stringify' on XLA_CPU_JIT")
+    assert "no step was lost" in report["jit_reason"]
+    assert on["model_jit_after"] is True  # jit="on" stays with the model: the fallback was for the fit
+
+
+@pytest.mark.slow
+def test_the_warning_comes_once_and_the_summary_has_one_finding_line(tf_fits):
+    on = tf_fits["on"]
+    (warning,) = on["warnings"]
+    assert _shaped(warning) and "stringify" in warning and "monitor.report.jit_fix" in warning
+    summary = on["summary"].splitlines()
+    assert [line for line in summary if "NOT COMPILED" in line] == [
+        "  NOT COMPILED : AsString in layer 'stringify' (train step 1): XLA off; fix: monitor.report.jit_fix"
+    ]
+    assert summary[0].startswith("xla_keras: XLA did not run: an op it cannot compile")
+    assert max(map(len, summary + on["printed"].splitlines())) <= 100
+
+
+@pytest.mark.slow
+def test_the_fix_without_a_layer_to_move_is_autoclustering_as_code(tf_fits):
+    code = tf_fits["on"]["report"]["jit_fix"]
+    assert 'XlaMonitor(jit="autoclustering")' in code and "configure(cpu_autoclustering=True)" in code
+    compile(code.replace("...", "x"), "<fix>", "exec")
+    assert max(map(len, code.splitlines())) <= 100
+
+
+@pytest.mark.slow
+def test_evaluate_and_predict_fall_back_under_the_models_own_jit_compile(tf_fits):
+    keep = tf_fits["keep"]
+    for name, phase in (("evaluate", "test"), ("predict", "predict")):
+        run = keep[name]
+        assert run["error"] is None and len(run["warnings"]) == 1 and _shaped(run["warnings"][0])
+        assert run["report"]["unsupported_ops"]["phase"] == phase
+        assert run["report"]["steps"][phase] == 4 and run["report"]["jit_active"] is False
+    assert keep["dumped"] == [] and keep["model_jit_after"] is True  # the user's own setting, kept
+
+
+@pytest.mark.slow
+def test_raise_stops_with_a_short_error_of_ours_and_the_report_is_written(tf_fits):
+    stopped = tf_fits["raise"]
+    error = stopped["error"]
+    assert error["type"] == "UnsupportedOpError" and error["framework_error"] == "InvalidArgumentError"
+    assert _shaped(error["message"]) and "on_unsupported='raise'" in error["message"]
+    assert TF_OPS.findall(error["framework_text"])  # TensorFlow's own error, kept whole
+    assert stopped["iterations"] == 0 and stopped["warnings"] == []
+    written = stopped["written"]
+    assert written["unsupported_ops"]["action"] == "raise" and written["jit_active"] is False
+
+
+@pytest.mark.slow
+def test_a_string_input_layer_moves_into_the_pipeline_and_the_refit_compiles_as_xlas_dump_shows(tf_fits):
+    move = tf_fits["move"]
+    first = move["first"]
+    assert first["unsupported_ops"]["input_dtype"] == "string"
+    assert first["unsupported_ops"]["layers"] == ["hash_words"]
+    assert 'model.get_layer("hash_words")' in first["jit_fix"] and "dataset.map(" in first["jit_fix"]
+    assert "apply hash_words in the input pipeline" in move["warnings"][0]
+    steps = [f for f in move["dumped_by_refit"] if "one_step_on_data" in f]
+    assert steps  # XLA compiled the refit's train step
+    refit = move["refit"]
+    assert move["refit_error"] is None and move["refit_warnings"] == []
+    assert refit["jit_active"] is True and refit["unsupported_ops"] is None
+    assert refit["compilation_count"]["train"] == len(steps)
+
+
+# ------------------------------------------------------------------ JAX
+
+
+@pytest.mark.slow
+def test_jax_a_layer_whose_shape_follows_the_data_falls_back_and_loses_no_step(jax_fits):
+    on, reference = jax_fits["on"], jax_fits["reference"]
+    assert on["error"] is None and on["iterations"] == reference["iterations"] == STEPS
+    assert _same_weights(on["weights"], reference["weights"])
+    assert not [f for f in on["dumped"] if "step" in f]  # no step program compiled
+    report = on["report"]
+    found = report["unsupported_ops"]
+    assert found["layers"] == ["odd"] and found["ops"][0]["op"] == "ConcretizationTypeError"
+    assert found["line"] == f"{FITS}:{_line_of('jnp.nonzero(x[:, 0] > 0)')} in call"
+    assert found["error"].startswith("ConcretizationTypeError: Abstract tracer value")
+    assert report["jit_active"] is False and report["compilation_count"]["train"] == 0
+    (warning,) = on["warnings"]
+    assert _shaped(warning) and "layer 'odd'" in warning
+
+
+@pytest.mark.slow
+def test_jax_raise_names_the_layer_and_keeps_jaxs_own_error(jax_fits):
+    error = jax_fits["raise"]["error"]
+    assert error["type"] == "UnsupportedOpError" and error["framework_error"] == "TracerArrayConversionError"
+    assert _shaped(error["message"]) and "layer 'odd'" in error["message"]
+    assert jax_fits["raise"]["report"]["unsupported_ops"]["action"] == "raise"
+
+
+# ------------------------------------------------------------------ no fit
+
+
+def test_on_unsupported_takes_fallback_or_raise():
+    assert MonitorConfig().on_unsupported == "fallback"
+    with pytest.raises(ValueError, match="on_unsupported must be one of 'fallback', 'raise'; got 'skip'"):
+        MonitorConfig(on_unsupported="skip")
+
+
+@pytest.mark.parametrize(
+    ("components", "layer"),
+    [
+        (["functional_1", "dedup_1"], "dedup"),  # TensorFlow's uniquified scope
+        (["functional_1", "dense_2"], "dense_2"),  # a layer named so
+        (["functional_1", "block", "inner_3"], "inner"),  # the innermost wins
+        (["functional_1", "unknown"], "functional"),  # an op of the model's own call
+        (["outer", "unknown"], None),
+    ],
+)
+def test_a_nodes_name_scopes_name_its_layer(components, layer):
+    assert layer_named(components, ["functional", "dedup", "dense_2", "block", "inner"]) == layer
+
+
+def test_the_tensorflow_reader_takes_only_xlas_unsupported_op_error():
+    tf = pytest.importorskip("tensorflow")
+    from xla_keras.backends.tensorflow.jit import unsupported_op
+
+    other = tf.errors.InvalidArgumentError(None, None, "Incompatible shapes: [2,3] vs. [2,4]")
+    assert unsupported_op(other, None) is None and unsupported_op(ValueError("x"), None) is None
+
+
+def test_a_report_of_schema_11_reads_with_no_unsupported_ops_and_the_field_round_trips():
+    old = XlaReport(jit_mode="on").to_dict()
+    old["schema_version"] = 11
+    del old["unsupported_ops"]
+    assert parse_report(old).report.unsupported_ops is None
+    found = Unsupported((UnsupportedOp("AsString", "dedup", "m/dedup_1/AsString"),), "XLA_CPU_JIT", None, "e", "why")
+    report = XlaReport(jit_mode="on", unsupported_ops=found.record("train", 1, "fallback", autoclustering_fix(found)))
+    assert XlaReport.from_dict(json.loads(report.to_json())) == report

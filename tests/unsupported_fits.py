@@ -1,0 +1,271 @@
+"""Fits for tests/test_unsupported_ops.py, in a fresh process (XLA_FLAGS=--xla_dump_to must be set before the
+framework starts): a layer with an op XLA cannot compile, under the monitor and without it.
+
+    python tests/unsupported_fits.py DUMP_DIR LOG_DIR BACKEND
+
+BACKEND "tensorflow": a custom layer calls ``tf.strings.as_string`` (AsString: no XLA kernel) between two
+Dense layers. Unmonitored: with ``jit_compile=True`` (TensorFlow's own error) and with False (the reference
+run). Monitored with ``jit="on"`` (fallback), then evaluate and predict under ``jit="keep"`` with the model's
+own ``jit_compile=True``, then ``on_unsupported="raise"``; and a string-input layer (``StringToHashBucketFast``)
+whose fix is its move into ``dataset.map``, applied as written and refit.
+
+BACKEND "jax": a layer whose output shape depends on the data while training (``jnp.nonzero`` without
+``size``), unmonitored (``jit_compile=False``) and monitored (``jit="on"``, fallback); then one that pulls a
+traced value into numpy (``np.asarray``), under ``on_unsupported="raise"``.
+
+Every run starts from the same weights, on the same batches, in order, with ``steps_per_execution=2``. The
+last line printed is ``XLA_KERAS_FITS <json>``.
+"""
+
+import json
+import os
+import sys
+import warnings
+
+EPOCHS = 2
+SPE = 2
+
+
+def dumped(dump):
+    return sorted(f for f in os.listdir(dump) if f.endswith("before_optimizations.txt")) if os.path.isdir(dump) else []
+
+
+def ours(caught, xla_keras):
+    return [str(w.message) for w in caught if issubclass(w.category, xla_keras.XlaKerasWarning)]
+
+
+def monitored(model, fit, xla_keras, **kwargs):
+    """``fit(callbacks)`` under a fresh monitor: (the monitor, our warnings, the error raised or None)."""
+    monitor = xla_keras.XlaMonitor(verbose=0, **kwargs)
+    error = None
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            fit([monitor])
+        except Exception as raised:  # noqa: BLE001 - the raise mode's error is what is checked
+            error = raised
+    return monitor, ours(caught, xla_keras), error
+
+
+def error_facts(error):
+    if error is None:
+        return None
+    return {
+        "type": type(error).__name__,
+        "message": str(error),
+        "framework_error": type(getattr(error, "framework_error", None)).__name__,
+        "framework_text": str(getattr(error, "framework_error", "")),
+    }
+
+
+def tensorflow_main(dump, log_dir):
+    import keras
+    import numpy as np
+    import tensorflow as tf
+
+    import xla_keras
+
+    class Stringify(keras.layers.Layer):
+        """A layer whose op (AsString) has no XLA kernel: its output is its input."""
+
+        def call(self, x):
+            return x + tf.cast(tf.strings.length(tf.strings.as_string(x)), x.dtype) * 0.0
+
+    class HashWords(keras.layers.Layer):
+        """A preprocessing layer of the model's string input (StringToHashBucketFast: no XLA kernel)."""
+
+        def call(self, words):
+            return tf.one_hot(tf.strings.to_hash_bucket_fast(words[:, 0], 8), 8)
+
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(64, 4)).astype("float32")
+    y = rng.normal(size=(64, 1)).astype("float32")
+    dataset = tf.data.Dataset.from_tensor_slices((x, y)).batch(16)
+
+    def model_of():
+        keras.utils.set_random_seed(1)
+        inputs = keras.Input((4,))
+        hidden = keras.layers.Dense(8, activation="relu", name="hidden")(inputs)
+        outputs = keras.layers.Dense(1, name="head")(Stringify(name="stringify")(hidden))
+        model = keras.Model(inputs, outputs)
+        model.compile("sgd", "mse", steps_per_execution=SPE)
+        return model
+
+    out = {}
+    # TensorFlow's own error, unmonitored.
+    model = model_of()
+    model.jit_compile = True
+    try:
+        model.fit(dataset, epochs=1, verbose=0)
+    except tf.errors.InvalidArgumentError as error:
+        out["tf_error"] = str(error)
+    out["tf_error_iterations"] = int(model.optimizer.iterations.numpy())
+    # The reference: no XLA, unmonitored.
+    model = model_of()
+    model.jit_compile = False
+    model.fit(dataset, epochs=EPOCHS, validation_data=dataset, verbose=0)
+    out["reference"] = {
+        "iterations": int(model.optimizer.iterations.numpy()),
+        "weights": [w.tolist() for w in model.get_weights()],
+    }
+    before = dumped(dump)
+
+    # jit="on", fallback (the default).
+    model = model_of()
+    monitor, said, error = monitored(
+        model,
+        lambda callbacks: model.fit(dataset, epochs=EPOCHS, validation_data=dataset, verbose=0, callbacks=callbacks),
+        xla_keras,
+        jit="on",
+        log_dir=os.path.join(log_dir, "on"),
+    )
+    out["on"] = {
+        "report": monitor.report.to_dict(),
+        "printed": str(monitor.report),
+        "summary": monitor.report.summary(),
+        "warnings": said,
+        "error": error_facts(error),
+        "iterations": int(model.optimizer.iterations.numpy()),
+        "weights": [w.tolist() for w in model.get_weights()],
+        "model_jit_after": model.jit_compile,
+        "dumped": sorted(set(dumped(dump)) - set(before)),
+    }
+    # evaluate and predict, with the model's own jit_compile=True (jit="keep").
+    model.jit_compile = True
+    before = dumped(dump)
+    runs = {}
+    for name, call in (
+        ("evaluate", lambda callbacks: model.evaluate(dataset, verbose=0, callbacks=callbacks)),
+        ("predict", lambda callbacks: model.predict(dataset, verbose=0, callbacks=callbacks)),
+    ):
+        monitor, said, error = monitored(model, call, xla_keras, jit="keep", log_dir=None)
+        runs[name] = {"report": monitor.report.to_dict(), "warnings": said, "error": error_facts(error)}
+    out["keep"] = {**runs, "model_jit_after": model.jit_compile, "dumped": sorted(set(dumped(dump)) - set(before))}
+    # on_unsupported="raise".
+    model = model_of()
+    monitor, said, error = monitored(
+        model,
+        lambda callbacks: model.fit(dataset, epochs=EPOCHS, verbose=0, callbacks=callbacks),
+        xla_keras,
+        jit="on",
+        on_unsupported="raise",
+        log_dir=os.path.join(log_dir, "raise"),
+    )
+    with open(os.path.join(monitor.log_dir, "xla_report.json")) as f:
+        written = json.load(f)
+    out["raise"] = {
+        "error": error_facts(error),
+        "warnings": said,
+        "iterations": int(model.optimizer.iterations.numpy()),
+        "written": written,
+    }
+
+    # A preprocessing layer of the model's string input: its move into dataset.map, applied as written.
+    words = np.array([["red"], ["green"], ["blue"], ["red"]] * 16)
+    text_data = tf.data.Dataset.from_tensor_slices((words, y)).batch(16)
+    keras.utils.set_random_seed(1)
+    text = keras.Input((1,), dtype="string")
+    model = keras.Model(text, keras.layers.Dense(1)(HashWords(name="hash_words")(text)))
+    model.compile("sgd", "mse")
+    monitor, said, error = monitored(
+        model, lambda callbacks: model.fit(text_data, epochs=1, verbose=0, callbacks=callbacks), xla_keras, jit="on"
+    )
+    first = monitor.report.to_dict()
+    scope = {"keras": keras, "model": model, "dataset": text_data}
+    exec(first["jit_fix"].replace("model.compile(...)", "model.compile('sgd', 'mse')"), scope)
+    before = dumped(dump)
+    refit, refit_said, refit_error = monitored(
+        scope["model"],
+        lambda callbacks: scope["model"].fit(scope["dataset"], epochs=1, verbose=0, callbacks=callbacks),
+        xla_keras,
+        jit="on",
+    )
+    out["move"] = {
+        "first": first,
+        "warnings": said,
+        "refit": refit.report.to_dict(),
+        "refit_warnings": refit_said,
+        "refit_error": error_facts(refit_error),
+        "dumped_by_refit": sorted(set(dumped(dump)) - set(before)),
+    }
+    return out
+
+
+def jax_main(dump, log_dir):
+    import jax.numpy as jnp
+    import keras
+    import numpy as np
+
+    import xla_keras
+
+    class NonZero(keras.layers.Layer):
+        """While training, counts its rows whose first feature is positive with ``jnp.nonzero`` (no
+        ``size``: the output's shape depends on the data). Its output is its input."""
+
+        def compute_output_shape(self, shape):
+            return shape
+
+        def call(self, x, training=False):
+            if not training:
+                return x
+            return x + 0.0 * jnp.nonzero(x[:, 0] > 0)[0].shape[0]
+
+    class ToNumpy(keras.layers.Layer):
+        """While training, reads its input's sum in numpy (a traced value under jax.jit)."""
+
+        def compute_output_shape(self, shape):
+            return shape
+
+        def call(self, x, training=False):
+            if not training:
+                return x
+            return x + float(np.asarray(x).sum()) * 0.0
+
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(64, 4)).astype("float32")
+    y = rng.normal(size=(64, 1)).astype("float32")
+
+    def model_of(layer):
+        # On the model's input: outside jax.jit its values are concrete (the gradient does not trace it).
+        keras.utils.set_random_seed(1)
+        inputs = keras.Input((4,))
+        hidden = keras.layers.Dense(8, activation="relu", name="hidden")(layer(name="odd")(inputs))
+        model = keras.Model(inputs, keras.layers.Dense(1, name="head")(hidden))
+        model.compile("sgd", "mse", steps_per_execution=SPE)
+        return model
+
+    def fit(model, callbacks=()):
+        model.fit(x, y, batch_size=16, epochs=EPOCHS, shuffle=False, verbose=0, callbacks=list(callbacks))
+
+    out = {}
+    model = model_of(NonZero)
+    model.jit_compile = False
+    fit(model)
+    out["reference"] = {
+        "iterations": int(model.optimizer.iterations.numpy()),
+        "weights": [w.tolist() for w in model.get_weights()],
+    }
+    before = dumped(dump)
+    model = model_of(NonZero)
+    monitor, said, error = monitored(model, lambda callbacks: fit(model, callbacks), xla_keras, jit="on", log_dir=None)
+    out["on"] = {
+        "report": monitor.report.to_dict(),
+        "printed": str(monitor.report),
+        "warnings": said,
+        "error": error_facts(error),
+        "iterations": int(model.optimizer.iterations.numpy()),
+        "weights": [w.tolist() for w in model.get_weights()],
+        "dumped": sorted(set(dumped(dump)) - set(before)),
+    }
+    model = model_of(ToNumpy)
+    monitor, said, error = monitored(
+        model, lambda callbacks: fit(model, callbacks), xla_keras, jit="on", on_unsupported="raise", log_dir=None
+    )
+    out["raise"] = {"report": monitor.report.to_dict(), "warnings": said, "error": error_facts(error)}
+    return out
+
+
+if __name__ == "__main__":
+    dump_dir, logs, backend = sys.argv[1:4]
+    run = tensorflow_main if backend == "tensorflow" else jax_main
+    print("XLA_KERAS_FITS " + json.dumps(run(dump_dir, logs)))

@@ -1,0 +1,61 @@
+"""What the monitor does when XLA cannot compile an op of the step (``jit/unsupported.py``): fall back
+(the step rebuilt without XLA, the same batches run again: no step lost, no batch skipped) or raise
+``UnsupportedOpError`` (files flushed first), as ``on_unsupported`` says. The backend's step wrapper asks,
+with the error the call raised; anything else is the user's error and goes on unchanged."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any, Optional
+
+from xla_keras.backends.chain import FUNCTION_ATTR
+from xla_keras.callback.lifecycle import Lifecycle, StepFunctions
+from xla_keras.callback.state import RUN_WORD, CallState
+from xla_keras.callback.step_path import StepPath
+from xla_keras.core.messages import warn
+from xla_keras.errors import UnsupportedOpError
+from xla_keras.jit.unsupported import reason_words, warning_lines
+
+
+class UnsupportedAction:
+    def __init__(self, state: CallState, functions: StepFunctions, lifecycle: Lifecycle, steps: StepPath):
+        self.state = state
+        self.functions = functions
+        self.lifecycle = lifecycle
+        self.steps = steps
+
+    def met(self, phase: str, handle: Optional[Any], error: BaseException) -> Optional[Any]:
+        """``phase``'s call raised ``error``: when it is an op XLA cannot compile, the function that runs the
+        call's batches again without XLA (or ``UnsupportedOpError``); None otherwise."""
+        state = self.state
+        jit_state = state.current.jit_state
+        model = state.model
+        if not state.in_call or jit_state is None or not jit_state.active or model is None:
+            return None  # only XLA's whole-step compile fails so (auto-clustering leaves such ops out)
+        found = state.backend.unsupported_op(error, model)
+        if found is None:
+            return None
+        session = state.session
+        step = session.phases[phase].step + 1
+        action = state.config.on_unsupported
+        fix, fix_words = state.backend.unsupported_fix(model, found)
+        record = found.record(phase, step, action, fix)
+        reason = reason_words(found, phase, step, action, fix_words)
+        # The failed call is no step: nothing ran (XLA fails before it executes), and its signatures were
+        # not compiled; its probe saw no compile.
+        self.steps.disarm()
+        self.steps.abandon_probe(handle)
+        session.call_failed(phase)
+        text = warning_lines(found, phase, step, "fit" if state.in_fit else RUN_WORD[phase], fix_words)
+        if action == "raise":
+            state.current.jit_state = replace(jit_state, active=False, reason=reason, fix=fix, unsupported=record)
+            # The files flushed, the flags put back; the call's failed batches are uncounted above.
+            self.lifecycle.call_failed(phase, None, began=False, why="on_unsupported='raise'")
+            said = text.splitlines()
+            said[1] = "The call stops here (on_unsupported='raise'); 'fallback' would go on without XLA."
+            raised = found.raised or error
+            raise UnsupportedOpError("\n".join(said), raised) from raised
+        self.functions.switch_off(phase, step, reason, (fix, record))
+        warn(text)  # once: the call goes on, no second op can fail under XLA
+        state.flush()
+        return getattr(model, FUNCTION_ATTR[phase])
