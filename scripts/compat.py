@@ -56,6 +56,7 @@ TIER_TESTS = [
     "tests/test_tab_plugin.py",
     "tests/test_cost_ground_truth.py",
     "tests/test_unsupported_ops.py",
+    "tests/test_coverage.py",
 ]
 # Keras's JAX backend, in a venv without TensorFlow (tf.data scenarios skip themselves there).
 JAX_TIER_TESTS = [

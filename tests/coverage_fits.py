@@ -2,12 +2,13 @@
 clustering summary (TF_CPP_VMODULE=mark_for_compilation_pass=3, TF_CPP_MIN_LOG_LEVEL=0: the ground truth,
 on stderr; the monitor never sets these flags itself).
 
-    python tests/coverage_fits.py LOG_DIR
+    python tests/coverage_fits.py LOG_DIR [--once]
 
 A model as keras-io's structured-data examples build it (named inputs, a StringLookup inside the model,
 two Dense layers), under jit="autoclustering" with the early CPU opt-in: fit "as_built"; then the advice
 the report gives, applied, and the same model fit again ("advised"). Between the two fits a marker line
-goes to stderr (fd 2, as TensorFlow's log does). The last line printed is ``XLA_KERAS_FITS <json>``.
+goes to stderr (fd 2, as TensorFlow's log does). ``--once``: the first fit only (tests/test_tab_browser.py's
+run). The last line printed is ``XLA_KERAS_FITS <json>``.
 """
 
 import json
@@ -42,10 +43,13 @@ def fit(log_dir):
     return {"report": monitor.report.to_dict(), "printed": str(monitor.report), "summary": monitor.report.summary()}
 
 
-def main(log_dir):
+def main(log_dir, once=False):
     import tensorflow as tf
 
     out = {"as_built": fit(os.path.join(log_dir, "as_built"))}
+    if once:
+        print("XLA_KERAS_FITS " + json.dumps(out))
+        return
     os.write(2, MARKER)
     advice = out["as_built"]["report"]["coverage"]["advice"]
     code = advice["fix"].split(" before ")[0]  # the advice's code, as the user runs it
@@ -56,4 +60,4 @@ def main(log_dir):
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(sys.argv[1], "--once" in sys.argv[2:])

@@ -1,6 +1,8 @@
 """Every private Keras/TF API xla_keras relies on, exercised against the
 installed versions: an upgrade that moves one fails here, loudly."""
 
+import glob
+import re
 import sys
 
 # Imported, not skipped: in the compatibility tier a TensorFlow or Keras that stopped importing is the bug.
@@ -223,6 +225,25 @@ def test_step_kernels_and_xla_compile_ops_are_traced_under_their_names():
     assert len(kernels) == 2, sorted({e.name for e in events})[:60]
     assert kernels[0] > kernels[1]  # the first one compiled
     assert xla_compile_op_seconds(events) == ([], 0)
+
+
+def test_a_saved_trace_window_reads_back_its_op_kernels_as_name_and_type(tmp_path):
+    """The coverage reads the trace window TensorFlow saved (its xplane.pb, with TensorFlow's own
+    protobuf): each op kernel that ran is an event named "node:OpType" on the host's plane."""
+
+    @tf.function
+    def f(a):
+        return tf.reduce_sum(tf.math.square(a))
+
+    f(tf.ones((3, 2)))
+    tf.profiler.experimental.start(str(tmp_path))
+    f(tf.ones((3, 2)))
+    tf.profiler.experimental.stop()
+    (session,) = glob.glob(str(tmp_path / "plugins" / "profile" / "*"))
+    names = {e.name for e in _internals.trace_window_events(session)}
+    kernels = {name.rsplit(":", 1)[1] for name in names if re.fullmatch(r"[^:\s]+:[A-Za-z_]\w*", name)}
+    assert {"Square", "Sum"} <= kernels, sorted(names)[:60]
+    assert _internals.trace_window_events(str(tmp_path)) == []  # no xplane.pb: nothing
 
 
 def test_probe_lines_stay_out_of_stderr_and_others_lines_stay_in(capfd):

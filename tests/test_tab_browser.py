@@ -6,6 +6,8 @@ checked here is checked against the run's own xla_report.json."""
 import contextlib
 import json
 import os
+import subprocess
+import sys
 import warnings
 
 import numpy as np
@@ -135,6 +137,7 @@ def tab_logdir(tmp_path_factory):
         _fastest_fit(mlp(), x, y, str(root / "fastest"))
         _refused_fit(str(root / "refused"))
         _unsupported_fit(x, y, str(root / "unsupported"))
+        _coverage_fit(str(root / "coverage"))
     from xla_keras.core.types import Scalar
     from xla_keras.tensorboard.sink import OutputSink
 
@@ -181,6 +184,23 @@ def _unsupported_fit(x, y, log_dir):
         model.fit(x[:64], y[:64], batch_size=32, epochs=1, callbacks=[monitor], verbose=0)
 
 
+def _coverage_fit(log_dir):
+    """jit='autoclustering' with the early CPU opt-in (a fresh process: TensorFlow reads the flag when it
+    creates its devices): the report's coverage of the train step."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    env = dict(os.environ, KERAS_BACKEND="tensorflow", CUDA_VISIBLE_DEVICES="", TF_CPP_MIN_LOG_LEVEL="2")
+    env["PYTHONPATH"] = os.path.dirname(here) + os.pathsep + env.get("PYTHONPATH", "")
+    env.pop("TF_XLA_FLAGS", None)
+    proc = subprocess.run(
+        [sys.executable, os.path.join(here, "coverage_fits.py"), log_dir, "--once"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+
+
 def _fastest_fit(model, x, y, log_dir):
     """jit='fastest' with its rules set for a short fit: three rounds, then a tie (the default kept)."""
     import math
@@ -220,6 +240,7 @@ def test_the_fits_wrote_what_the_checks_below_expect(tab_logdir):
         "compare/autoclustering",
         "compare/off",
         "compare/on",
+        "coverage/as_built",
         "fastest",
         "interrupted",
         "refused",
@@ -228,6 +249,7 @@ def test_the_fits_wrote_what_the_checks_below_expect(tab_logdir):
         "unsupported",
     ]
     assert reports["unsupported"]["unsupported_ops"]["layers"] == ["stringify"]
+    assert reports["coverage/as_built"]["coverage"]["advice"]
     assert reports["refused"]["jit_fix"] and reports["refused"]["jit_active"] is False
     assert reports["fastest"]["jit_decision"]["switches"] == 6
     assert reports["fastest"]["jit_decision"]["basis"] == "within_noise"  # three rounds, then the forced tie
@@ -398,6 +420,21 @@ def test_the_xla_tab_in_headless_chromium(tab_server):
             )
             assert card.locator(".fix-code").inner_text().strip() == reports["unsupported"]["jit_fix"].strip()
             _findings_lead_and_code_fits(frame, "#not-compiled")
+
+            # auto-clustering's coverage: the share as a bar, the ops outside, the advice as code
+            _select(frame, "coverage/as_built")
+            coverage = reports["coverage/as_built"]["coverage"]
+            card = frame.locator("#coverage .coverage")
+            width = card.locator(".coverage-inside").evaluate("bar => bar.style.width")
+            assert abs(float(width.rstrip("%")) - 100 * coverage["share_inside"]) < 0.1
+            first = card.locator(".coverage-ops tbody tr").first.locator("td").all_inner_texts()
+            assert first[:3] == [
+                coverage["ops_outside"][0]["op"],
+                str(coverage["ops_outside"][0]["nodes"]),
+                ", ".join(coverage["ops_outside"][0]["layers"]),
+            ]
+            assert card.locator(".fix-code").inner_text().strip() == coverage["advice"]["fix"]
+            _findings_lead_and_code_fits(frame, "#coverage")
 
             # the interrupted fit renders what it logged
             _select(frame, "interrupted")

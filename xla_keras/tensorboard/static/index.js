@@ -125,6 +125,7 @@ function draw(root) {
   // What to act on first (what XLA did not compile, storms, advice), then the run's numbers, then
   // the ledger.
   if (view.status.jit_fix || view.status.unsupported_ops) detail.appendChild(notCompiledCard(view.status));
+  if (view.status.coverage) detail.appendChild(coverageCard(view.status.coverage));
   detail.appendChild(stormCards(view.storms));
   if ((view.advice || []).length) detail.appendChild(budgetCards(view.advice));
   detail.appendChild(statusStrip(view.status));
@@ -354,6 +355,27 @@ function notCompiledCard(s) {
   }
   return el('section', {id: 'not-compiled'}, [el('h3', {}, 'What XLA did not compile'),
     el('div', {class: 'not-compiled card'}, children)]);
+}
+
+// Auto-clustering's coverage of the train step (the steady trace window): the share of op time inside
+// XLA's clusters as a bar, the op types left outside (their layers, share and reason), the advice as code.
+function coverageCard(c) {
+  const share = c.share_inside === null ? 0 : c.share_inside;
+  const rows = (c.ops_outside || []).slice(0, 6).map((op) => el('tr', {}, [
+    el('td', {}, op.op), el('td', {}, String(op.nodes)), el('td', {}, (op.layers || []).join(', ') || '—'),
+    el('td', {}, pct(op.share)), el('td', {class: 'reason'}, op.reason)]));
+  const children = [
+    el('div', {class: 'headline'}, `${pct(c.share_inside)} of the train step's op time ran in XLA ` +
+       `(${c.clusters} cluster(s), ${c.steps} steps traced); ${c.nodes_outside} op node(s) outside`),
+    el('div', {class: 'coverage-bar', title: `${pct(c.share_inside)} inside XLA`},
+       el('div', {class: 'coverage-inside', style: `width: ${(100 * share).toFixed(1)}%`})),
+    el('table', {class: 'coverage-ops'}, [
+      el('thead', {}, el('tr', {}, ['op outside XLA', 'nodes', 'layers', 'op time', 'why'].map((h) => el('th', {}, h)))),
+      el('tbody', {}, rows)]),
+    el('p', {class: 'muted'}, `Counted: ${c.counted}.`)];
+  if (c.advice) children.push(codeBlock(`Fix: bring ${c.advice.op} into XLA`, c.advice.fix));
+  return el('section', {id: 'coverage'}, [el('h3', {}, 'What XLA compiled of the step (auto-clustering)'),
+    el('div', {class: 'coverage card'}, children)]);
 }
 
 // "AsString in layer 'dedup', ..." (the ops XLA could not compile, once each).
