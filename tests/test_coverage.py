@@ -211,6 +211,13 @@ def test_the_clustering_summary_reads_into_clusters_and_nodes_outside():
     assert any("MyCustomOp x1: unknown" in line for line in lines) and max(map(len, lines)) <= 100
 
 
+def test_a_level_2_summary_says_its_op_types_are_missing_not_zero():
+    level_2 = [line for line in SUMMARY.splitlines() if "instances" not in line and "Could not" not in line]
+    (graph,) = clustering_summaries(level_2)
+    assert graph.unclustered == 5 and graph.computation_outside is None  # unknown, not 0
+    assert "their op types are not in this log" in coverage_lines(graph)[0]
+
+
 @pytest.mark.parametrize(
     ("kernel", "graph_op"),
     [("_MklNativeFusedMatMul", "_FusedMatMul"), ("_MklMatMul", "MatMul"), ("AddV2", "AddV2")],

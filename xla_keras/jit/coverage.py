@@ -5,9 +5,10 @@ own clustering summary; and why an op type stays outside. Pure.
 The trace window (``profile="auto"``: 5 steady train steps) is what the monitor reads in the user's
 process: no log flag is set behind their back.
 
-TensorFlow prints the summary when its log asks for it (``TF_CPP_VMODULE=mark_for_compilation_pass=2``
-or ``=3``, with ``TF_CPP_MIN_LOG_LEVEL=0``): per graph it clusters, the clusters built and their op types,
-then the nodes left unclustered by op type. Level 3 adds each edge it could not contract, and why. The
+TensorFlow prints the summary when its log asks for it (``TF_CPP_VMODULE=mark_for_compilation_pass=3``,
+with ``TF_CPP_MIN_LOG_LEVEL=0``): per graph it clusters, the clusters built and their op types, then the
+nodes left unclustered by op type, and each edge it could not contract, and why (measured on TensorFlow
+2.16 to 2.21: level 2 prints only the graph's size, the clusters' and the unclustered totals). The
 monitor never sets those flags in the user's process: ``xla-keras explain`` reads a log the user made
 (``xla-keras doctor`` says how), and the tests read it from a subprocess.
 
@@ -59,9 +60,12 @@ REASONS: Dict[str, str] = {
     "NoOp": "control only (bookkeeping)",
     "Const": "a constant (bookkeeping)",
     "PrintV2": "prints on the host: no XLA kernel",
+    "Where": "its output's shape depends on the data (XLA compiles static shapes)",
+    "Unique": "its output's shape depends on the data (XLA compiles static shapes)",
     "IteratorGetNext": "reads the input pipeline: no XLA kernel",
 }
 _STRING_OP = re.compile(r"^(String|Strings|AsString|Regex|Unicode|Substr|DecodeBase64|EncodeBase64|ReduceJoin)")
+_SPARSE_OP = re.compile(r"^Sparse")
 
 
 def op_type(kernel: str) -> str:
@@ -80,6 +84,8 @@ def reason(op_type: str) -> str:
         return REASONS[op_type]
     if _STRING_OP.match(op_type):
         return _STRINGS
+    if _SPARSE_OP.match(op_type):
+        return "a sparse op: no XLA kernel on this device"
     return "unknown"
 
 
@@ -96,6 +102,7 @@ class GraphCoverage:
     it could not contract (level 3: the reason words, counted)."""
 
     size: int
+    built: int = 0
     clustered: int = 0
     clusters: List[Cluster] = field(default_factory=list)
     unclustered: int = 0
@@ -103,8 +110,11 @@ class GraphCoverage:
     not_contracted: Dict[str, int] = field(default_factory=dict)
 
     @property
-    def computation_outside(self) -> int:
-        """The unclustered nodes that compute: bookkeeping (``BOOKKEEPING``) left out."""
+    def computation_outside(self) -> Optional[int]:
+        """The unclustered nodes that compute: bookkeeping (``BOOKKEEPING``) left out; None when the log
+        has no op types for them (level 2 prints the totals only)."""
+        if self.unclustered and not self.outside:
+            return None
         return sum(n for op, n in self.outside.items() if op not in BOOKKEEPING)
 
     @property
@@ -153,7 +163,7 @@ def clustering_summaries(lines: Iterable[str]) -> List[GraphCoverage]:
             _INSTANCES.match(line),
         )
         if built:
-            current.clustered = int(built.group(2))
+            current.built, current.clustered = int(built.group(1)), int(built.group(2))
             section = None
         elif unclustered:
             current.unclustered = int(unclustered.group(1))
@@ -172,17 +182,22 @@ def coverage_lines(graph: GraphCoverage, width: int = 100) -> List[str]:
     """One graph's coverage in words: its clusters, what stayed outside and why (at most ``width`` columns
     a line, the op types' reasons each on their own line)."""
     share = f"{graph.share_inside:.1%}" if graph.share_inside is not None else "n/a"
+    computing = graph.computation_outside
+    which = (
+        f"{computing} of them computing (bookkeeping {', '.join(BOOKKEEPING)} left out)"
+        if computing is not None
+        else "their op types are not in this log (TF_CPP_VMODULE=mark_for_compilation_pass=3 lists them)"
+    )
     lines = [
-        f"graph of {graph.size} nodes: {len(graph.clusters)} cluster(s) hold {graph.clustered} ({share}); "
-        f"{graph.unclustered} outside XLA, {graph.computation_outside} of them computing "
-        f"(bookkeeping {', '.join(BOOKKEEPING)} left out)"
+        f"graph of {graph.size} nodes: {graph.built} cluster(s) hold {graph.clustered} ({share}); "
+        f"{graph.unclustered} outside XLA, {which}"
     ]
     if graph.clusters:
         lines.append("  clusters: " + ", ".join(f"{c.name} {c.size} nodes" for c in graph.clusters))
-    computing = sorted(
+    by_count = sorted(
         ((op, n) for op, n in graph.outside.items() if op not in BOOKKEEPING), key=lambda item: (-item[1], item[0])
     )
-    for op, n in computing:
+    for op, n in by_count:
         lines.append(f"  outside: {op} x{n}: {reason(op)}")
     if graph.not_contracted:
         said = "; ".join(f"{n} because {why}" for why, n in sorted(graph.not_contracted.items(), key=lambda i: -i[1]))
@@ -208,6 +223,8 @@ COUNTED = (
     "NoOp, Const) run no kernel there and are not counted; _XlaCompile and _XlaMerge (XLA's launch) count on "
     "neither side"
 )
+
+OTHER_PHASES = "test and predict: withheld, their steps are not traced (the trace window holds train steps)"
 
 
 def trace_coverage(events: Iterable[Tuple[str, int]], layer_names: Iterable[str]) -> Optional[Dict[str, Any]]:
@@ -263,6 +280,7 @@ def trace_coverage(events: Iterable[Tuple[str, int]], layer_names: Iterable[str]
         "ops_outside": ops,
         "advice": {"op": fixable["op"], "fix": fixable["reason"].split("Fix: ", 1)[1]} if fixable else None,
         "counted": COUNTED,
+        "other_phases": OTHER_PHASES,
     }
 
 

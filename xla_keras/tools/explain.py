@@ -103,8 +103,8 @@ PATTERNS = [
     Pattern(
         "clustering",
         re.compile(r"\*\*\* Clustering info for graph of size"),
-        "Auto-clustering's summary of a graph (TF_CPP_VMODULE=mark_for_compilation_pass=2, or =3 for the "
-        "edges it could not contract): the clusters XLA compiles, and the nodes it left to TensorFlow.",
+        "Auto-clustering's summary of a graph (TF_CPP_VMODULE=mark_for_compilation_pass=3; level 2 prints "
+        "only the totals): the clusters XLA compiles, and the nodes it left to TensorFlow.",
         "Yes where computing nodes stay outside: they run without XLA, and each one splits the step into "
         "more clusters.",
         "Each computing op type outside is listed with its reason and, where one is known, its fix.",
