@@ -152,7 +152,9 @@ def test_the_advice_applied_brings_op_time_back_into_xla(fits):
     before, after = fits["as_built"]["report"]["coverage"], fits["advised"]["report"]["coverage"]
     assert before["advice"]["op"] == "_FusedMatMul"  # the most op time outside with a known fix
     assert fits["advice_code"] == 'tf.config.optimizer.set_experimental_options({"remapping": False})'
-    assert after["share_inside"] > before["share_inside"] + 0.05
+    # Measured 67% -> 90% (TensorFlow 2.21), 81% -> 92% (2.16.2), 78% -> 94% (2.18.1): the share rises; how much
+    # is op timing, so only its direction is held (the node counts below are exact).
+    assert after["share_inside"] > before["share_inside"]
     assert after["nodes_outside"] < before["nodes_outside"]
     assert "_FusedMatMul" not in _train_graph(fits["log"]["advised"])["outside"]  # TensorFlow's own summary
 

@@ -323,16 +323,33 @@ def test_strings_with_jit_on_report_the_refusing_layer():
 
 
 @pytest.mark.slow
-def test_sparse_with_jit_on_fails_in_xla_and_the_monitor_steps_aside():
-    # XLA cannot compile the sparse matmul: the user's error comes through
-    # unchanged, and the monitor leaves nothing behind and claims no compile.
+def test_sparse_with_jit_on_falls_back_and_every_batch_runs_once():
+    # XLA cannot compile the sparse matmul: the fit goes on without XLA (on_unsupported="fallback"),
+    # every batch once, nothing claimed compiled; the monitor leaves nothing behind.
     fed = fed_sparse(np.random.default_rng(0))
-    monitor = _monitor("on")
-    with pytest.raises(tf.errors.InvalidArgumentError, match="XLA"):
-        _fit(fed, monitor, BatchCounter())
+    monitor, counter = _monitor("on"), BatchCounter()
+    with pytest.warns(xla_keras.XlaKerasWarning, match="XLA cannot compile Sparse"):
+        _fit(fed, monitor, counter)
     report = monitor.report
-    assert report.compilation_count["train"] == 0
+    assert report.steps["train"] == counter.batches["train"] == int(fed.model.optimizer.iterations.numpy())
+    assert report.compilation_count["train"] == 0 and report.jit_active is False
+    assert all(op["op"].startswith("Sparse") for op in report.unsupported_ops["ops"])
+    # The Dense layer trains: moved out of the model it would train no more, so the fix is auto-clustering.
+    assert 'XlaMonitor(jit="autoclustering")' in report.jit_fix
     assert not _disabled_notes(report)
+    assert not monitor.in_call
+    assert not hasattr(fed.model.train_function, "_xla_keras_original")
+
+
+@pytest.mark.slow
+def test_sparse_with_jit_on_and_on_unsupported_raise_stops_with_tensorflows_error_inside_ours():
+    fed = fed_sparse(np.random.default_rng(0))
+    monitor = _monitor("on", on_unsupported="raise")
+    with pytest.raises(xla_keras.UnsupportedOpError, match="XLA cannot compile Sparse") as raised:
+        _fit(fed, monitor, BatchCounter())
+    assert isinstance(raised.value.framework_error, tf.errors.InvalidArgumentError)
+    report = monitor.report
+    assert report.compilation_count["train"] == 0 and report.steps["train"] == 0
     assert not monitor.in_call
     assert not hasattr(fed.model.train_function, "_xla_keras_original")
 

@@ -98,6 +98,11 @@ def test_the_move_is_written_for_list_and_sequential_models_and_withheld_where_i
     assert "dataset.map(lambda x, y: ((x[0], color_lookup(x[1])), y))" in code
     assert "keras.Model(seq_lookup.output, model.outputs[0])" in pipeline_move(sequential, ["seq_lookup"]).code
     assert pipeline_move(shared, ["twice"]) is None
+    import keras
+
+    numbers = keras.Input((3,))
+    trains = keras.Model(numbers, keras.layers.Dense(1, name="trains")(numbers))
+    assert pipeline_move(trains, ["trains"]) is None  # out of the model, its weights would train no more
     assert pipeline_move(as_list, []) is None
     for move in (pipeline_move(as_list, ["color_lookup"]), pipeline_move(sequential, ["seq_lookup"])):
         compile(move.code, "<move>", "exec")

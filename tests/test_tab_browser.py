@@ -284,7 +284,8 @@ def test_the_runs_route_of_a_real_tensorboard_lists_every_fit(tab_server):
 
 def _tab(page, base, refresh_ms=1000):
     page.add_init_script(f"window.localStorage.setItem('xla_keras.refresh_ms', '{refresh_ms}')")
-    page.goto(base + f"/?darkMode=false#{PLUGIN_NAME}", wait_until="networkidle")
+    # TensorBoard's page, under a loaded machine (CI's main suite beside the tier's installs), took over 30 s
+    page.goto(base + f"/?darkMode=false#{PLUGIN_NAME}", wait_until="networkidle", timeout=120000)
     frame = page.frame_locator(f"iframe[src*='name={PLUGIN_NAME}']")
     frame.locator("#compare tbody tr").first.wait_for(timeout=60000)
     return frame

@@ -158,6 +158,15 @@ def test_raise_stops_with_a_short_error_of_ours_and_the_report_is_written(tf_fit
 
 
 @pytest.mark.slow
+def test_under_mirrored_strategy_the_distributed_batches_run_again_without_xla(tf_fits):
+    mirrored = tf_fits["mirrored"]
+    assert mirrored["error"] is None and len(mirrored["warnings"]) == 1
+    assert mirrored["iterations"] == STEPS == mirrored["report"]["steps"]["train"]
+    assert mirrored["report"]["unsupported_ops"]["layers"] == ["stringify"]
+    assert mirrored["report"]["jit_active"] is False
+
+
+@pytest.mark.slow
 def test_a_string_input_layer_moves_into_the_pipeline_and_the_refit_compiles_as_xlas_dump_shows(tf_fits):
     move = tf_fits["move"]
     first = move["first"]

@@ -6,8 +6,8 @@ framework starts): a layer with an op XLA cannot compile, under the monitor and 
 BACKEND "tensorflow": a custom layer calls ``tf.strings.as_string`` (AsString: no XLA kernel) between two
 Dense layers. Unmonitored: with ``jit_compile=True`` (TensorFlow's own error) and with False (the reference
 run). Monitored with ``jit="on"`` (fallback), then evaluate and predict under ``jit="keep"`` with the model's
-own ``jit_compile=True``, then ``on_unsupported="raise"``; and a string-input layer (``StringToHashBucketFast``)
-whose fix is its move into ``dataset.map``, applied as written and refit.
+own ``jit_compile=True``, then ``on_unsupported="raise"``, then under MirroredStrategy; and a string-input
+layer (``StringToHashBucketFast``) whose fix is its move into ``dataset.map``, applied as written and refit.
 
 BACKEND "jax": a layer whose output shape depends on the data while training (``jnp.nonzero`` without
 ``size``), unmonitored (``jit_compile=False``) and monitored (``jit="on"``, fallback); then one that pulls a
@@ -158,6 +158,25 @@ def tensorflow_main(dump, log_dir):
         "warnings": said,
         "iterations": int(model.optimizer.iterations.numpy()),
         "written": written,
+    }
+
+    # Under MirroredStrategy (one replica: with two, Keras's jit_compile=True fails on another replica's
+    # variables before any op is compiled), with the model's own jit_compile=True: the distributed pull.
+    with tf.distribute.MirroredStrategy(["/cpu:0"]).scope():
+        model = model_of()
+        model.compile("sgd", "mse", steps_per_execution=SPE, jit_compile=True)
+    monitor, said, error = monitored(
+        model,
+        lambda callbacks: model.fit(dataset, epochs=EPOCHS, verbose=0, callbacks=callbacks),
+        xla_keras,
+        jit="keep",
+        log_dir=None,
+    )
+    out["mirrored"] = {
+        "report": monitor.report.to_dict(),
+        "warnings": said,
+        "error": error_facts(error),
+        "iterations": int(model.optimizer.iterations.numpy()),
     }
 
     # A preprocessing layer of the model's string input: its move into dataset.map, applied as written.

@@ -3,9 +3,11 @@ IntegerLookup, ...) taken out of the model and applied in the input pipeline, as
 layers. Keras then compiles the rest of the model's step with XLA.
 
 The move is offered only where it keeps the model's meaning: each refusing layer is applied once, directly
-to one of the model's inputs (a preprocessing layer). The model after it is ``keras.Model`` from the layer's
-output to the model's output: the same layers and weights, so training goes on where it was. Elsewhere
-there is no move to write (the refusal stands; ``jit="autoclustering"`` compiles around such a layer).
+to one of the model's inputs, and has no trainable weights (a preprocessing layer). The model after it is
+``keras.Model`` from the layer's output to the model's output: the same layers and weights, so training
+goes on where it was. Elsewhere there is no move to write (the refusal stands; ``jit="autoclustering"``
+compiles around such a layer). The same move serves a layer holding an op XLA cannot compile
+(``jit/unsupported.py``).
 """
 
 from __future__ import annotations
@@ -146,8 +148,8 @@ def pipeline_move(model: Any, layer_names: Sequence[str], cause: Optional[str] =
         except ValueError:
             return None
         where = _where_applied(model, layer)
-        if where is None:
-            return None
+        if where is None or getattr(layer, "trainable_weights", None):
+            return None  # elsewhere, or a layer that trains: out of the model it would train no more
         kinds[name] = type(layer).__name__
         moves.append((name, _variable(name, taken), where))
     if len({where for _, _, where in moves}) < len(moves):
