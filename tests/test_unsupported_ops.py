@@ -15,12 +15,20 @@ import os
 import re
 import subprocess
 import sys
+import sysconfig
 
 import numpy as np
 import pytest
 
 from xla_keras.config import MonitorConfig
-from xla_keras.jit.unsupported import Unsupported, UnsupportedOp, autoclustering_fix, layer_named
+from xla_keras.jit.unsupported import (
+    Unsupported,
+    UnsupportedOp,
+    autoclustering_fix,
+    layer_named,
+    quoted_root,
+    user_line,
+)
 from xla_keras.report.model import XlaReport
 from xla_keras.report.schema import parse_report
 
@@ -230,6 +238,20 @@ def test_on_unsupported_takes_fallback_or_raise():
 )
 def test_a_nodes_name_scopes_name_its_layer(components, layer):
     assert layer_named(components, ["functional", "dedup", "dense_2", "block", "inner"]) == layer
+
+
+def test_a_quoted_stack_gets_back_the_prefix_tensorflow_cut_from_its_paths(tmp_path):
+    # TensorFlow quotes a stack's paths without their common directory (measured: "/" on 2.21 here,
+    # "/tmp/" on 2.16 and 2.18 when the script and the venv both live under /tmp).
+    library = sysconfig.get_paths()["purelib"]
+    installed = os.path.join(library, "pytest", "__init__.py")
+    user = tmp_path / "train.py"
+    user.write_text("x = 1\n")
+    common = os.path.commonpath([library, str(tmp_path)]).rstrip(os.sep) + os.sep
+    quoted = [(installed[len(common) :], 10, "fit"), (str(user)[len(common) :], 1, "call")]
+    root = quoted_root(path for path, _, _ in quoted)
+    assert root == common and user_line(quoted, root) == f"{user}:1 in call"
+    assert user_line(quoted[:1], root) is None  # an installed package's line is never the user's
 
 
 def test_the_tensorflow_reader_takes_only_xlas_unsupported_op_error():

@@ -126,14 +126,29 @@ _LIBRARIES = tuple(
 ) + (os.path.dirname(os.path.dirname(os.path.realpath(__file__))) + os.sep,)  # ours too
 
 
-def user_line(frames: Iterable[Tuple[str, int, str]], rooted: bool = False) -> Optional[str]:
+def quoted_root(paths: Iterable[str]) -> Optional[str]:
+    """The prefix TensorFlow cut from the paths of a stack it quotes (their common directory: ``/`` when
+    they share nothing else, ``/tmp/`` for a clone and a venv both under /tmp), found from a quoted path
+    of an installed package whose real file is known. None when none can be placed."""
+    for path in paths:
+        head, marker, rest = path.partition("site-packages/")
+        if not marker:
+            continue
+        for library in dict.fromkeys(sysconfig.get_paths()[key] for key in ("purelib", "platlib")):
+            real = os.path.join(library, rest)
+            if os.path.exists(real) and real.endswith(path):
+                return real[: len(real) - len(path)]
+    return None
+
+
+def user_line(frames: Iterable[Tuple[str, int, str]], root: Optional[str] = None) -> Optional[str]:
     """The innermost of ``frames`` (``(file, line, function)``, outermost first) in the user's own code:
-    not in the standard library, an installed package or xla_keras. ``rooted``: the paths lost their
-    leading separator (TensorFlow quotes them so) and get it back where that names a file."""
+    not in the standard library, an installed package or xla_keras. ``root``: the prefix the paths lost
+    (``quoted_root``: TensorFlow quotes them so), put back."""
     for filename, line, function in reversed(list(frames)):
         path = filename
-        if rooted and not os.path.isabs(path) and os.path.exists(os.sep + path):
-            path = os.sep + path
+        if root and not os.path.isabs(path) and os.path.exists(os.path.join(root, path)):
+            path = os.path.join(root, path)
         if path.startswith("<") or "site-packages" in path or "dist-packages" in path:
             continue
         if os.path.realpath(path).startswith(_LIBRARIES):

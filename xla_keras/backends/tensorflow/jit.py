@@ -37,7 +37,7 @@ from xla_keras.jit.modes import (
     fastest_blocked,
     validate_mode,
 )
-from xla_keras.jit.unsupported import Unsupported, UnsupportedOp, layer_named, quote, user_line
+from xla_keras.jit.unsupported import Unsupported, UnsupportedOp, layer_named, quote, quoted_root, user_line
 
 __all__ = [
     "configure",
@@ -355,6 +355,7 @@ def unsupported_op(error: BaseException, model: Any) -> Optional[Unsupported]:
     )
     if not ops:
         return None
+    frames = [(path, int(number), name) for path, number, name in _FRAME.findall(text[at:])]
     dtype = _DTYPE.search(decisive)
     input_dtype = dtype.group(1).lower() if dtype and any(op.op == "_Arg" for op in ops) else None
     if input_dtype:
@@ -366,7 +367,7 @@ def unsupported_op(error: BaseException, model: Any) -> Optional[Unsupported]:
     return Unsupported(
         ops=ops,
         device=device.group(1) if device else "XLA",
-        line=user_line([(f, int(n), name) for f, n, name in _FRAME.findall(text[at:])], rooted=True),
+        line=user_line(frames, quoted_root(path for path, _, _ in frames)),
         error=quote(re.sub(r"\[[^\]]*\]", "", decisive, count=1)),  # the graph's attributes: noise
         why=why,
         input_dtype=input_dtype,
