@@ -51,8 +51,7 @@ def main(log_dir, once=False):
         print("XLA_KERAS_FITS " + json.dumps(out))
         return
     os.write(2, MARKER)
-    advice = out["as_built"]["report"]["coverage"]["advice"]
-    code = advice["fix"].split(" before ")[0]  # the advice's code, as the user runs it
+    code = out["as_built"]["report"]["coverage"]["advice"]["code"]  # the advice's code, as the user runs it
     exec(code, {"tf": tf})
     out["advice_code"] = code
     out["advised"] = fit(os.path.join(log_dir, "advised"))

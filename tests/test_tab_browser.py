@@ -434,7 +434,7 @@ def test_the_xla_tab_in_headless_chromium(tab_server):
                 str(coverage["ops_outside"][0]["nodes"]),
                 ", ".join(coverage["ops_outside"][0]["layers"]),
             ]
-            assert card.locator(".fix-code").inner_text().strip() == coverage["advice"]["fix"]
+            assert card.locator(".fix-code").inner_text().strip() == coverage["advice"]["code"]
             _findings_lead_and_code_fits(frame, "#coverage")
 
             # the interrupted fit renders what it logged

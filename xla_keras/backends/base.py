@@ -207,7 +207,7 @@ class Backend(Protocol):
     def layer_names(self, model: Any) -> List[str]:
         """Every layer's name, nested ones included."""
 
-    def trace_coverage(self, session_dir: str, layer_names: Sequence[str]) -> Optional[dict]:
+    def trace_coverage(self, session_dir: str, layer_names: Sequence[str], steps: int) -> Optional[dict]:
         """Auto-clustering's coverage of the train step from a saved trace window (``jit/coverage.py``), or None."""
 
     def unsupported_op(self, error: BaseException, model: Any) -> Optional[Unsupported]:

@@ -73,7 +73,7 @@ class StepFunctions:
         if run is not None:  # the trial ends: XLA off for the rest of the fit (its kept function, if any)
             run.stop(session.phases["train"].step, reason, "unsupported" if unsupported else "storm")
         backend.fall_back(model, reason, unsupported)
-        session.fell_back(phase, step, reason)
+        session.fell_back(phase, step, reason, "unsupported" if unsupported else "storm")
         wrapped = backend.wrapped_phases()
         for name in PHASES:
             if name in wrapped:

@@ -56,12 +56,12 @@ class ModelReport:
     def coverage(self) -> Optional[Dict[str, Any]]:
         """Auto-clustering's coverage of the train step, read once from the steady trace window (when one
         was saved while auto-clustering ran): ``jit/coverage.py``."""
-        session = self.traces.steady_session
-        if session is None or session == self._coverage_read or not self.jit_state.autoclustering:
+        window = self.traces.steady_session
+        if window is None or window[0] == self._coverage_read or not self.jit_state.autoclustering:
             return self._coverage
-        self._coverage_read = session
+        self._coverage_read, steps = window
         try:
-            self._coverage = self.backend.trace_coverage(session, self.layer_names)
+            self._coverage = self.backend.trace_coverage(window[0], self.layer_names, steps)
         except Exception as error:  # noqa: BLE001 - a figure withheld, never a failed fit
             self.session.notes.add_once("coverage", f"the trace window's coverage could not be read: {error!r}")
         return self._coverage

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any, Callable, List, Optional
+from typing import Any, Callable, List, Optional, Tuple
 
 from xla_keras.core.types import Notes
 
@@ -39,7 +39,8 @@ class TraceWindows:
         self._missing_viewer = missing_viewer  # how to get the Profile tab, when it is not installed
         self.open: Optional[dict] = None  # the window we opened: kind, stop_step, dir, started
         self.saved: List[str] = []  # "kind: session dir" of every window saved
-        self.steady_session: Optional[str] = None  # the steady window's session dir (coverage reads it)
+        # The steady window's session dir and the train steps it holds (the coverage reads it).
+        self.steady_session: Optional[Tuple[str, int]] = None
         self._plan: dict = {}
         self._fit_first_step = 1
 
@@ -105,7 +106,7 @@ class TraceWindows:
                 f"skipped a profiler trace: another profiler is running ({error!r}); stop only what we started",
             )
             return False
-        self.open = {"kind": kind, "stop_step": stop, "dir": run_dir, "started": time.time()}
+        self.open = {"kind": kind, "stop_step": stop, "dir": run_dir, "started": time.time(), "first": last_step + 1}
         return True
 
     def quiet_steps(
@@ -150,14 +151,14 @@ class TraceWindows:
 
     def after_step(self, phase: str, step: int) -> None:
         if self.open is not None and phase == "train" and step >= self.open["stop_step"]:
-            self.stop()
+            self.stop(step)
 
     def validation_begins(self, train_step: int) -> None:
         """A train window ends where validation begins; the user's own range resumes after it."""
         if self.open is None:
             return
         kind, stop = self.open["kind"], self.open["stop_step"]
-        self.stop()
+        self.stop(train_step)
         if kind == "range" and train_step < stop:
             self._plan["range"] = False
             self.notes.add_once(
@@ -166,8 +167,9 @@ class TraceWindows:
                 "trace is split in two sessions (validation steps are not traced)",
             )
 
-    def stop(self) -> Optional[str]:
-        """Stop the window we opened (and only that one); returns the saved session dir."""
+    def stop(self, last_step: Optional[int] = None) -> Optional[str]:
+        """Stop the window we opened (and only that one) after train step ``last_step`` (None: its planned
+        end); returns the saved session dir."""
         window, self.open = self.open, None
         if window is None:
             return None
@@ -186,7 +188,8 @@ class TraceWindows:
             return None
         self.saved.append(f"{window['kind']}: {sessions[-1]}")
         if window["kind"] == "steady":
-            self.steady_session = sessions[-1]
+            last = window["stop_step"] if last_step is None else min(last_step, window["stop_step"])
+            self.steady_session = (sessions[-1], max(1, last - window["first"] + 1))
         fix = self._missing_viewer()
         if fix:
             self.notes.add_once(

@@ -38,7 +38,11 @@ class UnsupportedAction:
         session = state.session
         step = session.phases[phase].step + 1
         action = state.config.on_unsupported
-        fix, fix_words = state.backend.unsupported_fix(model, found)
+        try:
+            fix, fix_words = state.backend.unsupported_fix(model, found)
+        except Exception as failed:  # noqa: BLE001 - the fix is advice: without it, the fit still goes on
+            fix, fix_words = None, "monitor.report.jit_reason says what XLA could not compile"
+            session.notes.add_once("unsupported-fix", f"the fix for an op XLA cannot compile failed: {failed!r}")
         record = found.record(phase, step, action, fix)
         reason = reason_words(found, phase, step, action, fix_words)
         # The failed call is no step: nothing ran (XLA fails before it executes), and its signatures were
@@ -58,4 +62,5 @@ class UnsupportedAction:
         self.functions.switch_off(phase, step, reason, (fix, record))
         warn(text)  # once: the call goes on, no second op can fail under XLA
         state.flush()
-        return getattr(model, FUNCTION_ATTR[phase])
+        # This monitor's own wrapper of the rebuilt function: monitors around this call see its batches once.
+        return state.backend.wrapper(phase) or getattr(model, FUNCTION_ATTR[phase])

@@ -228,13 +228,15 @@ class WallClock:
         return self.segment_start is not None
 
 
-def fallback_began(phase: str, step: int, reason: str, phases: Dict[str, PhaseStats]) -> dict:
-    """A storm switched XLA off: from now on each phase's steady steps are also timed apart (the
-    report compares them with the XLA steps before)."""
+def fallback_began(phase: str, step: int, reason: str, phases: Dict[str, PhaseStats], cause: str = "storm") -> dict:
+    """A fallback switched XLA off (``cause``: "storm", or "unsupported": an op XLA cannot compile): from
+    now on each phase's steady steps are also timed apart (the report compares them with the XLA steps
+    before)."""
     fallback = {
         "phase": phase,
         "step": step,
         "reason": reason,
+        "cause": cause,
         "xla_steady_step_seconds": {p: s.timing.compare_seconds for p, s in phases.items()},
         "xla_steady_steps": {p: s.timing.compare_samples for p, s in phases.items()},
     }

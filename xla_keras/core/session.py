@@ -364,7 +364,7 @@ class Session:
         self.storms.append(storm)
         return storm
 
-    def fell_back(self, phase: str, step: int, reason: str) -> None:
+    def fell_back(self, phase: str, step: int, reason: str, cause: str = "storm") -> None:
         """A storm switched XLA off: from now on each phase's steady steps are also timed apart,
         so the report can state what running without XLA cost against the XLA steps before.
 
@@ -386,7 +386,7 @@ class Session:
                 self.recorder.interval(name, sample[0], sample[1], stats.step, [])
             call.last_end = None  # the next call is timed from its own start
             self._open_at_next_call.add(name)
-        self.fallback = fallback_began(phase, step, reason, self.phases)
+        self.fallback = fallback_began(phase, step, reason, self.phases, cause)
 
     def storm_scalar(self, storm: Storm) -> Scalar:
         return Scalar(storm.phase, TAG_STORM, 1.0, storm.step)

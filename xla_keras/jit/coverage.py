@@ -33,12 +33,15 @@ from xla_keras.jit.unsupported import layer_named
 # "Unclustered nodes" but no computation is left out with them.
 BOOKKEEPING = ("_Arg", "_Retval", "NoOp", "Const")
 
+# The fixes that are code, as the user runs it (the others are words: "apply the layer in dataset.map").
+_REMAPPING_OFF = 'tf.config.optimizer.set_experimental_options({"remapping": False})'
 # Why an op type stays outside XLA's clusters, where it is known; "unknown" is said as such.
 _GRAPPLER_FUSED = (
     "fused by grappler first (its remapper runs before clustering); XLA has no kernel for the fused op on "
     "CPU, so the layer's forward pass runs outside XLA. Fix: "
-    'tf.config.optimizer.set_experimental_options({"remapping": False}) before the model is built'
+    f"{_REMAPPING_OFF} before the model is built"
 )
+FIX_CODE = {_GRAPPLER_FUSED: _REMAPPING_OFF}
 _LOOKUP = "a lookup table (a resource keyed by strings): no XLA kernel. Fix: apply the layer in dataset.map"
 _STRINGS = "a string op: XLA takes no string tensors. Fix: apply it in dataset.map"
 _VARIABLES = "a variable read or write at a cluster's edge (resource variable semantics keep it out)"
@@ -227,12 +230,13 @@ COUNTED = (
 OTHER_PHASES = "test and predict: withheld, their steps are not traced (the trace window holds train steps)"
 
 
-def trace_coverage(events: Iterable[Tuple[str, int]], layer_names: Iterable[str]) -> Optional[Dict[str, Any]]:
+def trace_coverage(
+    events: Iterable[Tuple[str, int]], layer_names: Iterable[str], steps: int
+) -> Optional[Dict[str, Any]]:
     """Coverage of the step by XLA's clusters, from a trace window's events (``(name, duration_ps)``):
     the op time under ``_XlaRun`` against the other op kernels', and each op type outside (its nodes, their
-    layers, their time per step and share, the reason). None when the window saw no op kernel.
-
-    The steps the window holds are the most runs of one node (each node runs once a step)."""
+    layers, their time per step and share, the reason), over the window's ``steps`` train steps. None when
+    the window saw no op kernel."""
     names = list(layer_names)
     runs: Dict[str, int] = {}
     inside_ps, clusters = 0, set()
@@ -255,7 +259,6 @@ def trace_coverage(events: Iterable[Tuple[str, int]], layer_names: Iterable[str]
                 entry["layers"].add(layer)
     if not runs:
         return None
-    steps = max(runs.values())
     total_ps = inside_ps + sum(entry["ps"] for entry in outside.values())
     ops = [
         {
@@ -278,7 +281,13 @@ def trace_coverage(events: Iterable[Tuple[str, int]], layer_names: Iterable[str]
         "outside_seconds_per_step": (total_ps - inside_ps) / steps / 1e12,
         "nodes_outside": sum(op["nodes"] for op in ops),
         "ops_outside": ops,
-        "advice": {"op": fixable["op"], "fix": fixable["reason"].split("Fix: ", 1)[1]} if fixable else None,
+        "advice": {
+            "op": fixable["op"],
+            "fix": fixable["reason"].split("Fix: ", 1)[1],
+            "code": FIX_CODE.get(fixable["reason"]),  # None: the fix is words
+        }
+        if fixable
+        else None,
         "counted": COUNTED,
         "other_phases": OTHER_PHASES,
     }

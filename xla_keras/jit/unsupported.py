@@ -34,7 +34,7 @@ class UnsupportedOp:
         op: TensorFlow's op type (``"AsString"``), or the error JAX raised while tracing
             (``"ConcretizationTypeError"``).
         layer: the model's layer it belongs to (by name), or None when no layer could be named.
-        node: TensorFlow's node name (``"functional_1/dedup_1/AsString"``), or JAX's traced function.
+        node: TensorFlow's node name (``"functional_1/dedup_1/AsString"``), or (JAX) the user's source line.
     """
 
     op: str
@@ -108,15 +108,17 @@ def quote(text: str) -> str:
 
 def layer_named(components: Any, names: Any) -> Optional[str]:
     """The innermost of ``components`` (a node's name scopes, outermost first) that names one of the
-    model's layers: TensorFlow uniquifies a scope with a ``_N`` suffix (layer ``dedup`` runs in scope
-    ``dedup_1``), so a component matches its layer with or without one such suffix."""
+    model's layers. TensorFlow adds a ``_N`` suffix to every layer's scope in the traced step (measured:
+    layers ``dense``, ``dense_1`` run in scopes ``dense_1``, ``dense_1_2``), so a component is first read
+    without its suffix; as it stands only where it has none to strip."""
     known = set(names)
     for component in reversed(list(components)):
-        if component in known:
-            return component
         base, _, suffix = component.rpartition("_")
-        if base in known and suffix.isdigit():
-            return base
+        if base and suffix.isdigit():
+            if base in known:
+                return base
+        elif component in known:
+            return component
     return None
 
 
@@ -161,8 +163,8 @@ def reason_words(found: Unsupported, phase: str, step: int, action: str, move_wo
     """The report's ``jit_reason`` after the op was met: what stopped XLA, where, what happened, the fix."""
     where = f" (your line: {found.line})" if found.line else ""
     done = (
-        "the step was rebuilt without XLA and ran the same batches again (on_unsupported='fallback'): "
-        "no step was lost, nothing compiled"
+        "the step was rebuilt without XLA to run the same batches again (on_unsupported='fallback'): "
+        "XLA fails before the step runs, so no step is lost"
         if action == "fallback"
         else "the call stopped (on_unsupported='raise')"
     )
@@ -176,7 +178,7 @@ def warning_lines(found: Unsupported, phase: str, step: int, run: str, fix_words
     head = within(f"XLA cannot compile {found.what()} at {phase} step {step}", f" ({found.device})", f": {found.why}")
     lines = [
         head,
-        f"This {run} goes on without XLA (on_unsupported='fallback'): the step ran again, no step lost.",
+        f"This {run} goes on without XLA (on_unsupported='fallback'): the step runs again, no step lost.",
         f"Fix: {fix_words}",
         "More: monitor.report.unsupported_ops, monitor.report.jit_reason",
     ]

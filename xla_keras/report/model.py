@@ -236,8 +236,8 @@ class XlaReport:
             trace window: ``{"phase", "steps", "clusters", "share_inside" (of the op kernels' time),
             "inside_seconds_per_step", "outside_seconds_per_step", "nodes_outside", "ops_outside" (each
             ``{"op", "nodes", "layers", "seconds_per_step", "share", "reason"}``, by time), "advice" (the op
-            outside with the most time that has a known fix: ``{"op", "fix"}``), "counted", "other_phases" (why
-            test and predict have none)}``; else None.
+            outside with the most time that has a known fix: ``{"op", "fix", "code"}``, code or None),
+            "counted", "other_phases" (why test and predict have none)}``; else None.
         compilations: the compiles, each a ``Compilation`` (at most ``max_records`` per phase).
         compilation_count: compiles per phase, exact.
         compilations_dropped: compile records beyond the ``max_records`` cap (counted, not kept).
@@ -246,7 +246,8 @@ class XlaReport:
         advice: phases whose recompiles cost more than the compile budget, below the storm
             threshold, each a ``PhaseAdvice``.
         fallback: after ``on_storm="fallback"``: ``{"phase", "step", "reason", "xla_steady_step_seconds",
-            "xla_steady_steps", "steady_step_seconds_after", "steady_steps_after"}``; else None.
+            "xla_steady_steps", "steady_step_seconds_after", "steady_steps_after", "cause"}`` (cause: "storm", or
+            "unsupported": an op XLA cannot compile; schema 12); else None.
         jit_decision: ``jit="fastest"`` only: the mode kept and the evidence (``"mode"`` is None while
             the trial measures); None for the other modes.
         steps: steps per phase (test and predict count batches over the monitor's lifetime).

@@ -303,13 +303,14 @@ def summary(report: XlaReport, where: str = "monitor.report") -> str:
             row.get("compilation_count") == report.processes[0].get("compilation_count") for row in report.processes
         )
         counts += f" ({len(report.processes)} processes, " + ("the same in each)" if same else "not all alike)")
-    ran = (
-        "XLA did not run: an op it cannot compile"
-        if report.unsupported_ops
-        else "XLA ran until the storm fallback"
-        if report.fallback
-        else _RAN.get(report.jit_active, _RAN[None])
-    )
+    cause = (report.fallback or {}).get("cause", "storm")
+    if report.unsupported_ops or cause == "unsupported":
+        # XLA may have run before the op was met (an op in the validation step only).
+        ran = f"XLA {'ran until' if report.total_compilations else 'did not run:'} an op it cannot compile"
+    elif report.fallback:
+        ran = "XLA ran until the storm fallback"
+    else:
+        ran = _RAN.get(report.jit_active, _RAN[None])
     head = f"xla_keras: {ran} (jit={report.jit_mode!r}); compiles: {counts}"
     lines = [within(head, f" [measured by {'/'.join(sources)}]" if sources else "")]
     total, of_wall, parts = compile_time_words(report)

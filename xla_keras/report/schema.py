@@ -40,7 +40,8 @@ Report schema versions (``xla_report.json``, ``XlaReport.to_dict()``; the curren
 * 12 - ``unsupported_ops``: an op XLA could not compile (``on_unsupported``: the ops, their layers, the
   device type, the user's line, what was done, the fix); ``coverage``: auto-clustering's coverage of the
   train step, from the steady trace window (the op time inside XLA's clusters, each op type outside with
-  its nodes, layers, time and reason, the advice); older reports read with null.
+  its nodes, layers, time and reason, the advice); a fallback's ``cause`` ("storm", or "unsupported");
+  older reports read with null (and a fallback without a cause was a storm's).
 """
 
 from __future__ import annotations

@@ -74,10 +74,11 @@ class TensorFlowBackend(KerasBackend):
     def unsupported(self) -> Optional[str]:
         return keras_unsupported()
 
-    def trace_coverage(self, session_dir: str, layer_names: Sequence[str]) -> Optional[dict]:
-        """Auto-clustering's coverage of the train step, from the steady trace window TensorFlow saved."""
+    def trace_coverage(self, session_dir: str, layer_names: Sequence[str], steps: int) -> Optional[dict]:
+        """Auto-clustering's coverage of the train step, from the steady trace window TensorFlow saved
+        (``steps`` train steps)."""
         events = _internals.trace_window_events(session_dir)
-        return trace_coverage(((e.name, e.duration_ps) for e in events), layer_names)
+        return trace_coverage(((e.name, e.duration_ps) for e in events), layer_names, steps)
 
     def foreign_model(self, model: Any) -> Optional[str]:
         if is_keras3_model(model):

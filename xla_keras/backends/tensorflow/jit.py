@@ -348,7 +348,10 @@ def unsupported_op(error: BaseException, model: Any) -> Optional[Unsupported]:
     end = text.find("The op is created at", at)
     decisive = " ".join(text[at : end if end > 0 else None].split())
     device = _DEVICE.search(decisive)
-    names = layer_names(model) if model is not None else []
+    try:
+        names = layer_names(model) if model is not None else []
+    except Exception:  # noqa: BLE001 - the layers are words; the fallback does not need them
+        names = []
     ops = tuple(
         UnsupportedOp(op, layer_named(node.split("/")[:-1], names), node)
         for op, node in dict.fromkeys(_OP.findall(decisive))

@@ -360,20 +360,23 @@ function notCompiledCard(s) {
 // Auto-clustering's coverage of the train step (the steady trace window): the share of op time inside
 // XLA's clusters as a bar, the op types left outside (their layers, share and reason), the advice as code.
 function coverageCard(c) {
-  const share = c.share_inside === null ? 0 : c.share_inside;
+  const known = typeof c.share_inside === 'number';
   const rows = (c.ops_outside || []).slice(0, 6).map((op) => el('tr', {}, [
     el('td', {}, op.op), el('td', {}, String(op.nodes)), el('td', {}, (op.layers || []).join(', ') || '—'),
     el('td', {}, pct(op.share)), el('td', {class: 'reason'}, op.reason)]));
   const children = [
     el('div', {class: 'headline'}, `${pct(c.share_inside)} of the train step's op time ran in XLA ` +
        `(${c.clusters} cluster(s), ${c.steps} steps traced); ${c.nodes_outside} op node(s) outside`),
-    el('div', {class: 'coverage-bar', title: `${pct(c.share_inside)} inside XLA`},
-       el('div', {class: 'coverage-inside', style: `width: ${(100 * share).toFixed(1)}%`})),
+    // No bar for a share not measured: an empty bar would read as 0%.
+    known ? el('div', {class: 'coverage-bar', title: `${pct(c.share_inside)} inside XLA`},
+               el('div', {class: 'coverage-inside', style: `width: ${(100 * c.share_inside).toFixed(1)}%`}))
+          : el('p', {class: 'muted'}, 'The share of op time inside XLA was not measured.'),
     el('table', {class: 'coverage-ops'}, [
       el('thead', {}, el('tr', {}, ['op outside XLA', 'nodes', 'layers', 'op time', 'why'].map((h) => el('th', {}, h)))),
       el('tbody', {}, rows)]),
     el('p', {class: 'muted'}, `Counted: ${c.counted}.`)];
-  if (c.advice) children.push(codeBlock(`Fix: bring ${c.advice.op} into XLA`, c.advice.fix));
+  if (c.advice && c.advice.code) children.push(codeBlock(`Fix: bring ${c.advice.op} into XLA`, c.advice.code));
+  else if (c.advice) children.push(el('p', {class: 'cause'}, `Fix (${c.advice.op}): ${c.advice.fix}`));
   return el('section', {id: 'coverage'}, [el('h3', {}, 'What XLA compiled of the step (auto-clustering)'),
     el('div', {class: 'coverage card'}, children)]);
 }
