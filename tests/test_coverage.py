@@ -18,7 +18,14 @@ import sys
 
 import pytest
 
-from xla_keras.jit.coverage import BOOKKEEPING, clustering_summaries, coverage_lines, op_type, reason
+from xla_keras.jit.coverage import (
+    BOOKKEEPING,
+    clustering_summaries,
+    coverage_lines,
+    op_type,
+    reason,
+    trace_coverage,
+)
 
 pytestmark = pytest.mark.xdist_group("test_coverage")
 
@@ -226,6 +233,22 @@ def test_a_level_2_summary_says_its_op_types_are_missing_not_zero():
 )
 def test_onednns_kernels_read_as_the_graphs_op_types(kernel, graph_op):
     assert op_type(kernel) == graph_op
+
+
+def test_on_an_accelerator_the_counts_stand_and_the_times_are_withheld():
+    events = [
+        ("f/cluster_0:_XlaRun", 9),
+        ("f/dense_1/MatMul:_MklNativeFusedMatMul", 3),
+        ("f/s_1/Look:LookupTableFindV2", 1),
+    ]
+    on_cpu = trace_coverage(events, ["dense", "s"], steps=1)
+    withheld = trace_coverage(events, ["dense", "s"], steps=1, op_time=False)
+    assert on_cpu["share_inside"] == 9 / 13 and withheld["share_inside"] is None
+    assert [(op["op"], op["nodes"], op["layers"]) for op in withheld["ops_outside"]] == [
+        ("_FusedMatMul", 1, ["dense"]),
+        ("LookupTableFindV2", 1, ["s"]),
+    ]
+    assert all(op["share"] is None for op in withheld["ops_outside"]) and "launch times" in withheld["withheld"]
 
 
 def test_string_ops_and_bookkeeping_have_their_reasons():

@@ -230,13 +230,20 @@ COUNTED = (
 OTHER_PHASES = "test and predict: withheld, their steps are not traced (the trace window holds train steps)"
 
 
+ON_AN_ACCELERATOR = (
+    "withheld on a GPU or TPU: the host's events of op kernels and of _XlaRun are launch times there, not the "
+    "time the ops take on the device"
+)
+
+
 def trace_coverage(
-    events: Iterable[Tuple[str, int]], layer_names: Iterable[str], steps: int
+    events: Iterable[Tuple[str, int]], layer_names: Iterable[str], steps: int, op_time: bool = True
 ) -> Optional[Dict[str, Any]]:
     """Coverage of the step by XLA's clusters, from a trace window's events (``(name, duration_ps)``):
     the op time under ``_XlaRun`` against the other op kernels', and each op type outside (its nodes, their
     layers, their time per step and share, the reason), over the window's ``steps`` train steps. None when
-    the window saw no op kernel."""
+    the window saw no op kernel. ``op_time`` False (an accelerator): the counts stand, the times are
+    withheld (``ON_AN_ACCELERATOR``)."""
     names = list(layer_names)
     runs: Dict[str, int] = {}
     inside_ps, clusters = 0, set()
@@ -272,7 +279,7 @@ def trace_coverage(
         for op, entry in sorted(outside.items(), key=lambda item: (-item[1]["ps"], item[0]))
     ]
     fixable = next((op for op in ops if "Fix: " in op["reason"]), None)
-    return {
+    coverage: Dict[str, Any] = {
         "phase": "train",
         "steps": steps,
         "clusters": len(clusters),
@@ -291,12 +298,21 @@ def trace_coverage(
         "counted": COUNTED,
         "other_phases": OTHER_PHASES,
     }
+    if not op_time:
+        coverage.update(share_inside=None, inside_seconds_per_step=None, outside_seconds_per_step=None)
+        coverage["withheld"] = ON_AN_ACCELERATOR
+        for op in ops:
+            op.update(seconds_per_step=None, share=None)
+    return coverage
 
 
 def coverage_words(coverage: Dict[str, Any]) -> str:
     """The trace window's coverage in one phrase: ``87% of op time in XLA (3 clusters, 5 steps)``."""
     share = coverage.get("share_inside")
-    said = f"{share:.0%} of op time in XLA" if share is not None else "no op time measured"
+    if share is not None:
+        said = f"{share:.0%} of op time in XLA"
+    else:  # an accelerator's launch times are no op time: withheld, with the reason in report.coverage
+        said = "op time withheld (host launch times)" if coverage.get("withheld") else "no op time measured"
     return f"{said} ({coverage.get('clusters')} cluster(s), {coverage.get('steps')} steps traced)"
 
 

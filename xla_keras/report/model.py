@@ -237,7 +237,8 @@ class XlaReport:
             "inside_seconds_per_step", "outside_seconds_per_step", "nodes_outside", "ops_outside" (each
             ``{"op", "nodes", "layers", "seconds_per_step", "share", "reason"}``, by time), "advice" (the op
             outside with the most time that has a known fix: ``{"op", "fix", "code"}``, code or None),
-            "counted", "other_phases" (why test and predict have none)}``; else None.
+            "counted", "other_phases" (why test and predict have none), "withheld" (on a GPU or TPU: why the
+            times are null)}``; else None.
         compilations: the compiles, each a ``Compilation`` (at most ``max_records`` per phase).
         compilation_count: compiles per phase, exact.
         compilations_dropped: compile records beyond the ``max_records`` cap (counted, not kept).

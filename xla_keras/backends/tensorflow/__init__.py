@@ -17,7 +17,7 @@ from xla_keras.backends.base import Distribution, StepObserver
 from xla_keras.backends.chain import FUNCTION_ATTR
 from xla_keras.backends.keras_backend import KerasBackend, is_keras3_model
 from xla_keras.backends.tensorflow import _internals, cost
-from xla_keras.backends.tensorflow.flags import tracing_count
+from xla_keras.backends.tensorflow.flags import has_accelerator, tracing_count
 from xla_keras.backends.tensorflow.jit import JitController, persistent_cache, unsupported_op
 from xla_keras.backends.tensorflow.probe import TensorFlowProbe
 from xla_keras.backends.tensorflow.steps import StepWrappers, end_of_data
@@ -78,7 +78,8 @@ class TensorFlowBackend(KerasBackend):
         """Auto-clustering's coverage of the train step, from the steady trace window TensorFlow saved
         (``steps`` train steps)."""
         events = _internals.trace_window_events(session_dir)
-        return trace_coverage(((e.name, e.duration_ps) for e in events), layer_names, steps)
+        events_seen = ((e.name, e.duration_ps) for e in events)
+        return trace_coverage(events_seen, layer_names, steps, op_time=not has_accelerator())
 
     def foreign_model(self, model: Any) -> Optional[str]:
         if is_keras3_model(model):
