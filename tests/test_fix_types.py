@@ -3,7 +3,8 @@ and an exhaustive ``match`` in its consumers that mypy checks.
 
 Ground truth for the keys: ``tests/data/fixes_as_saved.jsonl``, fixes written by the dict-based advice
 before the typed records existed (one line per kind and key combination: every kind, a pad fix with
-and without real lengths, with a bucketing part, over two inputs, for each kind of data).
+and without real lengths, with a bucketing part, over two inputs, for each kind of data), and each kind
+added since as its first release saved it (``static_value``).
 """
 
 from __future__ import annotations

@@ -25,6 +25,8 @@ COMPILATION_KEYS = [
     "call_compiles",
     "last_batch",
     "estimated_because",
+    "cause",  # schema 13
+    "why",  # schema 13
     "cost",  # schema 9 (the cost card)
 ]
 SLOW_STEP_KEYS = ["phase", "step", "seconds", "steady_seconds", "signature", "basis"]  # basis: schema 10
@@ -351,9 +353,9 @@ def test_reports_carry_their_schema_version_and_parse_back():
 
     report = full_report()
     data = report.to_dict()
-    assert data["schema_version"] == SCHEMA_VERSION == 12
+    assert data["schema_version"] == SCHEMA_VERSION == 13
     parsed = parse_report(json.loads(json.dumps(data)))
-    assert parsed.schema_version == 12 and not parsed.newer and parsed.message is None
+    assert parsed.schema_version == 13 and not parsed.newer and parsed.message is None
     assert parsed.report.to_dict() == data
 
 

@@ -26,6 +26,7 @@ from xla_keras.core.signatures import InputSignature
 from xla_keras.core.types import CallPlan, CompileObservation, Notes
 from xla_keras.jit.modes import JitState, ProbeFacts
 from xla_keras.jit.unsupported import Unsupported
+from xla_keras.jit.value_keys import ValueKey
 
 
 @dataclass(frozen=True)
@@ -184,6 +185,11 @@ class Backend(Protocol):
 
     def function_fresh(self, model: Any, phase: str) -> Optional[bool]:
         """The phase's step function has never run (its first call traces or compiles), or None: unknown."""
+
+    def value_keys(self, model: Any, phase: str, signature: InputSignature) -> Optional[Tuple[ValueKey, ...]]:
+        """Inputs XLA takes as compile-time constants whose values the phase's step function computes from
+        its arguments (``jit/value_keys.py``), read from the graphs traced since the last call; None when
+        nothing was traced since (``signature``: a batch's, to name the step's inputs)."""
 
     # compile probe, persistent cache
     def probe(self, notes: Notes, model: Any, multi_worker: bool) -> CompileProbe: ...

@@ -21,6 +21,7 @@ from xla_keras.core.signatures import InputSignature
 from xla_keras.jit.modes import JitState
 from xla_keras.jit.pipeline_move import PipelineMove, layers_on_inputs, pipeline_move
 from xla_keras.jit.unsupported import Unsupported, autoclustering_fix
+from xla_keras.jit.value_keys import ValueKey, static_words
 
 
 def is_keras3_model(model: Any) -> bool:
@@ -149,6 +150,11 @@ class KerasBackend:
         """Auto-clustering's coverage from a saved trace window: none without auto-clustering (JAX)."""
         return None
 
+    def value_keys(self, model: Any, phase: str, signature: InputSignature) -> Optional[Tuple[ValueKey, ...]]:
+        """None: no input of the step is a compile-time constant XLA keys on by value (JAX traces the step
+        with abstract values: a value-dependent shape fails the trace instead)."""
+        return None
+
     def callback_model(self, callback: Any) -> Any:
         return self._internals.callback_model(callback)
 
@@ -210,6 +216,13 @@ class KerasBackend:
         tf.data map to move to): static shapes, in words."""
         if "autoclustering" not in self.jit_modes:
             return None, "give that layer static shapes (JAX's error says how), or keep jit_compile=False for it"
+        if found.kind == "compile" and found.input:  # the likely cause: a value XLA needs as a constant
+            return None, static_words(found.ops[0].op, found.input)
+        if found.kind == "compile":
+            return None, (
+                "XLA failed to compile this step (its words: monitor.report.unsupported_ops): keep the model "
+                "without XLA (jit='off'), or change the layer the error points at"
+            )
         layers: Sequence[str] = found.layers
         if found.input_dtype:  # the step's own input: the layers that take it move with it
             layers = layers_on_inputs(model, found.input_dtype)
@@ -219,6 +232,8 @@ class KerasBackend:
         if move is not None:
             moved = ", ".join(move.layers)
             return move.code, f"apply {moved} in the input pipeline (dataset.map): monitor.report.jit_fix has the code"
+        if found.kind == "constant":
+            return None, static_words(found.ops[0].op, found.input or "input")
         return autoclustering_fix(found), (
             "jit='autoclustering' compiles the rest of the step: monitor.report.jit_fix has the code"
         )

@@ -228,7 +228,21 @@ class StepPath:
                 self.apply(phase, state.session.repeat_observed(phase, observation))
             return sync
         state.session.call_observed(phase, observation)
+        if observation is not None and (observation.traced or self._plans[phase].new):
+            self._read_value_keys(phase)
         return sync
+
+    def _read_value_keys(self, phase: str) -> None:
+        """After a call that traced: the inputs XLA takes as compile-time constants whose values the step
+        computes (``jit/value_keys.py``), read once per trace where XLA compiles the whole step."""
+        state = self.state
+        current = state.current
+        signature = current.session.calls[phase].signature
+        if current.jit_state is None or not current.jit_state.active or signature is None:
+            return
+        keys = state.backend.value_keys(state.model, phase, signature)
+        if keys:
+            current.session.value_keyed(phase, keys)
 
     def drained(self, phase: str, at: Optional[float]) -> None:
         """JAX: the wrapper waited for the device after a call, and it was done at ``at`` (None: the

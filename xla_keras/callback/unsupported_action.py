@@ -14,7 +14,7 @@ from xla_keras.callback.state import RUN_WORD, CallState
 from xla_keras.callback.step_path import StepPath
 from xla_keras.core.messages import warn
 from xla_keras.errors import UnsupportedOpError
-from xla_keras.jit.unsupported import reason_words, warning_lines
+from xla_keras.jit.unsupported import Unsupported, UnsupportedOp, reason_words, warning_lines
 
 
 class UnsupportedAction:
@@ -36,6 +36,8 @@ class UnsupportedAction:
         if found is None:
             return None
         session = state.session
+        if found.kind == "compile":
+            found = self._likely_value(phase, found)
         step = session.phases[phase].step + 1
         action = state.config.on_unsupported
         try:
@@ -64,3 +66,26 @@ class UnsupportedAction:
         state.flush()
         # This monitor's own wrapper of the rebuilt function: monitors around this call see its batches once.
         return state.backend.wrapper(phase) or getattr(model, FUNCTION_ATTR[phase])
+
+    def _likely_value(self, phase: str, found: Unsupported) -> Unsupported:
+        """XLA failed to compile the step in its own words: when the step computes a value XLA needs as a
+        compile-time constant (read from the traced graph), that op is named as the likely cause."""
+        state = self.state
+        signature = state.session.calls[phase].signature
+        try:
+            keys = state.backend.value_keys(state.model, phase, signature) if signature is not None else None
+        except Exception:  # noqa: BLE001 - words only: the fallback does not need them
+            keys = None
+        if not keys:
+            return found
+        key = keys[0]
+        return replace(
+            found,
+            ops=(UnsupportedOp(key.op, key.layer, key.node),),
+            line=key.line or found.line,
+            input=key.input,
+            why=(
+                f"{found.why}; the step computes {key.what()} from {key.source()}, a value XLA needs as a "
+                "compile-time constant: the likely cause"
+            ),
+        )

@@ -15,6 +15,7 @@ from typing import Callable, Dict, List, Optional, Tuple
 from xla_keras.core.signatures import InputSignature
 from xla_keras.core.timing import BETWEEN_DRAINS, PER_STEP, DrainedInterval, PhaseTiming
 from xla_keras.core.types import MEASURED, CompileObservation, Scalar
+from xla_keras.jit.value_keys import VALUE_PROBE_EVERY, VALUE_PROBE_MISSES, ValueKey
 from xla_keras.report.model import Compilation, SlowStep
 from xla_keras.storms.budget import PhaseAdvice
 from xla_keras.storms.detection import ShapeHistory, Storm
@@ -39,8 +40,14 @@ class PhaseStats:
         self.usual_rows: Optional[int] = None
         self.compile_count = 0
         self.ragged_fps: set = set()  # fingerprints of ragged signatures (bounded by the distinct ones)
-        self.ragged_misses = 0  # ragged probes in a row that saw no compile
-        self.value_compiles = 0  # compiles of known ragged shapes (new split values)
+        # Inputs XLA takes as compile-time constants whose values the step computes (jit/value_keys.py):
+        # known signatures may compile again, so calls are probed (``value_probe_due``).
+        self.value_keys: Tuple[ValueKey, ...] = ()
+        self.value_misses = 0  # value probes in a row that saw no compile
+        self.value_skipped = 0  # calls not probed since the last value probe, once probes back off
+        self.value_compiles = 0  # compiles at known signatures caused by values (split values, value keys)
+        self.known_signature_compiles = 0  # compiles at a known signature, whatever their cause
+        self.last_known_cause: Optional[Tuple[str, Optional[str]]] = None  # (cause, words) of the last one
         self.measured_seconds = 0.0  # compiles timed by a probe
         self.timing_step_share = 0.0  # sum of step_seconds / call_compiles of timing estimates
         self.timing_batch_share = 0.0  # sum of call_batches / call_compiles of timing estimates
@@ -62,6 +69,21 @@ class PhaseStats:
         # nothing of this phase (after a drain: the next call may open an interval at its start).
         self.interval = DrainedInterval()
         self.idle = True
+
+    def value_probe_due(self, fingerprint: int) -> bool:
+        """Whether a batch of a known signature should be probed for a compile a value causes: the
+        phase's step holds value keys, or the signature is ragged (XLA takes row splits as constants).
+        Every call while probes keep finding compiles; after ``VALUE_PROBE_MISSES`` misses in a row,
+        one call in ``VALUE_PROBE_EVERY`` (a compile, or a slow step, brings every call back)."""
+        if not self.value_keys and fingerprint not in self.ragged_fps:
+            return False
+        if self.value_misses < VALUE_PROBE_MISSES:
+            return True
+        self.value_skipped += 1
+        if self.value_skipped >= VALUE_PROBE_EVERY:
+            self.value_skipped = 0
+            return True
+        return False
 
     def call_began(self) -> None:
         """A fit, evaluate or predict begins: the compile budget judges the phase from here."""
@@ -164,6 +186,7 @@ class PhaseStats:
             self.timing.basis if not between_drains else BETWEEN_DRAINS,
             self.timing.median_intervals,
             self.steady_withheld(between_drains),
+            self.value_keys,
         )
 
 
@@ -186,10 +209,10 @@ class CallScratch:
 
     start: float = 0.0
     batches: int = 0
-    new: List[Tuple[int, InputSignature]] = field(default_factory=list)  # (step, signature)
+    new: List[Tuple[int, InputSignature, str]] = field(default_factory=list)  # (step, signature, cause)
     probe_signature: Optional[Tuple[int, InputSignature]] = None
     signature: Optional[InputSignature] = None  # the last batch's
-    ragged_probe: bool = False
+    value_probe: bool = False  # known signatures probed for compiles a value causes
     in_trace_window: bool = False
     unprobed: Optional[str] = None  # why a call with new signatures had no probe (ESTIMATED_BECAUSE's keys)
     observation: Optional[CompileObservation] = None
@@ -277,6 +300,7 @@ class PhaseSnapshot:
     steady_basis: str = PER_STEP  # how the steady step was measured (core/timing.py BASES)
     steady_intervals: int = 0  # the drained intervals it rests on (between_drains)
     steady_withheld: Optional[str] = None  # why there is no steady step though steps ran
+    value_keys: Tuple[ValueKey, ...] = ()  # inputs XLA takes as constants whose values the step computes
 
 
 @dataclass(frozen=True)

@@ -64,7 +64,7 @@ class StepRecorder:
             if observation is not None
             else call.unprobed or "unprobed"
         )
-        for step, sig in call.new:
+        for step, sig, cause in call.new:
             record = Compilation(
                 phase,
                 step,
@@ -76,6 +76,7 @@ class StepRecorder:
                 call_batches=n,
                 call_compiles=len(call.new),
                 estimated_because=because,
+                cause=cause,
             )
             record.seconds = record.estimate_from(stats.timing.estimate_base)
             self.compiled(phase, record, outcome)
@@ -83,22 +84,31 @@ class StepRecorder:
     def observed(
         self, phase: str, observation: CompileObservation, seconds: float, n: int, outcome: CallOutcome
     ) -> None:
-        """A probe timed the call: one record per module it saw compile."""
+        """A probe timed the call: one record per module it saw compile, each with its cause."""
         stats, call = self.phases[phase], self.calls[phase]
-        # A compile with no new signature (JAX: e.g. a rebuilt function's first call) belongs to the last batch.
         assert call.signature is not None  # a probed call began with batches
-        owners = call.new or ([call.probe_signature] if call.probe_signature else [(stats.step, call.signature)])
-        ragged_only = call.ragged_probe and not call.new
         modules = observation.modules
+        known_only = not call.new
+        if call.value_probe and known_only:
+            if not modules:
+                stats.value_misses += 1
+                return
+            stats.value_misses = stats.value_skipped = 0
         if not modules:
-            if ragged_only:
-                stats.ragged_misses += 1
             return  # the probe saw no compile: nothing compiled (e.g. a lazy cluster)
-        if ragged_only:
-            stats.ragged_misses = 0
-            stats.value_compiles += len(modules)
+        why: Optional[str] = None
+        if call.new:
+            owners = call.new
+        else:
+            # A compile with no new signature belongs to the batch probed (a lazy cluster, a value, a
+            # retrace), else (JAX: e.g. a rebuilt function's first call) to the last batch.
+            step, sig = call.probe_signature or (stats.step, call.signature)
+            cause, why = known_signature_cause(call, stats, observation)
+            owners = [(step, sig, cause)]
+            if cause == "value":
+                stats.value_compiles += len(modules)
         for i, module_seconds in enumerate(modules):
-            step, sig = owners[min(i, len(owners) - 1)]
+            step, sig, cause = owners[min(i, len(owners) - 1)]
             self.compiled(
                 phase,
                 Compilation(
@@ -112,6 +122,8 @@ class StepRecorder:
                     traced=observation.traced,
                     call_batches=n,
                     call_compiles=len(modules),
+                    cause=cause,
+                    why=why,
                 ),
                 outcome,
             )
@@ -124,6 +136,7 @@ class StepRecorder:
         outcome = CallOutcome()
         if stats.repeats:
             stats.repeats[-1][2] = False
+        cause, why = known_signature_cause(call, stats, observation)
         for module_seconds in observation.modules:
             self.compiled(
                 phase,
@@ -136,6 +149,8 @@ class StepRecorder:
                     cached=observation.cached,
                     traced=observation.traced,
                     call_compiles=len(observation.modules),
+                    cause=cause,
+                    why=why,
                 ),
                 outcome,
             )
@@ -314,3 +329,24 @@ class StepRecorder:
         median = stats.timing.median_seconds
         if len(stats.slow) < stats.max_records and median is not None and signature is not None:
             stats.slow.append(SlowStep(phase, step - n + 1, per_step, median, signature, basis))
+
+
+def known_signature_cause(
+    call: CallScratch, stats: PhaseStats, observation: CompileObservation
+) -> Tuple[str, Optional[str]]:
+    """(cause, words) of a compile at a signature the running function had compiled (``core/types.py``
+    CAUSES): what the probe read (JAX: its tracing context or the arrays' placement changed), a value
+    XLA takes as a constant (a value probe), a retrace, else the signature itself (auto-clustering
+    compiles a known signature's cluster lazily, at its second request)."""
+    if observation.cause is not None:
+        return observation.cause, observation.why
+    if call.value_probe:
+        if stats.value_keys:
+            return "value", stats.value_keys[0].why()
+        return "value", (
+            "XLA takes the ragged input's row splits as compile-time constants: it compiles again for each "
+            "new set of row lengths"
+        )
+    if observation.traced:
+        return "retrace", "the step function traced again at this signature (a new concrete function)"
+    return "signature", None

@@ -45,13 +45,15 @@ class Repeats:
 
     def known(self, phase: str, signature: InputSignature, jit: JitState) -> bool:
         """The batch has the last batch's signature, known to the current function, not ragged, with
-        no partial batch pending and no auto-clustering probes: counted as such in the ledger (True),
+        no partial batch pending, no auto-clustering probes and no value keys (``jit/value_keys.py``):
+        counted as such in the ledger (True),
         or nothing is counted (False: the caller observes it in full)."""
         stats, call = self.phases[phase], self.calls[phase]
         return (
             call.signature is not None
             and stats.deferred_new is None
             and not jit.autoclustering
+            and not stats.value_keys
             and signature == call.signature
             and self.ledger.repeat(phase, call.fingerprint, stats.ragged_fps)
         )

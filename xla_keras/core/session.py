@@ -22,10 +22,19 @@ from xla_keras.core.phases import CallScratch, PhaseStats, SessionSnapshot, Wall
 from xla_keras.core.recording import StepRecorder
 from xla_keras.core.repeats import Repeats
 from xla_keras.core.signatures import InputSignature, is_ragged
-from xla_keras.core.types import PHASES, CallOutcome, CallPlan, CompileObservation, Notes, Scalar
+from xla_keras.core.types import (
+    KNOWN_SIGNATURE_CAUSES,
+    PHASES,
+    CallOutcome,
+    CallPlan,
+    CompileObservation,
+    Notes,
+    Scalar,
+)
 from xla_keras.jit.decision import Decision
 from xla_keras.jit.modes import JitState
 from xla_keras.jit.trial import Trial, trial_view
+from xla_keras.jit.value_keys import ValueKey, value_keys_note
 from xla_keras.storms.advice import StormAnalysis
 from xla_keras.storms.detection import Storm, StormDetector, batch_rows
 from xla_keras.tensorboard.metadata import TAG_DISTINCT_SIGNATURES, TAG_STORM
@@ -37,10 +46,6 @@ if TYPE_CHECKING:
 # Auto-clustering compiles a new signature of an already-run cluster only on
 # its second request (TensorFlow's lazy compilation): probe the first few occurrences.
 AUTOCLUSTER_PROBES = 3
-# XLA also keys its cache on the values of compile-time constant arguments: a
-# model that needs ragged row splits as constants compiles per split values.
-# Known ragged batches are probed until this many in a row compiled nothing.
-RAGGED_PROBE_MISSES = 8
 # JAX: an interval between drains lasts about this long before the monitor waits for the device once (a
 # sparse sync). Measured on 2 CPU cores: a sync costs about 0.2 ms of the fit (the queue refills after it);
 # once a second that is 0.02%, and under 1% while a sync costs under 10 ms (an accelerator's host-side
@@ -116,7 +121,7 @@ class Session:
             stats.interval.open_at(call.start, stats.step)
         call.batches = len(signatures)
         call.new, call.probe_signature, call.observation = [], None, None
-        call.ragged_probe = call.in_trace_window = False
+        call.value_probe = call.in_trace_window = False
         call.unprobed = None
         if len(signatures) == 1 and self.repeats.known(phase, signatures[0], jit):
             # The steady case: the same signature as the call before, known to the function (no
@@ -135,7 +140,7 @@ class Session:
             is_new, worth_probe = self.ledger.observe(phase, sig)
             fp = self.ledger.last_fingerprint
             if is_new:
-                call.new.append((step, sig))
+                call.new.append((step, sig, "function" if self.ledger.last_known else "signature"))
                 new.append((i, step, sig))
                 stats.last_new_step = step
                 if is_ragged(sig):
@@ -155,8 +160,8 @@ class Session:
             if worth_probe and (is_new or jit.autoclustering):
                 probe = True
                 call.probe_signature = call.probe_signature or (step, sig)
-            elif jit.active and stats.ragged_misses < RAGGED_PROBE_MISSES and fp in stats.ragged_fps:
-                probe = call.ragged_probe = True  # maybe new split values (RAGGED_PROBE_MISSES)
+            elif jit.active and stats.value_probe_due(fp):
+                probe = call.value_probe = True  # maybe a new value XLA takes as a constant
                 call.probe_signature = call.probe_signature or (step, sig)
             call.signature = sig
             call.fingerprint = fp
@@ -166,7 +171,7 @@ class Session:
             len(signatures),
             tuple(new),
             probe,
-            call.ragged_probe,
+            call.value_probe,
             stats.timing.recent_median_seconds,
         )  # no sort per step
 
@@ -191,7 +196,34 @@ class Session:
 
     def repeat_observed(self, phase: str, observation: CompileObservation) -> CallOutcome:
         """A repeat call compiled after all (JAX saw it): its compiles are recorded at its step."""
-        return self.recorder.repeat_observed(phase, observation)
+        outcome = self.recorder.repeat_observed(phase, observation)
+        self._count_known_signature(phase, outcome)
+        stats = self.phases[phase]
+        if stats.pending_storm is not None:
+            outcome.storm, stats.pending_storm = stats.pending_storm, None
+        return outcome
+
+    def _count_known_signature(self, phase: str, outcome: CallOutcome) -> None:
+        """Compiles at a known signature (a value, a retrace, JAX's context or placement) count towards a
+        storm as new signatures do: each is a compile of its own."""
+        stats = self.phases[phase]
+        for record in outcome.compiles:
+            if record.cause in KNOWN_SIGNATURE_CAUSES:
+                stats.known_signature_compiles += 1
+                stats.last_known_cause = (record.cause, record.why)
+                self._count_new(phase, record.step)
+
+    def value_keyed(self, phase: str, keys: Sequence[ValueKey]) -> None:
+        """The phase's step holds inputs XLA takes as compile-time constants whose values it computes
+        (``jit/value_keys.py``): its known signatures may compile again, so its calls are probed."""
+        stats = self.phases[phase]
+        known = set(stats.value_keys)
+        added = tuple(k for k in keys if k not in known)
+        if not added:
+            return
+        stats.value_keys = stats.value_keys + added
+        stats.value_misses = 0
+        self.notes.add_once(f"value-keys-{phase}", value_keys_note(phase, stats.value_keys))
 
     def drain(self, phase: str, end: Optional[float] = None, timed: bool = True) -> List[Scalar]:
         """Time the repeats whose end is known (``StepRecorder.drain``)."""
@@ -209,7 +241,7 @@ class Session:
             return
         call.batches = 0  # not a step run: nothing of it is counted (the next call must not end it)
         call.observation = None
-        for _, sig in call.new:
+        for _, sig, _ in call.new:
             self.ledger.forget(phase, sig)
         call.new = []
 
@@ -258,6 +290,7 @@ class Session:
             outcome.scalars.append(
                 Scalar(phase, TAG_DISTINCT_SIGNATURES, self.ledger.distinct_count(phase), stats.step)
             )
+        self._count_known_signature(phase, outcome)
         if stats.pending_storm is not None:
             outcome.storm, stats.pending_storm = stats.pending_storm, None
         return outcome

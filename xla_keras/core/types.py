@@ -26,6 +26,20 @@ PHASES = ("train", "test", "predict")
 # median (no probe could run).
 SOURCES = ("profiler", "op_span", "jax", "timing")
 MEASURED = ("profiler", "op_span", "jax")  # seconds observed in a probe, not estimated from step time
+# Why XLA compiled (``Compilation.cause``):
+# - "signature": an input signature new to the phase (a shape, dtype or structure not seen before);
+# - "function": a signature the phase had seen, new to the step function that runs now (it was rebuilt:
+#   model.compile, a jit switch), whose XLA cache starts empty;
+# - "value": a known signature with a new value of an input XLA takes as a compile-time constant (an op's
+#   input the step computes from the batch or the weights; ragged row splits);
+# - "retrace": the step function traced again at a known signature (a new concrete function);
+# - "context": JAX: the tracing context changed (a JAX config such as jax_default_matmul_precision);
+# - "placement": JAX: the same shapes and dtypes placed or typed differently (a committed device, a
+#   sharding, a weak type);
+# - "unknown": a compile at a known signature the monitor could not explain.
+CAUSES = ("signature", "function", "value", "retrace", "context", "placement", "unknown")
+# The causes of compiles at a known signature: each one counts towards a storm, as a new signature does.
+KNOWN_SIGNATURE_CAUSES = ("value", "retrace", "context", "placement", "unknown")
 
 
 class Scalar(NamedTuple):
@@ -44,13 +58,17 @@ class CompileObservation:
     ``cached``: None when fresh compiles and loads could not be told apart.
     ``traced``: the step function also traced during the call.
     ``measured``: False when the probe ran but could not time the compiles
-    (they are then estimated from step time, like an unprobed call)."""
+    (they are then estimated from step time, like an unprobed call).
+    ``cause``, ``why``: what the probe knows of why a known signature compiled (JAX: the tracing
+    context or the arrays' placement changed), else None."""
 
     modules: Tuple[float, ...] = ()
     source: str = "profiler"
     cached: Optional[bool] = False
     traced: bool = False
     measured: bool = True
+    cause: Optional[str] = None  # the probe's own reading of why a known signature compiled (``CAUSES``)
+    why: Optional[str] = None  # that cause in words
 
 
 class CallPlan(NamedTuple):
@@ -62,7 +80,7 @@ class CallPlan(NamedTuple):
     batches: int
     new: Tuple[Tuple[int, int, InputSignature], ...]  # (index in the call, step, signature) new to the function
     probe: bool  # worth a compile probe
-    ragged_probe: bool = False  # probing a known ragged signature (new split values?)
+    value_probe: bool = False  # probing a known signature for compiles a value causes
     steady_seconds: Optional[float] = None  # the phase's steady median step, when known
 
     @property

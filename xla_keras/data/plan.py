@@ -16,6 +16,7 @@ from xla_keras.storms.fixes import (
     CONSISTENT_STRUCTURE,
     PAD_TO_LENGTHS,
     REMAINDERS,
+    STATIC_VALUE,
     UNKNOWN,
     FixRecord,
 )
@@ -145,6 +146,13 @@ def refusal(kind: Any) -> ValueError:
             "or dtype (leaves appear, vanish or change dtype or rank), and which one is right is yours to "
             "say. Feed every batch with the same structure and dtypes: cast in the input pipeline (e.g. "
             "`ds.map(lambda x, y: (tf.cast(x, tf.float32), y))`) and always yield the same keys. " + ACCEPTED + "."
+        )
+    if kind == STATIC_VALUE:
+        return ValueError(
+            "The fix 'static_value' cannot be applied to the data: the step computes a value XLA needs as a "
+            "compile-time constant (e.g. top_k's k) from the batch or the weights, so XLA compiles again for "
+            "each new value. Make it static in the layer that computes it (the fix's 'layer', 'line' and "
+            "'change' say where and how). " + ACCEPTED + "."
         )
     if kind == UNKNOWN:
         return ValueError(

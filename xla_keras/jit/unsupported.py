@@ -20,6 +20,9 @@ from typing import Any, Dict, Iterable, Optional, Tuple
 from xla_keras.core.messages import WIDTH, within
 
 ON_UNSUPPORTED = ("fallback", "raise")
+# What XLA refused (``Unsupported.kind``): an op with no XLA kernel, an input it needs as a compile-time
+# constant, or the step's compile for another reason.
+REFUSALS = ("op", "constant", "compile")
 JAX_DEVICE = "jax.jit"  # where JAX's step fails: its trace, before XLA sees it
 
 # Where TensorFlow's or JAX's decisive line is quoted: enough to recognise it, not its 2,000 characters.
@@ -55,6 +58,11 @@ class Unsupported:
         raised: the framework's own error, where the one the step raised wraps it (Keras re-raising JAX's).
         input_dtype: TensorFlow: the dtype of the step's own input XLA takes no tensor of (its op is
             ``_Arg``: a string input), or None.
+        kind: what XLA refused (``REFUSALS``): ``"op"`` (no XLA kernel for the op, or a JAX trace error),
+            ``"constant"`` (an op's input XLA needs as a compile-time constant, which the step computes from
+            its data: ``input`` names it), ``"compile"`` (XLA failed to compile the step for another reason,
+            in its own words).
+        input: for ``"constant"``: the op's input XLA needs as a constant (``"limit"``, or ``"input 1"``).
     """
 
     ops: Tuple[UnsupportedOp, ...]
@@ -64,6 +72,8 @@ class Unsupported:
     why: str
     input_dtype: Optional[str] = None
     raised: Optional[BaseException] = field(default=None, compare=False, repr=False)  # the framework's own
+    kind: str = "op"
+    input: Optional[str] = None
 
     @property
     def layers(self) -> Tuple[str, ...]:
@@ -73,9 +83,17 @@ class Unsupported:
     def what(self) -> str:
         """The ops and their layers in a few words: ``AsString in layer 'dedup'`` (TensorFlow), ``layer 'odd'
         (ConcretizationTypeError)`` (JAX: the error names no op; the user's line does)."""
+        if self.kind == "compile":
+            first = self.ops[0] if self.ops else None
+            if first is not None and first.op != "XLA":
+                where = f" in layer {first.layer!r}" if first.layer else ""
+                return f"the step ({first.op}'s {self.input}{where})"
+            return "the step"
         parts = []
         for op, layer in dict.fromkeys((op.op, op.layer) for op in self.ops):
-            if self.device == JAX_DEVICE:
+            if self.kind == "constant":
+                parts.append(f"{op}'s {self.input}" + (f" in layer {layer!r}" if layer else ""))
+            elif self.device == JAX_DEVICE:
                 parts.append(f"layer {layer!r} ({op})" if layer else f"the step ({op})")
             elif op == "_Arg" and self.input_dtype:
                 parts.append(f"the step's {self.input_dtype} input (_Arg)")
@@ -97,6 +115,8 @@ class Unsupported:
             "input_dtype": self.input_dtype,
             "error": self.error,
             "fix": fix,
+            "kind": self.kind,
+            "input": self.input,
         }
 
 
@@ -169,13 +189,15 @@ def reason_words(found: Unsupported, phase: str, step: int, action: str, move_wo
         else "the call stopped (on_unsupported='raise')"
     )
     fix = f". Fix: {move_words}" if move_words else ""
-    what = f"XLA cannot compile {found.what()} on {found.device}{where}: {found.why}"
+    on = f" on {found.device}" if found.device != "XLA" else ""
+    what = f"XLA cannot compile {found.what()}{on}{where}: {found.why}"
     return f"{what}; at {phase} step {step} {done}{fix}"
 
 
 def warning_lines(found: Unsupported, phase: str, step: int, run: str, fix_words: str) -> str:
     """The one warning of a fallback: 4 lines of at most ``WIDTH`` characters (the optional parts give way)."""
-    head = within(f"XLA cannot compile {found.what()} at {phase} step {step}", f" ({found.device})", f": {found.why}")
+    device = f" ({found.device})" if found.device != "XLA" else ""
+    head = within(f"XLA cannot compile {found.what()} at {phase} step {step}", device, f": {found.why}")
     lines = [
         head,
         f"This {run} goes on without XLA (on_unsupported='fallback'): the step runs again, no step lost.",

@@ -68,6 +68,13 @@ def build_report(snapshot: SessionSnapshot, context: ReportContext) -> XlaReport
         steps=sum(report.steps.values()),
         fell_back=snapshot.fallback is not None or bool(snapshot.jit_decision and snapshot.jit_decision["switches"]),
     )
+    keyed = [(name, p.value_keys[0]) for name, p in snapshot.phases.items() if p.value_compiles and p.value_keys]
+    if keyed and report.jit_active:
+        name, key = keyed[0]
+        report.jit_reason += (
+            f"; and ({name}) once per new value of {key.what()}, which the step computes from its data and XLA "
+            "takes as a compile-time constant"
+        )
     report.jit_fix = context.jit_state.fix
     report.unsupported_ops = context.jit_state.unsupported
     report.coverage = context.coverage
@@ -108,7 +115,7 @@ def _phase_notes(snapshot: SessionSnapshot) -> List[str]:
                 "compiled before compile again"
             )
     for name, phase in snapshot.phases.items():
-        if phase.value_compiles:
+        if phase.value_compiles and not phase.value_keys:  # value keys have their own note (session.value_keyed)
             notes.append(
                 f"{name}: XLA compiled {phase.value_compiles} module(s) for ragged batches of shapes it had "
                 "compiled already: the model needs the row splits as compile-time constants (e.g. "

@@ -84,6 +84,15 @@ class Compilation:
         cost: what the program costs (FLOPs, bytes, memory: a ``ProgramCost``), analysed off the step
             path after it compiled; None when it was not analysed (``XlaMonitor(cost="off")``, past the
             per-fit cap, or a record read from a report older than schema 9).
+        cause: why XLA compiled (``xla_keras.core.types.CAUSES``): ``"signature"`` (an input signature new to
+            the phase: a shape, dtype or structure), ``"function"`` (a signature seen before, new to a rebuilt
+            step function), ``"value"`` (a known signature, with a new value of an input XLA takes as a
+            compile-time constant), ``"retrace"``, ``"context"`` and ``"placement"`` (JAX: its tracing context,
+            or the arrays' placement or weak types, changed), ``"unknown"``; None in a report older than
+            schema 13.
+        why: the cause in words, for a compile at a known signature (the op, the input, the layer and the
+            user's line for a value; JAX's own words for a context); None for a new signature (the
+            signature says it).
 
     Example:
         `monitor`: the monitor of XlaMonitor's example, after its fit of 2 batches of 32.
@@ -111,6 +120,8 @@ class Compilation:
     last_batch: bool = False
     estimated_because: Optional[str] = None
     cost: Optional[ProgramCost] = field(metadata=converters(plain, ProgramCost.from_dict), default=None)
+    cause: Optional[str] = None
+    why: Optional[str] = None
 
     def to_dict(self) -> Dict[str, Any]:
         """This compile as the report's JSON holds it.
@@ -208,7 +219,7 @@ class SlowStep:
         return record_from_dict(cls, d)
 
 
-SCHEMA_VERSION = 12  # see schema.py for what each version added
+SCHEMA_VERSION = 13  # see schema.py for what each version added
 
 
 @dataclass

@@ -8,7 +8,7 @@ import textwrap
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
 from xla_keras.core.messages import WIDTH, within
-from xla_keras.core.signatures import describe
+from xla_keras.core.signatures import describe, from_jsonable
 from xla_keras.core.types import PHASES
 from xla_keras.jit.coverage import coverage_words, outside_words
 from xla_keras.report.figures import (
@@ -23,7 +23,8 @@ from xla_keras.report.figures import (
     slow_words,
     steady_words,
 )
-from xla_keras.storms.detection import storm_cause
+from xla_keras.report.ledger_rows import cause_words, ledger_rows, steps_words
+from xla_keras.storms.detection import storm_cause, storm_what
 from xla_keras.storms.fixes import APPLIED_TYPES, cause_clause, fix_line, fix_value, recomputed_words
 
 if TYPE_CHECKING:
@@ -137,7 +138,7 @@ def render(report: XlaReport, full: bool = False) -> str:
         if full:
             lines.append(head + storm.advice)
         else:
-            lines.append(f"{head}{storm.count} new input shapes; {storm_cause(storm)}")
+            lines.append(f"{head}{storm.count} {storm_what(storm)}; {storm_cause(storm)}")
             lines.append(f"      fix: {fix_line(storm.fix, f'report.storms[{i}].fix')}")
             if storm.fix_at_storm is not None:
                 lines.append(f"      {recomputed_words(storm.fix_at_storm, storm.fix)}")
@@ -165,14 +166,19 @@ def render(report: XlaReport, full: bool = False) -> str:
             lines.append(f"  op by op        : {op_by_op}")
     if report.compilations:
         lines.append("  compiled for    :")
-        shown = report.compilations[:8]
-        for c in shown:
+        rows = ledger_rows([c.to_dict() for c in report.compilations])
+        shown = rows[:8]
+        for row in shown:
+            count = f"{row['compiles']} compiles, " if row["compiles"] > 1 else ""
+            cause = cause_words(row["cause"], row["why"])
             lines.append(
-                f"    {c.phase} step {c.step}: {describe(c.signature)}  {ms_text(c.seconds)}"
-                + (" (estimated from step time)" if c.source == "timing" else "")
-                + (" (loaded from the persistent cache)" if c.cached else "")
+                f"    {row['phase']} {steps_words(row)}: {describe(from_jsonable(row['signature']))}  "
+                f"{count}{ms_text(row['seconds'])}"
+                + (f" ({cause})" if cause else "")
+                + (" (estimated from step time)" if row["estimated"] else "")
+                + (" (loaded from the persistent cache)" if row["cached"] else "")
             )
-        rest = report.total_compilations - len(shown)
+        rest = report.total_compilations - sum(row["compiles"] for row in shown)
         if rest > 0:
             lines.append(f"    ... {rest} more")
     if report.traces:
@@ -346,7 +352,7 @@ def _findings(report: XlaReport, where: str) -> Tuple[List[str], List[str]]:
         head = f"  COVERAGE     : {coverage_words(coverage).split(' (')[0]}; most outside: {top}"
         lines.append(within(head, advised))
     for i, storm in enumerate(report.storms):
-        head = f"  STORM ({storm.phase}, step {storm.step}): {storm.count} new input shapes; "
+        head = f"  STORM ({storm.phase}, step {storm.step}): {storm.count} {storm_what(storm)}; "
         lines.append(_finding(head, storm_cause(storm)))
         fixes.append((storm.fix, f"{where}.storms[{i}].fix", storm.fix_at_storm))
     for i, item in enumerate(report.advice):

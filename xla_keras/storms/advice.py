@@ -35,6 +35,7 @@ from xla_keras.storms.fixes import (
     PadRemainder,
     PadToLengths,
     Remainder,
+    StaticValue,
     UnknownFix,
     apply_code,
     batch_size_call,
@@ -279,7 +280,10 @@ class StormAnalysis:
         self.past_advice: List[PhaseAdvice] = []  # the compile budget's advice on the calls before (bounded)
 
     def analyse(self, phase: str, stats: PhaseStats, data_kind: str) -> tuple:
-        """(varying, advice, fix) from every shape the phase has seen so far."""
+        """(varying, advice, fix) from every shape the phase has seen so far; from the cause of the
+        compiles at known signatures when they are most of the phase's (a value, JAX's context)."""
+        if stats.last_known_cause is not None and 2 * stats.known_signature_compiles > stats.compile_count:
+            return known_signature_analysis(stats)
         history, view = stats.history, stats.view
         key = (len(history.signatures), history.runs, data_kind, view.version if view else None)
         cached = self._cache.get(phase)
@@ -307,6 +311,7 @@ class StormAnalysis:
             steady_step_seconds=stats.timing.median_seconds,
             window_start=window_start,
             action=action,
+            cause=storm_cause_kind(stats),
         )
 
     def refreshed(self, storm: Storm, stats: PhaseStats, data_kind: str) -> Storm:
@@ -394,3 +399,57 @@ def remainder_of(phase: str, history: ShapeHistory, partial: Dict[int, Tuple[int
     rows, full = next(iter(partial.values()))
     total = sum((batch_rows(sig) or 0) * history.batches.get(fp, 0) for fp, sig in history.signatures.items())
     return Remainder(rows, full, total // history.runs if history.runs else None)
+
+
+# Storms of compiles at known signatures: a value XLA takes as a constant, JAX's context or placement.
+
+_KNOWN_FIXES = {
+    "context": "keep JAX's configuration (and context managers around the fit) the same for the whole fit",
+    "placement": (
+        "feed every batch the same way: all numpy arrays, or all jax.Arrays placed with one sharding "
+        "(jax.device_put with the same sharding), with the same dtypes (no Python scalars: weak types)"
+    ),
+    "retrace": "keep the step function's Python-side inputs the same, so that it is traced once per signature",
+    "value": (
+        "pad the ragged input to a dense tensor of a few lengths in the input pipeline, so its row splits "
+        "take few values"
+    ),
+}
+
+
+def storm_cause_kind(stats: PhaseStats) -> str:
+    """What a storm of this phase is made of: "signature" (new input signatures), or the cause of the
+    compiles at known signatures when they are most of the phase's (``core/types.py`` CAUSES)."""
+    if stats.last_known_cause is not None and 2 * stats.known_signature_compiles > stats.compile_count:
+        return stats.last_known_cause[0]
+    return "signature"
+
+
+def known_signature_analysis(stats: PhaseStats) -> Tuple[List[Dict[str, Any]], str, Fix]:
+    """(varying, advice, fix) of a phase whose compiles are mostly at known signatures: nothing in the
+    shapes varies; the cause is a value XLA takes as a constant (the fix: make it static, in the layer),
+    JAX's tracing context, or the arrays' placement."""
+    assert stats.last_known_cause is not None
+    cause, why = stats.last_known_cause
+    count = stats.known_signature_compiles
+    if cause == "value" and stats.value_keys:
+        key = stats.value_keys[0]
+        fix: Fix = StaticValue(
+            op=key.op,
+            input=key.input,
+            node=key.node,
+            layer=key.layer,
+            line=key.line,
+            inputs=list(key.inputs),
+            weights=list(key.weights),
+            change=key.fix(),
+        )
+        advice = (
+            f"{count} compiles at input signatures the step had compiled: {key.why()}. Fix: {key.fix()}; or "
+            "switch XLA off for this model."
+        )
+        return [], advice, fix
+    words = why or "the step compiled again at input signatures it had compiled"
+    change = _KNOWN_FIXES.get(cause, "find what changes between the calls (print(monitor.report) lists them)")
+    advice = f"{count} compiles at input signatures the step had compiled: {words}. Fix: {change}."
+    return [], advice, UnknownFix()

@@ -49,6 +49,10 @@ class Storm:
         fix_at_storm: the fix as computed when the storm opened, when it differs from ``fix``
             (recomputed from every shape seen by the end of the call; ``advice`` says what
             changed); None when the two agree.
+        cause: what the storm is made of (``xla_keras.core.types.CAUSES``): "signature" (new input
+            signatures), or the cause of compiles at known signatures when they are most of the phase's
+            ("value": an input XLA takes as a compile-time constant; JAX's "context" or "placement"); None in
+            a report older than schema 13 (new signatures).
 
     Example:
         `model`, `x`, `y`: any compiled Keras model and its data; a batch size that changes at every
@@ -84,6 +88,7 @@ class Storm:
     window_start: int = 0
     action: str = "warn"
     fix_at_storm: Optional[Fix] = None
+    cause: Optional[str] = None
 
     def __post_init__(self) -> None:
         self.fix = fix_from_dict(self.fix)  # a fix passed as a dict (its JSON form) is read as its kind's record
@@ -328,8 +333,9 @@ def storm_text(storm: Storm, index: int, log_dir: Optional[str] = None, data: st
         More: monitor.report.storms[0].advice
     """
     steady = storm.steady_step_seconds
+    what = storm_what(storm)
     headline = within(  # the figures give way, in this order, before the line passes 100 characters
-        f"Recompilation storm ({storm.phase}): {storm.count} new input shapes in "
+        f"Recompilation storm ({storm.phase}): {storm.count} {what} in "
         f"{storm.step - storm.window_start + 1} steps, {storm.compiles} compiles",
         f", {_fmt_ms(storm.compile_seconds)} compiling",
         f" vs {_fmt_ms(steady)} a step" if steady is not None else "",
@@ -343,8 +349,20 @@ def storm_text(storm: Storm, index: int, log_dir: Optional[str] = None, data: st
     return shaped([headline, f"Cause: {storm_cause(storm)}", fix, more])
 
 
+def storm_what(storm: Storm) -> str:
+    """What a storm counts: new input shapes, or compiles at known shapes (a value, JAX's context)."""
+    return "new input shapes" if storm.cause in (None, "signature") else "compiles at known shapes"
+
+
 def storm_cause(storm: Storm) -> str:
-    """The storm's cause as one clause: the input and axis that vary, with their range."""
+    """The storm's cause as one clause: the input and axis that vary, with their range (or what made
+    the step compile at known shapes)."""
+    if storm.cause not in (None, "signature", "value") and not storm.varying:
+        return {
+            "context": "JAX's tracing context changed (its config): see the advice",
+            "placement": "the same shapes, placed or typed differently (device, sharding, weak type)",
+            "retrace": "the step function traced again at known shapes",
+        }.get(storm.cause or "", "compiles at known shapes: see the advice")
     return cause_clause(storm.varying, storm.fix)
 
 

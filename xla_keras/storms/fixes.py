@@ -24,6 +24,7 @@ PAD_REMAINDER = "pad_remainder"
 # Also the key of the bucketing part that a pad_to_lengths fix may hold (a fix of this kind).
 BUCKET_BY_LENGTH = "bucket_by_length"
 CONSISTENT_STRUCTURE = "consistent_structure"
+STATIC_VALUE = "static_value"
 UNKNOWN = "unknown"
 
 # The kinds xla_keras.data.apply_fix applies; bucket_by_length has its own function (it needs unbatched data).
@@ -31,8 +32,8 @@ APPLIED_KINDS = (PAD_TO_LENGTHS, FIXED_BATCH_SIZE, DROP_REMAINDER, PAD_REMAINDER
 """The fix kinds ``xla_keras.data.apply_fix`` applies (a storm's ``fix["kind"]``).
 
 The others: ``"bucket_by_length"`` has its own function (``xla_keras.data.bucket_by_length``, on
-unbatched examples); ``"consistent_structure"`` and ``"unknown"`` are changes to make by hand, which
-the storm's advice names.
+unbatched examples); ``"consistent_structure"``, ``"static_value"`` and ``"unknown"`` are changes to make
+by hand, which the storm's advice names.
 
 Example:
     ```pycon
@@ -42,7 +43,7 @@ Example:
     ```
 """
 # Kinds that no code can apply: the user changes the pipeline by hand.
-MANUAL_KINDS = (CONSISTENT_STRUCTURE, UNKNOWN)
+MANUAL_KINDS = (CONSISTENT_STRUCTURE, STATIC_VALUE, UNKNOWN)
 KINDS = APPLIED_KINDS + (BUCKET_BY_LENGTH,) + MANUAL_KINDS
 
 # A fix's "remainder": what becomes of a batch with fewer rows than its "batch_size".
@@ -169,18 +170,43 @@ class ConsistentStructure(FixRecord):
 
 
 @dataclass(frozen=True, eq=False, repr=False)
+class StaticValue(FixRecord):
+    """Make a value XLA needs as a compile-time constant static (``jit/value_keys.py``): the step computes
+    it from its data, so XLA compiles again for each new value. A change made by hand in the layer."""
+
+    kind: ClassVar[str] = STATIC_VALUE
+    op: Optional[str] = _held()  # TensorFlow's op type, e.g. "TopKV2"
+    input: Optional[str] = _held()  # the op's input XLA needs as a constant, e.g. "k"
+    node: Optional[str] = _held()
+    layer: Optional[str] = _held()
+    line: Optional[str] = _held()  # the user's source line that made the op
+    inputs: Optional[List[str]] = _held()  # the step's inputs the value is computed from
+    weights: Optional[List[str]] = _held()  # the variables it is computed from
+    change: Optional[str] = _held()  # how to make it static, in words
+
+
+@dataclass(frozen=True, eq=False, repr=False)
 class UnknownFix(FixRecord):
     """No single input explains the new signatures: no fix from the shapes alone."""
 
     kind: ClassVar[str] = UNKNOWN
 
 
-Fix = Union[PadToLengths, FixedBatchSize, DropRemainder, PadRemainder, BucketByLength, ConsistentStructure, UnknownFix]
+Fix = Union[
+    PadToLengths,
+    FixedBatchSize,
+    DropRemainder,
+    PadRemainder,
+    BucketByLength,
+    ConsistentStructure,
+    StaticValue,
+    UnknownFix,
+]
 """A storm's (or a compile budget advice's) fix: one record per kind."""
 
 APPLIED_TYPES = (PadToLengths, FixedBatchSize, DropRemainder, PadRemainder)  # the kinds of APPLIED_KINDS
 FIX_TYPES: Dict[str, type] = {
-    cls.kind: cls for cls in (*APPLIED_TYPES, BucketByLength, ConsistentStructure, UnknownFix)
+    cls.kind: cls for cls in (*APPLIED_TYPES, BucketByLength, ConsistentStructure, StaticValue, UnknownFix)
 }
 
 
@@ -216,7 +242,7 @@ def fix_value(fix: Fix) -> str:
             return "lengths " + "; ".join(lengths) + rows
         case DropRemainder() | PadRemainder():
             return f"batch size {fix.batch_size}" if fix.batch_size else ""
-        case BucketByLength() | ConsistentStructure() | UnknownFix():
+        case BucketByLength() | ConsistentStructure() | StaticValue() | UnknownFix():
             return ""
         case _:
             assert_never(fix)
@@ -238,6 +264,8 @@ def fix_line(fix: Fix, where: str, data: str = "tf.data") -> str:
             return f"{name} = xla_keras.data.apply_fix({name}, {where})"
         case ConsistentStructure():
             return "feed every batch with the same structure and dtypes (cast in the input pipeline)"
+        case StaticValue():
+            return fix.change or "make the value static"
         case BucketByLength() | UnknownFix():
             return "none from the shapes alone; or XlaMonitor(jit='off') for this model"
         case _:
@@ -255,6 +283,9 @@ def cause_clause(varying: List[Dict[str, Any]], fix: Fix) -> str:
                 return f"the last batch has {fix.rows} rows instead of {fix.batch_size}"
         case FixedBatchSize():
             batch_size = True
+        case StaticValue():
+            where = f" in layer {fix.layer!r}" if fix.layer else ""
+            return f"{fix.op}'s {fix.input}{where} is computed from the data: XLA compiles once per value"
         case PadToLengths() | BucketByLength() | UnknownFix():
             pass
         case _:

@@ -11,7 +11,7 @@ stays light.
 from __future__ import annotations
 
 import weakref
-from typing import Any, ClassVar, List, Optional, Sequence, Tuple
+from typing import Any, ClassVar, Dict, List, Optional, Sequence, Tuple
 
 from xla_keras.backends.base import Distribution, StepObserver
 from xla_keras.backends.chain import FUNCTION_ATTR
@@ -27,6 +27,8 @@ from xla_keras.core.types import Notes
 from xla_keras.core.versions import keras_unsupported
 from xla_keras.jit.coverage import trace_coverage
 from xla_keras.jit.modes import MODES
+from xla_keras.jit.unsupported import layer_named, user_line
+from xla_keras.jit.value_keys import ValueKey
 from xla_keras.storms.fixes import data_kind_of
 
 __all__ = ["TensorFlowBackend"]
@@ -63,6 +65,7 @@ class TensorFlowBackend(KerasBackend):
     def __init__(self, jit_mode: str = "keep"):
         super().__init__(JitController(jit_mode))
         self._gatherer: Optional[Tuple[Any, int]] = None  # MultiWorkerMirroredStrategy: (strategy, worker)
+        self._traced: Dict[str, Tuple[int, int]] = {}  # phase -> (id of the step fn, tracing count) last read
 
     def prepare(self, owner: StepObserver) -> None:
         """At monitor construction: the owner of the wrappers; the CPU global-jit flag while it can still be set."""
@@ -113,6 +116,43 @@ class TensorFlowBackend(KerasBackend):
 
     def device_kind(self) -> str:
         return cost.device_kind()
+
+    def value_keys(self, model: Any, phase: str, signature: InputSignature) -> Optional[Tuple[ValueKey, ...]]:
+        """Inputs XLA takes as compile-time constants whose values the step computes from its arguments,
+        read once per trace from the step function's graphs (``_internals.compile_time_constant_uses``):
+        None when the function did not trace since the last read, or does not compile as one XLA program."""
+        step_fn = self.step_function(model, phase)
+        if step_fn is None or not _internals.function_jit_flag(step_fn):
+            return None
+        count = tracing_count(step_fn)
+        if count is None or self._traced.get(phase) == (id(step_fn), count):
+            return None
+        self._traced[phase] = (id(step_fn), count)
+        uses = _internals.compile_time_constant_uses(step_fn)
+        if not uses:
+            return ()
+        variables = _internals.variable_handles(model)
+        names = self.layer_names(model)
+        paths = [leaf.path for leaf in signature]
+        keys = []
+        for use in uses:
+            if len(paths) == use["arguments"]:
+                inputs = tuple(dict.fromkeys(paths[i] for i in use["args"] if i < len(paths)))
+            else:
+                inputs = ("the batch",) if use["args"] else ()
+            weights = tuple(sorted({variables.get(id(h), "a captured tensor") for h in use["captured"]}))
+            keys.append(
+                ValueKey(
+                    op=use["op"],
+                    input=use["input"],
+                    node=use["node"],
+                    layer=layer_named(use["node"].split("/")[:-1], names),
+                    line=user_line(use["frames"]),
+                    inputs=inputs,
+                    weights=weights,
+                )
+            )
+        return tuple(dict.fromkeys(keys))
 
     def function_fresh(self, model: Any, phase: str) -> Optional[bool]:
         """The phase's step function has never run (its first call will trace), or None: unknown."""

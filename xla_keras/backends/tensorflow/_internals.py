@@ -113,6 +113,188 @@ def function_jit_flag(step_fn: Any) -> bool:
         raise InternalsMoved("tf.function._jit_compile", e) from e
 
 
+# Inputs XLA's TensorFlow bridge takes as compile-time constants (the tf2xla kernels read them with
+# ``ConstantInput``: XlaOpRegistry's compile-time-constant inputs), by op type: each such input's index
+# (-1: the last). TensorFlow does not expose the registry to Python. When the value of such an input is
+# computed from the step's arguments (the batch, or the weights it reads), XLA keys its cache on those
+# arguments' values: it compiles the step again for each new value (measured: ``tf.math.top_k`` with a
+# ``k`` computed from the batch compiled at every step of a fit), or refuses ("must be a compile-time
+# constant"). ``tests/test_internals.py`` checks a sample against TensorFlow's own behaviour.
+COMPILE_TIME_CONSTANT_INPUTS = {
+    "TopKV2": (1,),
+    "Range": (0, 1, 2),
+    "Reshape": (1,),
+    "Fill": (0,),
+    "Tile": (1,),
+    "Slice": (1, 2),
+    "StridedSlice": (1, 2, 3),
+    "Pad": (1,),
+    "PadV2": (1,),
+    "MirrorPad": (1,),
+    "Transpose": (1,),
+    "ConcatV2": (-1,),
+    "Sum": (1,),
+    "Mean": (1,),
+    "Max": (1,),
+    "Min": (1,),
+    "Prod": (1,),
+    "All": (1,),
+    "Any": (1,),
+    "EuclideanNorm": (1,),
+    "ExpandDims": (1,),
+    "BroadcastTo": (1,),
+    "OneHot": (1,),
+    "ArgMax": (1,),
+    "ArgMin": (1,),
+    "GatherV2": (2,),
+    "ReverseV2": (1,),
+    "Split": (0,),
+    "SplitV": (1, 2),
+    "Cumsum": (1,),
+    "Cumprod": (1,),
+    "UnsortedSegmentSum": (2,),
+    "UnsortedSegmentMax": (2,),
+    "UnsortedSegmentMin": (2,),
+    "UnsortedSegmentProd": (2,),
+    "RandomUniform": (0,),
+    "RandomStandardNormal": (0,),
+    "TruncatedNormal": (0,),
+    "RandomUniformInt": (0,),
+    "StatelessRandomUniformV2": (0,),
+    "StatelessRandomNormalV2": (0,),
+    "StatelessTruncatedNormalV2": (0,),
+    "ResizeBilinear": (1,),
+    "ResizeNearestNeighbor": (1,),
+    "ResizeBicubic": (1,),
+    "Empty": (0,),
+    "Conv2DBackpropInput": (0,),
+    "Conv2DBackpropFilter": (1,),
+    "Multinomial": (1,),
+    "MatrixBandPart": (1, 2),
+    "LinSpace": (2,),
+    "ScatterNd": (2,),
+    "Roll": (1, 2),
+    "SpaceToBatchND": (1, 2),
+    "BatchToSpaceND": (1, 2),
+    "TensorListReserve": (0, 1),
+}
+# Ops whose output XLA knows when it compiles, whatever the value of their input: shapes are static
+# within one compile. A compile-time constant computed from these alone is a constant.
+_STATIC_WHEN_COMPILED = frozenset({"Const", "Shape", "ShapeN", "Size", "Rank", "VariableShape"})
+
+
+def compile_time_constant_uses(step_fn: Any) -> List[dict]:
+    """Every input XLA needs as a compile-time constant in the step function's traced graphs whose value
+    comes from the function's arguments, with where it comes from. One dict per such input:
+    ``{"op", "input", "node", "frames", "args", "arguments", "captured"}``: the op type, the input's name
+    in the op's definition (``"k"``), the node, the stack that created the op (outermost first: (file,
+    line, function)), the indices of the step's own arguments it reads (the batch's leaves, in order), how
+    many arguments the function has, and the captured tensors it reads (variables' handles). Ops inside
+    control-flow branches are not read."""
+    if step_fn is None:
+        return []
+    try:
+        concrete = step_fn._list_all_concrete_functions()
+    except AttributeError as e:
+        raise InternalsMoved("tf.function._list_all_concrete_functions", e) from e
+    uses: List[dict] = []
+    seen = set()
+    for function in concrete:
+        graph = function.graph
+        captured = {id(internal): external for external, internal in graph.captures}
+        arguments = {id(t): i for i, t in enumerate(function.inputs) if id(t) not in captured}
+        for op in graph.get_operations():
+            indices = COMPILE_TIME_CONSTANT_INPUTS.get(op.type)
+            if not indices:
+                continue
+            for index in indices:
+                position = index if index >= 0 else len(op.inputs) + index
+                if not 0 <= position < len(op.inputs):
+                    continue
+                args, handles = _argument_sources(op.inputs[position], arguments, captured)
+                if not args and not handles:
+                    continue  # a constant, or known from static shapes alone
+                key = (op.name, position, tuple(args), tuple(id(h) for h in handles))
+                if key in seen:
+                    continue
+                seen.add(key)
+                try:
+                    name = op.op_def.input_arg[min(position, len(op.op_def.input_arg) - 1)].name
+                except Exception:  # noqa: BLE001 - the input's name is words only
+                    name = f"input {position}"
+                frames = [(f.filename, f.lineno, f.name) for f in op.traceback]
+                uses.append(
+                    {
+                        "op": op.type,
+                        "input": name,
+                        "node": op.name,
+                        "frames": frames,
+                        "args": sorted(set(args)),
+                        "arguments": len(arguments),
+                        "captured": handles,
+                    }
+                )
+    return uses
+
+
+def _argument_sources(tensor: Any, arguments: dict, captured: dict):
+    """(argument indices, captured tensors) that ``tensor``'s value is computed from, walking its
+    producers back to the graph's placeholders; shapes, sizes and constants end a path."""
+    args: List[int] = []
+    handles: List[Any] = []
+    seen = set()
+    stack = [tensor]
+    while stack:
+        t = stack.pop()
+        if id(t) in seen:
+            continue
+        seen.add(id(t))
+        if id(t) in arguments:
+            args.append(arguments[id(t)])
+            continue
+        if id(t) in captured:
+            handles.append(captured[id(t)])
+            continue
+        op = t.op
+        if op.type in _STATIC_WHEN_COMPILED:
+            continue
+        stack.extend(op.inputs)
+    return args, handles
+
+
+def op_input_name(op_type: str, index: int) -> str:
+    """The name of an op's ``index``-th input in TensorFlow's op registry (``"limit"`` for Range's 1), or
+    ``"input N"`` when the registry does not have it."""
+    try:
+        from tensorflow.python.framework import op_def_registry
+    except ImportError as e:
+        raise InternalsMoved("tensorflow.python.framework.op_def_registry", e) from e
+    op_def = op_def_registry.get(op_type)
+    if op_def is None or not op_def.input_arg:
+        return f"input {index}"
+    return op_def.input_arg[min(index, len(op_def.input_arg) - 1)].name
+
+
+def variable_handles(model: Any) -> dict:
+    """``id(handle)`` -> the variable's path, for each of the model's variables (optimizer's and metrics'
+    included): what a captured resource in the step's graph is."""
+    out = {}
+    for variable in _all_variables(model):
+        value = getattr(variable, "_value", None)  # Keras 3's TensorFlow variable holds a tf.Variable
+        handle = getattr(value, "handle", None)
+        if handle is not None:
+            out[id(handle)] = getattr(variable, "path", None) or getattr(variable, "name", "?")
+    return out
+
+
+def _all_variables(model: Any) -> List[Any]:
+    variables = list(getattr(model, "variables", []) or [])
+    optimizer = getattr(model, "optimizer", None)
+    if optimizer is not None:
+        variables.extend(getattr(optimizer, "variables", []) or [])
+    return variables
+
+
 # XLA's BufferAllocationProto fields the cost card reads (in every TensorFlow tested; ``color`` is the
 # memory space, with XLA's default colorer), and whether an output reuses the allocation: 2.16's proto
 # has no such field, so it is read from the module's input-output alias config (every version has it).

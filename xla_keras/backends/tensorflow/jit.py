@@ -332,26 +332,42 @@ _DTYPE = re.compile(r"\bT=DT_([A-Z0-9]+)")
 _FRAME = re.compile(r'File "([^"]+)", line (\d+), in (\S+)')
 
 
+# An input XLA needs as a compile-time constant, computed by the step (TF 2.16 to 2.21, measured):
+# "Input 1 to node `functional_1/pick_k_1/range` with op Range must be a compile-time constant."
+_CONSTANT = re.compile(r"Input (\d+) to node `([^`]+)` with op (\w+) must be a compile-time constant")
+# XLA's own failures while it compiles the step (an internal check, an unimplemented lowering): the error
+# the step raises quotes them. Measured: "during context [Unknown]: RET_CHECK failure
+# (external/xla/xla/service/hlo_verifier.cc:...) dynamic_reshape->operand(i)..." for a top_k whose k the
+# step computes, differentiated.
+_XLA_FAILURE = re.compile(r"RET_CHECK failure \(external/xla/|during context \[|\bXLA compilation\b|xla::")
+
+
 def unsupported_op(error: BaseException, model: Any) -> Optional[Unsupported]:
-    """The ops XLA could not compile, read from TensorFlow's ``InvalidArgumentError``, or None when
-    ``error`` is something else. Each op's layer comes from its node's name scopes; the user's line
-    from the stack TensorFlow quotes where the op was created. An ``_Arg`` is the step's own input: a
-    dtype XLA takes no tensor of (a string input, with its preprocessing layer inside the model)."""
+    """What XLA refused in the step, read from TensorFlow's error, or None when ``error`` is something
+    else: ops with no XLA kernel (``InvalidArgumentError``: each op's layer from its node's name scopes,
+    the user's line from the stack TensorFlow quotes where the op was created; an ``_Arg`` is the step's
+    own input, a dtype XLA takes no tensor of), an op's input XLA needs as a compile-time constant that
+    the step computes from its data, or XLA's own failure to compile the step."""
     import tensorflow as tf
 
-    if not isinstance(error, tf.errors.InvalidArgumentError):
+    if not isinstance(error, (tf.errors.InvalidArgumentError, tf.errors.InternalError, tf.errors.UnimplementedError)):
         return None
     text = str(getattr(error, "message", None) or error)
-    at = text.find(_UNSUPPORTED)
-    if at < 0:
-        return None
-    end = text.find("The op is created at", at)
-    decisive = " ".join(text[at : end if end > 0 else None].split())
-    device = _DEVICE.search(decisive)
     try:
         names = layer_names(model) if model is not None else []
     except Exception:  # noqa: BLE001 - the layers are words; the fallback does not need them
         names = []
+    constant = _CONSTANT.search(text)
+    if constant is not None:
+        return _constant_refusal(text, constant, names)
+    at = text.find(_UNSUPPORTED)
+    if at < 0:
+        return _compile_failure(text) if _XLA_FAILURE.search(text) else None
+    if not isinstance(error, tf.errors.InvalidArgumentError):
+        return None
+    end = text.find("The op is created at", at)
+    decisive = " ".join(text[at : end if end > 0 else None].split())
+    device = _DEVICE.search(decisive)
     ops = tuple(
         UnsupportedOp(op, layer_named(node.split("/")[:-1], names), node)
         for op, node in dict.fromkeys(_OP.findall(decisive))
@@ -374,4 +390,38 @@ def unsupported_op(error: BaseException, model: Any) -> Optional[Unsupported]:
         error=quote(re.sub(r"\[[^\]]*\]", "", decisive, count=1)),  # the graph's attributes: noise
         why=why,
         input_dtype=input_dtype,
+    )
+
+
+def _constant_refusal(text: str, found: "re.Match[str]", names: List[str]) -> Unsupported:
+    """An op's input XLA needs as a compile-time constant, which the step computes from its data: the op,
+    its input (by name where TensorFlow's op registry has it), its layer and the user's line."""
+    index, node, op = int(found.group(1)), found.group(2), found.group(3)
+    frames = [(path, int(number), name) for path, number, name in _FRAME.findall(text[found.end() :])]
+    input_name = _internals.op_input_name(op, index)
+    return Unsupported(
+        ops=(UnsupportedOp(op, layer_named(node.split("/")[:-1], names), node),),
+        device="XLA",
+        line=user_line(frames, quoted_root(path for path, _, _ in frames)),
+        error=quote(found.group(0)),
+        why=(
+            f"XLA needs its {input_name} as a compile-time constant, and the step computes it from its data "
+            "(the batch or the weights)"
+        ),
+        kind="constant",
+        input=input_name,
+    )
+
+
+def _compile_failure(text: str) -> Unsupported:
+    """XLA's own failure to compile the step, in its words (the first line that names it)."""
+    line = next((line for line in text.splitlines() if _XLA_FAILURE.search(line)), text)
+    frames = [(path, int(number), name) for path, number, name in _FRAME.findall(text)]
+    return Unsupported(
+        ops=(UnsupportedOp("XLA", None, "the step"),),
+        device="XLA",
+        line=user_line(frames, quoted_root(path for path, _, _ in frames)),
+        error=quote(line),
+        why=f"XLA failed to compile it ({quote(line)[:120]})",
+        kind="compile",
     )

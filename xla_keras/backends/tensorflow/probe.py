@@ -182,7 +182,7 @@ class TensorFlowProbe:
             if len(kernels) != plan.batches:
                 return None  # cannot map kernels to batches: step timing estimates these compiles
             floor = max(STEP_KERNEL_COMPILE_MIN_SECONDS, 3 * (plan.steady_seconds or 0.0))
-            candidates = plan.new_indices or (range(plan.batches) if plan.ragged_probe else ())
+            candidates = plan.new_indices or (range(plan.batches) if plan.value_probe else ())
             return [kernels[i] for i in candidates if kernels[i] >= floor]
         compiled, ops = xla_compile_op_seconds(events)
         self.xla_ops_seen = self.xla_ops_seen or ops > 0

@@ -24,7 +24,7 @@ import re
 import sys
 import tempfile
 import threading
-from typing import Callable, TypeVar
+from typing import BinaryIO, Callable, Optional, TypeVar
 
 T = TypeVar("T")
 
@@ -100,3 +100,70 @@ def _filtered(call: Callable[[], T], pattern: "re.Pattern[bytes]") -> T:
                     kept = kept[os.write(2, kept) :]
             except OSError:
                 pass
+
+
+# TensorFlow's log records at warning or error level (a first line with its prefix; the lines after it
+# without one are the same record): what a step XLA refused to compile prints (about 30-90 lines with the
+# stack of the op's definition) before its error reaches Python, where the monitor then falls back.
+_RECORD_START = re.compile(rb"^(?:[IWEF]\d{4} [\d:.]+\s+\d+ |[\d-]+ [\d:.]+: [IWEF] )")
+_WARNING_RECORD = re.compile(rb"^(?:[WEF]\d{4} [\d:.]+\s+\d+ |[\d-]+ [\d:.]+: [WEF] )")
+
+
+def without_warning_records(data: bytes) -> bytes:
+    """``data`` without TensorFlow's warning and error records (each with its continuation lines)."""
+    kept, dropping = [], False
+    for line in data.splitlines(keepends=True):
+        if _RECORD_START.match(line):
+            dropping = bool(_WARNING_RECORD.match(line))
+        if not dropping:
+            kept.append(line)
+    return b"".join(kept)
+
+
+class StderrCapture:
+    """fd 2 sent to a temporary file while a call runs (``with``), then written back by ``release``: all of
+    it, or without TensorFlow's warning and error records (``drop_warnings``: the step's XLA refusal the
+    monitor handles). Lines another thread printed meanwhile are written back too, only later."""
+
+    def __init__(self) -> None:
+        self._saved: Optional[int] = None
+        self._file: Optional[BinaryIO] = None
+        self.data = b""
+
+    def __enter__(self) -> "StderrCapture":
+        _WINDOW.acquire()
+        try:
+            sys.stderr.flush()
+            self._saved = os.dup(2)
+            self._file = tempfile.TemporaryFile()
+            os.dup2(self._file.fileno(), 2)
+        except (OSError, ValueError, AttributeError):  # no usable fd 2: nothing captured
+            if self._saved is not None:
+                os.close(self._saved)
+            self._saved = None
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        try:
+            if self._saved is not None and self._file is not None:
+                try:
+                    sys.stderr.flush()
+                except (OSError, ValueError):
+                    pass
+                os.dup2(self._saved, 2)
+                os.close(self._saved)
+                self._file.seek(0)
+                self.data = self._file.read()
+        finally:
+            if self._file is not None:
+                self._file.close()
+            _WINDOW.release()
+
+    def release(self, drop_warnings: bool = False) -> None:
+        data = without_warning_records(self.data) if drop_warnings else self.data
+        self.data = b""
+        try:
+            while data:
+                data = data[os.write(2, data) :]
+        except OSError:
+            pass

@@ -16,6 +16,7 @@ it (a jit switch) means wrapping the new one.
 
 from __future__ import annotations
 
+import os
 import time
 import weakref
 from typing import Any, List, Optional
@@ -24,7 +25,10 @@ from xla_keras.backends.base import StepObserver
 from xla_keras.backends.chain import FUNCTION_ATTR, MAKE_FUNCTION, WrapperChain  # noqa: F401 - FUNCTION_ATTR re-exported
 from xla_keras.backends.tensorflow import _internals
 from xla_keras.backends.tensorflow.flags import data_iterator_types
-from xla_keras.backends.tensorflow.quiet import without_xla_startup_lines
+from xla_keras.backends.tensorflow.quiet import StderrCapture, without_xla_startup_lines
+
+# The user asked TensorFlow for more of its logs: its lines about a step XLA refused stay.
+VERBOSE_LOGS = bool(os.environ.get("TF_CPP_VMODULE") or os.environ.get("TF_CPP_MAX_VLOG_LEVEL"))
 
 
 def end_of_data() -> tuple:
@@ -105,6 +109,7 @@ def _make_wrapper(model: Any, phase: str, observer: StepObserver):
             return original(data)
         start = time.perf_counter()
         probe, began, again = None, False, None
+        capture_failed: Optional[StderrCapture] = None
         try:
             if pulls and isinstance(data, iterator_types):
                 batches = batches_of(data)
@@ -118,6 +123,17 @@ def _make_wrapper(model: Any, phase: str, observer: StepObserver):
             if observer.quiet_phase == phase:  # jit='fastest' tries XLA: its start-up lines stay out
                 observer.quiet_phase = None
                 outputs = without_xla_startup_lines(lambda: original(batches))
+            elif probe is not None and not VERBOSE_LOGS:
+                # A call that may compile (a new signature, a value): if XLA refuses it, the lines TensorFlow
+                # logs about the refusal stay out of the terminal (the monitor's warning says it in 4 lines).
+                capture = StderrCapture()
+                with capture:
+                    try:
+                        outputs = original(batches)
+                    except BaseException:
+                        capture_failed = capture
+                        raise
+                capture.release()
             else:
                 outputs = original(batches)
         except StopIteration:
@@ -125,6 +141,8 @@ def _make_wrapper(model: Any, phase: str, observer: StepObserver):
         except BaseException as error:
             # XLA could not compile an op of the step: the same batches again, without XLA (a new call).
             again = observer.call_unsupported(phase, probe, error) if began else None
+            if capture_failed is not None:
+                capture_failed.release(drop_warnings=again is not None)
             if again is None:
                 observer.call_failed(phase, probe, began)  # a failed pull: the previous call's facts stand
                 raise

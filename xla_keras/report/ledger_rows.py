@@ -1,0 +1,77 @@
+"""The compile ledger as rows a reader scans: one row per signature's compiles of one call (auto-clustering
+compiles one module per cluster for a new signature), or per run of compiles at a known signature with one
+cause (a value XLA takes as a constant: one compile per step). Pure, on the records' JSON form, so that the
+printed report and the XLA tab group alike.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, List, Optional, Sequence
+
+from xla_keras.core.types import KNOWN_SIGNATURE_CAUSES
+
+
+def ledger_rows(compilations: Sequence[Dict[str, Any]]) -> List[Dict[str, Any]]:
+    """Consecutive compiles of one phase and signature grouped into one row: those of one step (the
+    modules of one call), and those at a known signature with the same cause (a value, JAX's context).
+    Each row: ``{"phase", "first_step", "last_step", "signature", "compiles", "seconds", "cause", "why",
+    "estimated", "cached", "last_batch", "first"}`` (``first``: the index of its first record)."""
+    rows: List[Dict[str, Any]] = []
+    for index, c in enumerate(compilations):
+        last = rows[-1] if rows else None
+        cause = c.get("cause")
+        if (
+            last is not None
+            and last["phase"] == c.get("phase")
+            and last["signature"] == c.get("signature")
+            and last["cause"] == cause
+            and (last["last_step"] == c.get("step") or cause in KNOWN_SIGNATURE_CAUSES)
+        ):
+            last["last_step"] = c.get("step")
+            last["compiles"] += 1
+            last["seconds"] += c.get("seconds") or 0.0
+            last["estimated"] = last["estimated"] or c.get("source") == "timing"
+            last["cached"] = last["cached"] if last["cached"] == c.get("cached") else None
+            last["last_batch"] = last["last_batch"] or bool(c.get("last_batch"))
+            continue
+        rows.append(
+            {
+                "phase": c.get("phase"),
+                "first_step": c.get("step"),
+                "last_step": c.get("step"),
+                "signature": c.get("signature"),
+                "compiles": 1,
+                "seconds": c.get("seconds") or 0.0,
+                "cause": cause,
+                "why": c.get("why"),
+                "estimated": c.get("source") == "timing",
+                "cached": c.get("cached"),
+                "last_batch": bool(c.get("last_batch")),
+                "first": index,
+            }
+        )
+    return rows
+
+
+def steps_words(row: Dict[str, Any]) -> str:
+    """``step 3`` or ``steps 2-20``."""
+    first, last = row["first_step"], row["last_step"]
+    return f"step {first}" if first == last else f"steps {first}-{last}"
+
+
+def cause_words(cause: Optional[str], why: Optional[str]) -> str:
+    """A compile's cause as a short clause for a ledger row ("" for a new signature: the row shows it)."""
+    if cause in (None, "signature"):
+        return ""
+    if cause == "function":
+        return "its step function was rebuilt: a new XLA cache"
+    short = (why or "").split(" (your line")[0].split(" is computed")[0].split("; ")[0]
+    if cause == "value":
+        return f"new values of {short}" if short else "new values of an input XLA takes as a constant"
+    if cause == "context":
+        return f"JAX's context changed: {short}" if short else "JAX's context changed"
+    if cause == "placement":
+        return f"placed differently: {short}" if short else "the same shapes, placed differently"
+    if cause == "retrace":
+        return "the step traced again"
+    return short or "at a known signature, cause unknown"
