@@ -30,6 +30,7 @@ COMPILATION_KEYS = [
     "cost",  # schema 9 (the cost card)
 ]
 SLOW_STEP_KEYS = ["phase", "step", "seconds", "steady_seconds", "signature", "basis"]  # basis: schema 10
+SLOW_STEP_KEYS += ["where", "input_seconds", "between_seconds"]  # schema 13
 REPORT_KEYS = [
     "jit_mode",
     "jit_active",
@@ -68,6 +69,8 @@ REPORT_KEYS = [
     "jit_decision",  # schema 6 (jit="fastest")
     "processes",  # schema 8 (several processes: each one's counts)
     "costs",  # schema 9 (the cost card: achieved rates per phase)
+    "waits",  # schema 13 (the input pipeline's wait, runs' starts)
+    "own_seconds",  # schema 13 (the monitor's own work)
 ]
 SIGNATURE_ITEM_KEYS = ["path", "dtype", "shape"]
 

@@ -96,8 +96,8 @@ def test_steady_steps_make_the_step_time_scalar_at_the_chosen_frequency():
 
 
 def test_end_of_run_writes_the_epoch_mean_and_the_steady_step():
-    """The run's interval: from its begin hook to its end, the compiling call taken out by its own time,
-    Keras's work before the first step and after the last one in it."""
+    """TensorFlow: the epoch's mean steady step and the phase's median, from the steps timed on their own;
+    the time before the run's first step (the epoch's data iterator) is the run's start, no step's."""
     clock = Clock()
     s = session(clock)
     s.run_began("train", clock.now)
@@ -108,9 +108,11 @@ def test_end_of_run_writes_the_epoch_mean_and_the_steady_step():
     clock.now += 0.002  # the end of the epoch's data
     s.drained("train", clock.now, boundary=True)
     scalars = {sc.tag: sc.value for sc in s.end_of_run("train")}
-    assert scalars["xla/step_time_ms"] == pytest.approx(9.0)  # (0.010 + 0.002 + 0.004 + 0.002) / 2 steps
-    assert scalars["xla/steady_step_time_ms"] == pytest.approx(9.0)
+    assert scalars["xla/step_time_ms"] == pytest.approx(3.0)  # (0.002 + 0.004) / 2 steps
+    assert scalars["xla/steady_step_time_ms"] == pytest.approx(3.0)
     assert s.phases["train"].timing.step_median_seconds == pytest.approx(0.003)  # what slow steps are judged by
+    waits = s.phases["train"].waits
+    assert waits.run_starts == 1 and waits.run_start_seconds == pytest.approx(0.010)
 
 
 def test_a_probed_step_that_saw_no_compile_records_nothing_and_is_not_steady():

@@ -192,16 +192,16 @@ def test_a_weighted_median_of_one_step_samples_is_the_median():
     assert weighted_median([]) is None
 
 
-def test_intervals_make_the_steady_step_and_steps_timed_alone_judge_slow_steps():
+def test_steps_timed_alone_make_the_steady_step_and_a_stall_is_no_share_of_it():
+    """TensorFlow: each step's own time is known, so the steady step is their median: a stall between steps
+    is one slow step, never spread over every step as a run's wall time over its steps would."""
     t = PhaseTiming()
     for _ in range(20):
         t.add_steady(0.001)  # each step's own time (TensorFlow)
-    t.add_interval(0.0012, 120)  # the runs' wall time per step, their own work included
-    t.add_interval(0.0013, 100)
-    t.add_interval(0.0050, 10)  # a run with a stall: the fit paid it, so the steady step holds it
-    t.add_interval(0.0200, 10)  # 16x the median step (a machine asleep): left out
-    assert t.median_seconds == pytest.approx((0.0012 * 120 + 0.0013 * 100 + 0.0050 * 10) / 230)
-    assert t.basis == "per_step" and t.median_samples == 230 and t.median_intervals == 3
+    t.add_steady(0.0012)
+    t.add_interval(0.0050, 10)  # a run's wall time per step with a stall in it: not the steady step
+    assert t.median_seconds == pytest.approx(0.001)
+    assert t.basis == "per_step" and t.median_samples == 21 and t.median_intervals == 0
     assert t.step_median_seconds == pytest.approx(0.001) and t.estimate_base == pytest.approx(0.001)
     assert t.slow_above() == pytest.approx(0.001 + SLOW_MIN_EXCESS_SECONDS)  # against the step's own time
 

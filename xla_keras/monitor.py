@@ -376,7 +376,7 @@ class XlaMonitor(keras.callbacks.Callback):
     @_hook
     @_watched
     def on_train_end(self, logs=None):
-        self._lifecycle.end_fit()
+        self._lifecycle.end_fit(finished=True)
         gather_processes(self._state)  # every process ends the fit here: not after a failure (abort_fit)
         self._state.current.ended()
         self._lifecycle.finish()
@@ -430,8 +430,8 @@ class XlaMonitor(keras.callbacks.Callback):
         return self._steps.lanes[phase]
 
     @_hook
-    def call_began(self, phase: str, batches: list, start: float) -> Optional[Any]:
-        return self._steps.began(phase, batches, start)
+    def call_began(self, phase: str, batches: list, start: float, pulled: Optional[float] = None) -> Optional[Any]:
+        return self._steps.began(phase, batches, start, pulled)
 
     @_hook
     def call_ran(self, phase: str, handle: Optional[Any]) -> bool:

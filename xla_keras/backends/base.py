@@ -18,7 +18,7 @@ depends on the framework under Keras lives behind this interface:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Protocol, Sequence, Tuple, Type
+from typing import Any, Callable, Dict, List, Optional, Protocol, Sequence, Tuple, Type
 
 from xla_keras.core.program_cost import ProgramCost
 from xla_keras.core.repeats import SteadyLane
@@ -109,10 +109,11 @@ class StepObserver(Protocol):
         """The lane a wrapper that ends calls itself (JAX) asks first at every call: ``take`` is all
         a steady call costs. Disarmed by the observer whenever the full path must decide."""
 
-    def call_began(self, phase: str, batches: list, start: float) -> Optional[Any]:
-        """Batches pulled for one call (not taken by the steady lane), pulled from ``start`` on (JAX:
-        the previous call of the phase ends there, which may switch the phase's function: then
-        ``step_wrapper`` tells). Returns a probe handle for ``call_ran``, or None."""
+    def call_began(self, phase: str, batches: list, start: float, pulled: Optional[float] = None) -> Optional[Any]:
+        """Batches pulled for one call (not taken by the steady lane), pulled from ``start`` on and until
+        ``pulled`` (the input pipeline's wait is the difference; JAX: the previous call of the phase ends
+        at ``start``, which may switch the phase's function: then ``step_wrapper`` tells). Returns a probe
+        handle for ``call_ran``, or None."""
 
     def call_ran(self, phase: str, probe: Optional[Any]) -> bool:
         """The call returned: stop the probe (or take the compile events a wrapper caught during a call
@@ -247,7 +248,8 @@ class Backend(Protocol):
     # traces, distribution, data, the running call
     def start_trace(self, directory: str) -> None: ...
 
-    def stop_trace(self) -> None: ...
+    def stop_trace(self) -> Optional[Callable[[], None]]:
+        """Stop the trace window: None when it is saved, else the function that saves it (it can wait)."""
 
     def keras_profile_windows(self, model: Any) -> List[Tuple[int, int]]: ...
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import weakref
 from dataclasses import replace
-from typing import Any, ClassVar, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, ClassVar, Dict, List, Optional, Sequence, Tuple
 
 from xla_keras.backends.base import CompileProbe, Installed, StepObserver
 from xla_keras.backends.chain import FUNCTION_ATTR, MAKE_FUNCTION, unwrap
@@ -252,8 +252,9 @@ class KerasBackend:
     def start_trace(self, directory: str) -> None:
         self._internals.start_trace(directory)
 
-    def stop_trace(self) -> None:
-        self._internals.stop_trace()
+    def stop_trace(self) -> Optional[Callable[[], None]]:
+        """Stop the trace window; the save, when it can wait (JAX), or None (saved)."""
+        return self._internals.stop_trace()
 
     def keras_profile_windows(self, model: Any) -> List[Tuple[int, int]]:
         return self._internals.keras_profile_windows(model)

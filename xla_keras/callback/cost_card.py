@@ -10,6 +10,7 @@ figures unavailable, with the reason: it never stops training.
 
 from __future__ import annotations
 
+import time
 from typing import Any, Dict, List, Optional, Tuple
 
 from xla_keras.backends.base import Backend
@@ -67,16 +68,20 @@ class CostMeter:
                 cost = ProgramCost(source=self.backend.cost_source, unavailable=_failed(error))
                 self._costs[key] = self._latest[key[:2]] = cost
 
-    def analyse(self, model: Any, phases: Dict[str, PhaseStats]) -> None:
+    def analyse(self, model: Any, phases: Dict[str, PhaseStats], budget: Optional[float] = None) -> None:
         """Off the step path (an epoch end, a call's end): analyse the kept programs, and give each
-        ledger record of their signatures the figures."""
+        ledger record of their signatures the figures. ``budget``: seconds this may take (an epoch end:
+        a small share of the epoch); the programs left wait for the next time (a call's end: no budget)."""
         if not self._pending and not self._costs:
             return
+        began = time.perf_counter()
         try:
             self.peak(model)
         except Exception as error:  # noqa: BLE001 - no peak: no MFU, the rest of the card goes on
             self.notes.add_once("cost-peak", f"cost card: no MFU, the device's peak is unknown ({_failed(error)})")
         for key, spec in list(self._pending.items()):
+            if budget is not None and time.perf_counter() - began >= budget:
+                break
             del self._pending[key]
             try:
                 cost = self.backend.program_cost(model, key[0], spec, self.mode, self.notes)

@@ -204,6 +204,7 @@ class Containment:
             phases = backend.wrapped_phases()
             state.current.ended(state.stopped_early(phases[0] if phases else "test", False))
             state.current.traces.stop()
+            state.current.traces.save_pending()
             backend.remove_all(state.model)
             self.functions.restore_model()
             state.session.wall.end(at=state.session.wall.last_activity)
@@ -260,6 +261,7 @@ class Containment:
         self.steps.disarm()
         self.steps.abandon_probe(state.active_probe)
         state.current.traces.stop()
+        state.current.traces.save_pending()
         if state.in_fit:
             state.backend.restore_jit()
         state.sink.flush_events()

@@ -106,6 +106,9 @@ class StepFunctions:
 
 
 CALL_NAME = {"test": "evaluate", "predict": "predict"}  # a phase run outside a fit
+# The share of an epoch (or a validation run) its end may spend on the cost card: the monitor's own work
+# stays a small part of every epoch; what is left waits for the fit's end.
+EPOCH_END_SHARE = 0.02
 
 logger = logging.getLogger("xla_keras")
 
@@ -218,6 +221,7 @@ class Lifecycle:
         state.in_fit = True
         backend, session, traces = state.backend, state.session, state.current.traces
         traces.stop()  # a window an exception left open
+        traces.save_pending()
         session.fallback = None
         for stats in session.phases.values():
             stats.after_switch = None
@@ -297,31 +301,37 @@ class Lifecycle:
             state.fastest.epoch_ended(state.session.phases["train"].step)
         self.steps.settle(("train",))
         state.sink.scalars(state.session.end_of_run("train"))
-        self.cost_card(("train",))
+        # An epoch end pays at most a small share of the epoch for the cost card; the rest waits for the fit's end.
+        self.cost_card(("train",), budget=EPOCH_END_SHARE * state.session.phases["train"].last_run_seconds)
         if epoch + 1 < (state.observer.params or {}).get("epochs", epoch + 2):
             gather_processes(state)  # every process ends the epoch at the same step
             state.flush(text=True)
         # The fit's last epoch: its end hook gathers and writes the same files next (a failure between
         # the two: abort_fit writes), so they are written once (1.0 ms of a 1-epoch fit's 2.9 ms, measured).
 
-    def cost_card(self, phases: Tuple[str, ...]) -> None:
+    def cost_card(self, phases: Tuple[str, ...], budget: Optional[float] = None) -> None:
         """Off the step path: analyse the programs compiled since the last time (callback/cost_card.py),
-        and write the phases' achieved FLOP/s and MFU."""
+        and write the phases' achieved FLOP/s and MFU. ``budget``: the seconds it may take (an epoch end)."""
         state = self.state
         costs, session = state.current.costs, state.session
+        began = session.clock()
         try:
-            costs.analyse(state.model, session.phases)
+            costs.analyse(state.model, session.phases, budget)
             for phase in phases:
                 state.sink.scalars(costs.scalars(phase, session.phases[phase]))
         except Exception as error:  # noqa: BLE001 - the cost card is a detail: the rest of the monitor goes on
             session.notes.add_once("cost-card-failed", f"the cost card stopped: {type(error).__name__}: {error}"[:200])
             costs.mode = "off"
+        finally:
+            session.own_work("cost", session.clock() - began)
 
     def end_phase(self, phase: str, interrupted: Optional[str] = None) -> None:
         state = self.state
         self.steps.settle((phase,))
         state.sink.scalars(state.session.end_of_run(phase))
-        self.cost_card((phase,))
+        # Validation inside a fit pays a small share of its run (the rest waits for the fit's end).
+        budget = EPOCH_END_SHARE * state.session.phases[phase].last_run_seconds if state.in_fit else None
+        self.cost_card((phase,), budget)
         state.backend.remove(state.model, phase)
         if not state.in_fit:
             state.session.take_views((phase,))
@@ -330,10 +340,14 @@ class Lifecycle:
             state.current.ended(interrupted)
             self.finish()
 
-    def end_fit(self, at: Optional[float] = None) -> None:
+    def end_fit(self, at: Optional[float] = None, finished: bool = False) -> None:
+        """The fit is over (``finished``: by its end hook, not an exception or a raise)."""
         state = self.state
         state.cleaning(lambda: self.steps.settle(PHASES))  # repeats not yet timed, a call still pending (JAX)
         state.current.traces.stop()
+        state.current.traces.save_pending()
+        if finished:
+            self.cost_card(PHASES)  # the programs the epoch ends left
         state.backend.remove_all(state.model)
         self.functions.restore_model()
         if state.fastest is not None:
@@ -380,6 +394,7 @@ class Lifecycle:
             if began:
                 state.session.call_failed(phase)
             state.current.traces.stop()
+            state.current.traces.save_pending()
             text = state.in_fit
             state.current.ended(state.stopped_early(phase, state.in_fit, why))
             if state.in_fit:

@@ -39,7 +39,7 @@ class ModelReport:
         self.backend = backend
         self.session = Session(config, between_drains=backend.ends_calls_in_wrapper)
         self.sink = OutputSink(log_dir)
-        self.traces = TraceWindows(config.profile, backend, self.session.notes, missing_viewer)
+        self.traces = TraceWindows(config.profile, backend, self.session.notes, missing_viewer, self.session.own_work)
         self.error: Optional[str] = None  # why the monitor disabled itself, if it did
         self.probe: Optional[CompileProbe] = None  # the backend's compile probe, made at the first call
         self.jit_state = JitState(config.jit)  # the read-back of the function that runs

@@ -95,7 +95,12 @@ class CallState:
         ]
 
     def flush(self, report: bool = True, text: bool = False) -> None:
-        self.sink.flush(report=self.report if report else None, text=text, step=self.session.phases["train"].step)
+        session = self.session
+        began = session.clock()
+        try:
+            self.sink.flush(report=self.report if report else None, text=text, step=session.phases["train"].step)
+        finally:
+            session.own_work("writes", session.clock() - began)
 
     def stopped_early(self, phase: str, in_fit: bool, why: str = "an exception or Ctrl-C") -> str:
         return (

@@ -21,6 +21,9 @@ from xla_keras.core.repeats import SteadyLane
 from xla_keras.core.signatures import describe
 from xla_keras.core.types import PHASES, CallOutcome, CallPlan
 
+# JAX: the monitor's own work at a call's start longer than this (a trace saved, a flush) spoils the open
+# interval (its device time went on meanwhile, so subtracting it would be wrong); shorter, it is noise.
+OWN_WORK_SPOILS_SECONDS = 0.002
 # (phase, step, count, window_start): what the storm action gets when a storm opens.
 StormHandler = Callable[[str, int, int, int], None]
 
@@ -107,19 +110,26 @@ class StepPath:
         self.disarm()
         self.state.session.call_skipped(phase)  # e.g. train_on_batch's generator: nothing of ours to count
 
-    def began(self, phase: str, batches: list, now: float) -> Optional[Any]:
-        """Batches pulled for one call (``now``: before the pull) that the steady lane did not take.
+    def began(self, phase: str, batches: list, now: float, pulled: Optional[float] = None) -> Optional[Any]:
+        """Batches pulled for one call (from ``now`` to ``pulled``) that the steady lane did not take.
         JAX: the previous call of the phase ends at ``now``. Returns a probe handle when this call must
         be probed, else None."""
         state = self.state
         sync_at = None
+        pull = pulled - now if pulled is not None else 0.0
         if state.ends_in_wrapper:  # JAX (TensorFlow arms no lane, and its calls end at the batch-end hook)
             self.disarm()
-            start = now
+            start = opens = now
             if self.due(phase, now):
-                now = time.perf_counter()  # the monitor's work at the end of the last call is no step's time
+                done = time.perf_counter()  # the monitor's work at the end of the last call is no step's time
+                if done - (pulled or now) > OWN_WORK_SPOILS_SECONDS:
+                    # Long enough to matter (a trace saved, a flush): the interval it fell in is no steady
+                    # sample, and the next one opens after it.
+                    state.session.interval_spoiled(phase, "the monitor's own work")
+                    opens = done
+                now = done
             session = state.session
-            sync_at = session.interval_call(phase, start)  # opens an interval if the device is idle
+            sync_at = session.interval_call(phase, opens)  # opens an interval if the device is idle
             self._sync[phase] = session.sync_wanted(phase, start) or self._trial_sample_due(phase, start)
         if not state.observing:
             state.session.calls[phase].repeating = False
@@ -157,7 +167,7 @@ class StepPath:
             scalars = session.drain(phase, end=now)  # the repeats before this call end where it starts
             if scalars:
                 sink.scalars(scalars)
-        plan = session.call_began(phase, signatures, jit, now)
+        plan = session.call_began(phase, signatures, jit, now, pull)
         self._plans[phase] = plan
         stats = session.phases[phase]
         free_probe = state.backend.probes_every_call  # JAX: its events cost nothing, every call is seen
@@ -186,7 +196,9 @@ class StepPath:
                 return None
         if not (plan.probe or free_probe) or current.probe is None:
             return None
+        began = session.clock()
         state.active_probe = current.probe.start(plan, jit)
+        session.own_work("probes", session.clock() - began)
         if state.active_probe is None and plan.new:  # rare: a new signature the probe cannot time
             facts = current.probe.facts
             session.call_unprobed(phase, "profiler_busy" if facts.busy else "probes_off" if facts.off else "unprobed")
@@ -216,7 +228,9 @@ class StepPath:
         try:
             probe = current.probe
             assert probe is not None  # the handle came from it
+            began = current.session.clock()
             observation = probe.stop(handle, self._plans[phase], current.jit_state)
+            current.session.own_work("probes", current.session.clock() - began)
         finally:
             state.active_probe = None
         if observation is not None and observation.modules and state.ends_in_wrapper:
@@ -292,6 +306,8 @@ class StepPath:
                         current.session.phases["train"].step, outcome.seconds, len(outcome.compiles)
                     )
             self.apply(phase, outcome)
+            if not state.ends_in_wrapper:  # TensorFlow: the next step's time starts after the monitor's work
+                current.session.after_own_work(phase, current.session.clock())
 
     def apply(self, phase: str, outcome: CallOutcome) -> None:
         """What a call added: scalars, the trace window's end, compiles, a storm, a periodic flush."""

@@ -32,10 +32,15 @@ class TraceWindows:
         backend_traces: Any,
         notes: Notes,
         missing_viewer: Callable[[], Optional[str]] = lambda: None,
+        own_work: Callable[[str, float], None] = lambda kind, seconds: None,
     ):
         self.profile = profile
-        self._backend = backend_traces  # start_trace(dir), stop_trace()
+        self._backend = backend_traces  # start_trace(dir), stop_trace() -> a save that can wait, or None
         self.notes = notes
+        self._own_work = own_work  # the time of the monitor's own work: starting, stopping, saving windows
+        # Windows stopped whose save waits for the fit's end (JAX: saving takes seconds after a storm),
+        # with their save: (window, last step, save).
+        self._unsaved: List[Tuple[dict, Optional[int], Callable[[], None]]] = []
         self._missing_viewer = missing_viewer  # how to get the Profile tab, when it is not installed
         self.open: Optional[dict] = None  # the window we opened: kind, stop_step, dir, started
         self.saved: List[str] = []  # "kind: session dir" of every window saved
@@ -98,6 +103,7 @@ class TraceWindows:
         if kind == "storm":
             plan["storm_pending"] = False
         run_dir = os.path.join(log_dir, "train")
+        began = time.perf_counter()
         try:
             self._backend.start_trace(run_dir)
         except Exception as error:  # noqa: BLE001 - another profiler: skip, never crash
@@ -106,6 +112,8 @@ class TraceWindows:
                 f"skipped a profiler trace: another profiler is running ({error!r}); stop only what we started",
             )
             return False
+        finally:
+            self._own_work("traces", time.perf_counter() - began)
         self.open = {"kind": kind, "stop_step": stop, "dir": run_dir, "started": time.time(), "first": last_step + 1}
         return True
 
@@ -173,11 +181,35 @@ class TraceWindows:
         window, self.open = self.open, None
         if window is None:
             return None
+        began = time.perf_counter()
         try:
-            self._backend.stop_trace()
+            save = self._backend.stop_trace()
         except Exception as error:  # noqa: BLE001 - the window is lost, training goes on
             self.notes.add_once("trace-stop", f"a profiler trace could not be saved: {error!r}", warn=True)
             return None
+        finally:
+            self._own_work("traces", time.perf_counter() - began)
+        if save is not None:  # saved at the fit's end (save_pending), off the step path
+            self._unsaved.append((window, last_step, save))
+            return None
+        return self._saved(window, last_step)
+
+    def save_pending(self) -> None:
+        """Save the windows whose save waited (at the fit's end, and at exit): off every step."""
+        unsaved, self._unsaved = self._unsaved, []
+        for window, last_step, save in unsaved:
+            began = time.perf_counter()
+            try:
+                save()
+            except Exception as error:  # noqa: BLE001 - the window is lost, the rest goes on
+                self.notes.add_once("trace-stop", f"a profiler trace could not be saved: {error!r}", warn=True)
+                continue
+            finally:
+                self._own_work("traces", time.perf_counter() - began)
+            self._saved(window, last_step)
+
+    def _saved(self, window: dict, last_step: Optional[int]) -> Optional[str]:
+        """The bookkeeping of a saved window: its session dir, and the steady window's steps."""
         profile_dir = os.path.join(window["dir"], "plugins", "profile")
         sessions = (
             sorted((os.path.join(profile_dir, d) for d in os.listdir(profile_dir)), key=os.path.getmtime)
@@ -203,5 +235,6 @@ class TraceWindows:
         """On an error path: never raise."""
         try:
             self.stop()
+            self.save_pending()
         except Exception:  # noqa: BLE001 - already failing
             pass

@@ -23,6 +23,24 @@ from xla_keras.storms.lengths import BatchSample, SampleView
 from xla_keras.tensorboard.metadata import TAG_STEADY_STEP_TIME, TAG_STEP_TIME
 
 
+@dataclass
+class Waits:
+    """What a phase waited for outside its steps' own work: the input pipeline (the step wrapper pulls
+    each call's batches, so it times the pull), and each run's start (from its begin hook to its first
+    call: Keras makes the epoch's data iterator and releases the last one there, and other callbacks'
+    begin hooks run)."""
+
+    input_seconds: float = 0.0
+    longest_input: float = 0.0
+    run_start_seconds: float = 0.0
+    run_starts: int = 0  # runs whose start was measured
+    longest_run_start: float = 0.0
+    longest_run_start_step: int = 0  # the first step of that run
+
+    def to_dict(self) -> Dict[str, float]:
+        return dataclasses.asdict(self)
+
+
 class PhaseStats:
     """One phase over the report's life: steps, timing, shapes, compile accounting, records."""
 
@@ -69,6 +87,10 @@ class PhaseStats:
         # nothing of this phase (after a drain: the next call may open an interval at its start).
         self.interval = DrainedInterval()
         self.idle = True
+        self.waits = Waits()
+        self.run_began_at: Optional[float] = None  # a run's begin hook, until its first call begins
+        self.run_opened: Optional[float] = None  # the running run's begin hook
+        self.last_run_seconds = 0.0  # the last run's wall time, begin hook to end
 
     def value_probe_due(self, fingerprint: int) -> bool:
         """Whether a batch of a known signature should be probed for a compile a value causes: the
@@ -187,6 +209,7 @@ class PhaseStats:
             self.timing.median_intervals,
             self.steady_withheld(between_drains),
             self.value_keys,
+            dataclasses.replace(self.waits),
         )
 
 
@@ -223,6 +246,27 @@ class CallScratch:
     # phase boundary (the next call is timed from its own start).
     last_end: Optional[float] = None
     synced: bool = False  # JAX: the monitor waited for the device after this call: its host time includes that
+    pull: float = 0.0  # the call's wait for the input pipeline (the wrapper's pull)
+    between: float = 0.0  # TensorFlow: from the last batch end to this call's start (Keras's loop, callbacks)
+
+
+# What the monitor's own work is (``OwnTime``): never a step's time, stated in the report.
+OWN_WORK = ("traces", "writes", "cost", "probes")
+
+
+class OwnTime:
+    """The monitor's own work, in seconds by kind (``OWN_WORK``): trace windows started, stopped and saved,
+    files written, programs analysed, compile probes started and stopped. It is kept out of every step
+    figure (the step path starts the next step's time after it) and stated in the report."""
+
+    def __init__(self) -> None:
+        self.seconds: Dict[str, float] = dict.fromkeys(OWN_WORK, 0.0)
+
+    def add(self, kind: str, seconds: float) -> None:
+        self.seconds[kind] = self.seconds.get(kind, 0.0) + max(0.0, seconds)
+
+    def view(self) -> Dict[str, float]:
+        return {**self.seconds, "total": sum(self.seconds.values())}
 
 
 class WallClock:
@@ -301,6 +345,7 @@ class PhaseSnapshot:
     steady_intervals: int = 0  # the drained intervals it rests on (between_drains)
     steady_withheld: Optional[str] = None  # why there is no steady step though steps ran
     value_keys: Tuple[ValueKey, ...] = ()  # inputs XLA takes as constants whose values the step computes
+    waits: Optional[Waits] = None
 
 
 @dataclass(frozen=True)
@@ -315,3 +360,4 @@ class SessionSnapshot:
     fallback: Optional[dict]
     advice: Tuple[PhaseAdvice, ...] = ()
     jit_decision: Optional[dict] = None
+    own_seconds: Optional[Dict[str, float]] = None  # the monitor's own work by kind, and its total

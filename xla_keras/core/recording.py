@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Dict, List, Optional, Tuple
 
 from xla_keras.core.phases import CallScratch, PhaseStats
 from xla_keras.core.signatures import InputSignature
-from xla_keras.core.timing import SLOW_MIN_EXCESS_SECONDS, PhaseTiming
+from xla_keras.core.timing import SLOW_FACTOR, SLOW_MIN_EXCESS_SECONDS, PhaseTiming
 from xla_keras.core.types import CallOutcome, CompileObservation, Scalar
 from xla_keras.report.model import Compilation, SlowStep
 from xla_keras.tensorboard.metadata import TAG_COMPILATIONS, TAG_COMPILE_TIME, TAG_STEP_TIME
@@ -216,6 +216,7 @@ class StepRecorder:
             self._slow(phase, stats, per_step, step, n, signature)
         else:
             stats.timing.add_steady(per_step)
+            stats.add_to_run(per_step, n)  # the epoch's mean steady step (its scalar)
             if stats.after_switch is not None:
                 stats.after_switch.add_steady(per_step)
             every = self.steps_per_scalar
@@ -269,11 +270,11 @@ class StepRecorder:
         each on average. It is one sample of the steady step, weighing ``steps``; the step-time scalar is
         written here, at drains only (one point per interval: its mean)."""
         stats = self.phases[phase]
+        if not self.between_drains:
+            return  # TensorFlow times each step on its own: its steady step is their median (core/timing.py)
         if self.trial is not None and phase == "train":
-            # jit='fastest' measures: under JAX an interval is the trial's sample, not the phase's; TensorFlow's
-            # trial samples steps timed on their own, and a run then held both modes.
-            if self.between_drains:
-                self.trial.add_interval(step, per_step, steps)
+            # jit='fastest' measures: under JAX an interval is the trial's sample, not the phase's.
+            self.trial.add_interval(step, per_step, steps)
             return
         stats.add_to_run(per_step, steps)
         every = self.steps_per_scalar
@@ -286,6 +287,16 @@ class StepRecorder:
             waiting, stats.slow_candidates = stats.slow_candidates, []
             for seconds, at, batches, signature in waiting:
                 self._host_steps(phase, stats, [(seconds, at)], batches, signature)
+
+    def judge_candidates(self, phase: str, base: float) -> None:
+        """JAX: the host times kept before the steady step was known, judged against ``base`` (a step's
+        time, from the interval they fell in): those far above it are slow steps."""
+        stats = self.phases[phase]
+        waiting, stats.slow_candidates = stats.slow_candidates, []
+        threshold = max(SLOW_FACTOR * base, base + SLOW_MIN_EXCESS_SECONDS)
+        for seconds, at, batches, signature in waiting:
+            if seconds > threshold:
+                self._slow(phase, stats, seconds, at, batches, signature, basis="host", steady=base)
 
     def _host_steps(
         self,
@@ -300,6 +311,7 @@ class StepRecorder:
         on the host. Never a steady sample: the host time of a queued step is not its time."""
         threshold = stats.timing.slow_above()  # inf while no steady step is known
         for per_step, step in times:
+            stats.interval.note_host(per_step, step)
             if per_step > threshold:
                 self._slow(phase, stats, per_step, step, n, signature, basis="host")
             elif threshold == float("inf") and per_step > SLOW_MIN_EXCESS_SECONDS:
@@ -312,11 +324,12 @@ class StepRecorder:
         if not values:
             return
         stats.timing.add_steady_run(values)
+        stats.add_to_run(sum(values) / len(values), len(values))
         if stats.after_switch is not None:
             stats.after_switch.add_steady_run(values)
 
-    @staticmethod
     def _slow(
+        self,
         phase: str,
         stats: PhaseStats,
         per_step: float,
@@ -324,11 +337,17 @@ class StepRecorder:
         n: int,
         signature: Optional[InputSignature],
         basis: str = "step",
+        steady: Optional[float] = None,
     ) -> None:
         stats.slow_count += 1
-        median = stats.timing.median_seconds
+        median = stats.timing.median_seconds if steady is None else steady
         if len(stats.slow) < stats.max_records and median is not None and signature is not None:
-            stats.slow.append(SlowStep(phase, step - n + 1, per_step, median, signature, basis))
+            slow = SlowStep(phase, step - n + 1, per_step, median, signature, basis)
+            call = self.calls.get(phase)
+            if basis == "step" and call is not None:  # TensorFlow: the call's own parts are known
+                slow.input_seconds, slow.between_seconds = call.pull / n, call.between / n
+                slow.where = where_it_sat(per_step, slow.input_seconds, slow.between_seconds)
+            stats.slow.append(slow)
 
 
 def known_signature_cause(
@@ -350,3 +369,12 @@ def known_signature_cause(
     if observation.traced:
         return "retrace", "the step function traced again at this signature (a new concrete function)"
     return "signature", None
+
+
+def where_it_sat(seconds: float, input_seconds: float, between_seconds: float) -> str:
+    """Where a slow step's time went (``SlowStep.where``): "input" (the input pipeline's wait), "between_steps"
+    (Keras's loop and the other callbacks between two steps), or "step" (the step itself: the device, or the
+    host busy), whichever part is the largest."""
+    inside = seconds - input_seconds - between_seconds
+    parts = {"input": input_seconds, "between_steps": between_seconds, "step": inside}
+    return max(parts, key=lambda part: parts[part])

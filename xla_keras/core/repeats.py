@@ -97,6 +97,8 @@ class SteadyLane:
     __slots__ = (
         "budget",
         "starts",
+        "pulls",
+        "longest_pull",
         "held",
         "returned",
         "_deadline",
@@ -110,6 +112,8 @@ class SteadyLane:
     def __init__(self) -> None:
         self.budget = 0  # calls it may still take; 0: disarmed
         self.starts: List[float] = []  # the calls taken since it armed (their start times)
+        self.pulls = 0.0  # the input pipeline's wait over the calls taken, added up when it disarms
+        self.longest_pull = 0.0
         # The phase's last call's outputs, whoever ran it (JAX: what the monitor waits on to drain the
         # device at a sync or a phase boundary; dropped at the boundary). One reference, replaced per call.
         self.held: Any = None
@@ -144,11 +148,17 @@ class SteadyLane:
         self._fp, self._occurrences = fingerprint, occurrences
         self._deadline, self.budget = deadline, budget
 
-    def take(self, batch: Any, now: float) -> bool:
-        """Take this one-batch call (True), or leave it to the full path (False: the lane disarms)."""
+    def take(self, batch: Any, now: float, pulled: Optional[float] = None) -> bool:
+        """Take this one-batch call (True), or leave it to the full path (False: the lane disarms).
+        ``pulled``: when the batch's pull ended (its wait for the input pipeline began at ``now``)."""
         if now < self._deadline and self._matches(batch):
             self.starts.append(now)
             self.budget -= 1
+            if pulled is not None:
+                waited = pulled - now
+                self.pulls += waited
+                if waited > self.longest_pull:
+                    self.longest_pull = waited
             return True
         self.disarm()
         return False
@@ -166,6 +176,9 @@ class SteadyLane:
         stats.history.batches[self._fp] += taken
         self._occurrences[self._fp] += taken
         stats.sample.seen += taken  # the lane stops short of the sample's next pick (its budget)
+        stats.waits.input_seconds += self.pulls
+        stats.waits.longest_input = max(stats.waits.longest_input, self.longest_pull)
+        self.pulls = self.longest_pull = 0.0
         if self._wall is not None:
             self._wall.last_activity = starts[-1]
         starts.clear()

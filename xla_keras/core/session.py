@@ -18,7 +18,15 @@ from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Sequence, Set,
 
 from xla_keras.config import MonitorConfig
 from xla_keras.core.ledger import CompileLedger
-from xla_keras.core.phases import CallScratch, PhaseStats, SessionSnapshot, WallClock, fallback_began, fallback_view
+from xla_keras.core.phases import (
+    CallScratch,
+    OwnTime,
+    PhaseStats,
+    SessionSnapshot,
+    WallClock,
+    fallback_began,
+    fallback_view,
+)
 from xla_keras.core.recording import StepRecorder
 from xla_keras.core.repeats import Repeats
 from xla_keras.core.signatures import InputSignature, is_ragged
@@ -70,6 +78,7 @@ class Session:
         self.detector = StormDetector(config.storm_threshold, config.storm_window)
         self.storms: List[Storm] = []
         self.notes = Notes()
+        self.own = OwnTime()
         self.wall = WallClock(clock)
         self.fallback: Optional[dict] = None
         self.analysis = StormAnalysis(config)
@@ -110,12 +119,25 @@ class Session:
     # ---------------------------------------------------------------- calls
 
     def call_began(
-        self, phase: str, signatures: Sequence[InputSignature], jit: JitState, start: Optional[float] = None
+        self,
+        phase: str,
+        signatures: Sequence[InputSignature],
+        jit: JitState,
+        start: Optional[float] = None,
+        pull: float = 0.0,
     ) -> CallPlan:
-        """A call of ``phase``'s step function is about to run these batches."""
+        """A call of ``phase``'s step function is about to run these batches, which took ``pull`` seconds to
+        pull (the input pipeline's wait)."""
         stats, call = self.phases[phase], self.calls[phase]
         call.repeating = False
         call.start = self.clock() if start is None else start
+        call.pull = pull
+        waits = stats.waits
+        waits.input_seconds += call.pull
+        if call.pull > waits.longest_input:
+            waits.longest_input = call.pull
+        if stats.run_began_at is not None:
+            self._run_started(stats, call.start - stats.run_began_at)
         if phase in self._open_at_next_call:
             self._open_at_next_call.discard(phase)
             stats.interval.open_at(call.start, stats.step)
@@ -174,6 +196,16 @@ class Session:
             call.value_probe,
             stats.timing.recent_median_seconds,
         )  # no sort per step
+
+    @staticmethod
+    def _run_started(stats: PhaseStats, seconds: float) -> None:
+        """A run's first call begins ``seconds`` after its begin hook."""
+        stats.run_began_at = None
+        waits = stats.waits
+        waits.run_start_seconds += max(0.0, seconds)
+        waits.run_starts += 1
+        if seconds > waits.longest_run_start:
+            waits.longest_run_start, waits.longest_run_start_step = seconds, stats.step + 1
 
     def _count_new(self, phase: str, step: int) -> None:
         opened = self.detector.new_signature(phase, step)
@@ -269,6 +301,7 @@ class Session:
         # step's too); JAX: start to start, the host's time (``between_drains``).
         begin = call.last_end if call.last_end is not None and not self.between_drains else call.start
         seconds = outcome.seconds = now - begin
+        call.between = call.start - begin
         call.last_end = now if timed else None
         synced, call.synced = call.synced, False
         timed = timed and not synced  # the host time of a call the monitor waited after holds the wait
@@ -297,15 +330,30 @@ class Session:
 
     def end_of_run(self, phase: str) -> List[Scalar]:
         """An epoch (train) or a validation / evaluate / predict run ended: its scalars."""
-        return self.phases[phase].end_of_run(phase, self.config.update_freq)
+        stats = self.phases[phase]
+        if stats.run_opened is not None:
+            stats.last_run_seconds, stats.run_opened = self.clock() - stats.run_opened, None
+        return stats.end_of_run(phase, self.config.update_freq)
 
     def run_began(self, phase: str, at: float) -> None:
         """An epoch (train), a validation / evaluate or a predict run of ``phase`` begins at ``at`` (its begin
-        hook): an interval opens here if the device holds nothing of the phase (always on TensorFlow, which
-        syncs at every batch end). The run's own set-up is its steps' time too."""
+        hook). JAX: an interval opens here if the device holds nothing of the phase (the run's own set-up is
+        its steps' time too). TensorFlow times each step on its own: the time to the run's first call is the
+        run's start (``Waits``), no step's."""
         stats = self.phases[phase]
-        if not stats.interval.open and (stats.idle or not self.between_drains):
+        stats.run_began_at = stats.run_opened = at
+        if self.between_drains and not stats.interval.open and stats.idle:
             stats.interval.open_at(at, stats.step)
+
+    def own_work(self, kind: str, seconds: float) -> None:
+        """The monitor's own work took ``seconds`` (``phases.OWN_WORK``): stated, never a step's."""
+        self.own.add(kind, seconds)
+
+    def after_own_work(self, phase: str, at: float) -> None:
+        """TensorFlow: the monitor's work at a batch end is over at ``at``: the next step's time starts here."""
+        call = self.calls[phase]
+        if call.last_end is not None:
+            call.last_end = at
 
     def boundary(self, phases: Sequence[str]) -> None:
         """Another phase (or nothing) runs next: the phases' next calls are timed from their own start."""
@@ -350,8 +398,19 @@ class Session:
             stats.idle = False
             return scalars
         dispatched = stats.step + call.batches
-        spoiled = stats.interval.spoiled is not None
-        sample = stats.interval.close(at, dispatched)
+        pending = stats.repeats  # the calls not timed yet: each one's host time runs to the next one's start
+        for (start, step, _), (following, _, _) in zip(pending, pending[1:]):
+            stats.interval.note_host(following - start, step)
+        steady = stats.timing.median_seconds
+        stalled = stats.interval.stalled(at, dispatched, steady)
+        if stalled and steady is None and stats.slow_candidates:
+            # No steady step yet, and the first interval held a stall: its calls are judged against the
+            # interval's other steps (else they would wait for a clean interval that may never come).
+            base = stats.interval.step_base(at, dispatched)
+            if base is not None:
+                self.recorder.judge_candidates(phase, base)
+        spoiled = stats.interval.spoiled is not None or stalled
+        sample = stats.interval.close(at, dispatched, steady)
         stats.idle = True
         if sample is not None:
             self.recorder.interval(phase, sample[0], sample[1], dispatched, scalars)
@@ -446,6 +505,7 @@ class Session:
             fallback_view(self.fallback, self.phases),
             self.analysis.advice(self.phases, self.storms, self.data_kind, self.run, self.runs.get(self.run, 1)),
             view,
+            self.own.view(),
         )
 
 

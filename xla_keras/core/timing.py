@@ -1,23 +1,22 @@
-"""Step times: steady vs compile steps, unexplained slow steps, break-even.
+"""Step times: steady vs compile steps, unexplained slow steps (stalls), break-even.
 
-The steady step is the wall time per step of intervals that begin and end with the device drained,
-compiles and profiler windows left out: the time a step takes in the fit, Keras's loop and callbacks
-between steps and each run's own work (an epoch's data iterator, the end of its data) included, as
-Keras's own "ms/step" counts it. It is the intervals' total time over their steps, what the wall clock
-says a steady step costs on average (measured: TensorFlow stalls about one epoch start in two for
-~0.3 s, which a median would drop and the fit pays); an interval more than ``OUTLIER_FACTOR`` times
-the median one (a machine asleep, a debugger) is left out. How a phase's intervals come about
-(``BASES``):
+The steady step is what one step takes in the fit with compiles, profiler windows, stalls and the
+monitor's own work left out; stalls are reported apart, as what they are (``SlowStep``, and the phase's
+``Waits``: the input pipeline, each run's start). How a phase's steps are timed (``BASES``):
 
 * ``"per_step"`` (TensorFlow): Keras turns every step's logs into floats at its batch end, so the
-  device has finished each step there, and a step's own time is known: from one batch end to the next.
-  An interval is a run (an epoch, a validation / evaluate / predict run), its compiling, probed or
-  profiled calls taken out by their own times. Each step's own time also finds slow steps.
+  device has finished each step there, and a step's own time is known: from one batch end to the next
+  (Keras's loop, the other callbacks and the input pipeline's wait included, the monitor's own work at
+  its batch end left out). The steady step is the median of those times: one stall between steps (a
+  pipeline that waited, a callback, the machine) is one slow step, named with where it sat, never a
+  share of every step. A run's start (its begin hook to its first call) is no step's time.
 * ``"between_drains"`` (JAX): Keras dispatches steps asynchronously, and a step's start-to-start time
   is mostly the time Python took to queue it. The device's time is known only over an interval that
   begins and ends with the device drained (``DrainedInterval``): a run, cut by the monitor's sparse
-  syncs (about once a second, and after each compile, whose interval is left out). A step's host
-  time (start to next start) only finds the loop's own stalls.
+  syncs (about once a second, and after each compile, whose interval is left out). The steady step is
+  the intervals' time over their steps; an interval that held a stall (a call whose host time, start to
+  next start, was far above the steady step: the loop itself stalled) or the monitor's own work is left
+  out, and so is one more than ``OUTLIER_FACTOR`` times the median interval (a machine asleep).
 
 Pure and bounded: a phase keeps its last ``window`` samples in ring buffers plus running totals, so a fit
 of any length costs constant memory. The median of the steps timed on their own is recomputed lazily
@@ -44,6 +43,8 @@ MIN_STEADY_SAMPLES = 8
 MIN_COMPARE_STEPS = 20
 # An interval whose step is this many times the intervals' median step is no steady sample (see above).
 OUTLIER_FACTOR = 10.0
+# JAX: host times kept per interval to find a stall in it (an interval is about a second of steps).
+MAX_HOST_TIMES = 4096
 # How a phase's step times were measured (see the module's docstring).
 PER_STEP, BETWEEN_DRAINS = "per_step", "between_drains"
 BASES = (PER_STEP, BETWEEN_DRAINS)
@@ -127,11 +128,14 @@ class PhaseTiming:
 
     @property
     def median_seconds(self) -> Optional[float]:
-        """The steady step: the intervals' time over their steps (``steady_of``), or the median of the
-        steps timed on their own while no interval closed yet (exact at read time)."""
+        """The steady step: the median of the steps timed on their own where there are some (TensorFlow:
+        a stall between steps is one slow step, not a share of every step), else the intervals' time over
+        their steps (``steady_of``: JAX, whose steps are timed between drains)."""
+        if self.steady_count:
+            return self.step_median_seconds
         if self._interval_steady is not None:
             return self._interval_steady[0]
-        return self.step_median_seconds
+        return None
 
     @property
     def step_median_seconds(self) -> Optional[float]:
@@ -150,9 +154,11 @@ class PhaseTiming:
     @property
     def median_samples(self) -> int:
         """The steady steps the steady step rests on (the last ``window`` samples')."""
+        if self.steady_count:
+            return len(self._recent)
         if self._interval_steady is not None:
             return self._interval_steady[1]
-        return len(self._recent)
+        return 0
 
     @property
     def compare_seconds(self) -> Optional[float]:
@@ -171,7 +177,9 @@ class PhaseTiming:
     @property
     def median_intervals(self) -> int:
         """The intervals the steady step rests on (0: on steps timed one by one)."""
-        return self._interval_steady[2] if self._interval_steady is not None else 0
+        if self.steady_count or self._interval_steady is None:
+            return 0
+        return self._interval_steady[2]
 
     @property
     def recent_median_seconds(self) -> Optional[float]:
@@ -221,7 +229,7 @@ class DrainedInterval:
     step function inside it spoils it under JAX (their device time is not observable); TensorFlow, where
     each call's time is known, takes such calls out (``exclude``)."""
 
-    __slots__ = ("start", "step", "spoiled", "excluded_seconds", "excluded_steps")
+    __slots__ = ("start", "step", "spoiled", "excluded_seconds", "excluded_steps", "host")
 
     def __init__(self) -> None:
         self.start: Optional[float] = None  # None: closed (the phase's next run or call opens one)
@@ -229,6 +237,7 @@ class DrainedInterval:
         self.spoiled: Optional[str] = None
         self.excluded_seconds = 0.0
         self.excluded_steps = 0
+        self.host: List[float] = []  # JAX: the host times of the interval's calls (start to next start)
 
     @property
     def open(self) -> bool:
@@ -237,6 +246,34 @@ class DrainedInterval:
     def open_at(self, start: float, step: int) -> None:
         self.start, self.step, self.spoiled = start, step, None
         self.excluded_seconds, self.excluded_steps = 0.0, 0
+        self.host = []
+
+    def note_host(self, seconds: float, step: int) -> None:
+        """JAX: the host time of the call that ended at ``step`` (start to next start), when it is one of the
+        interval's calls: a stall among them makes the interval no steady sample (``close``)."""
+        if self.start is not None and step > self.step and len(self.host) < MAX_HOST_TIMES:
+            self.host.append(seconds)
+
+    def stalled(self, at: float, step: int, steady: Optional[float] = None) -> bool:
+        """A call of the interval (closing at ``at`` after ``step``) whose host time was far above a step:
+        the loop itself stalled there (the input pipeline, a callback) while the device ran dry. A step is
+        the phase's ``steady`` step where known, else the interval's time without that call over its other
+        steps. (A call's host time is mostly its dispatch; one that waited for the device's queue waited
+        about a step: neither is a stall.)"""
+        base = self.step_base(at, step, steady)
+        return base is not None and max(self.host) > max(SLOW_FACTOR * base, base + SLOW_MIN_EXCESS_SECONDS)
+
+    def step_base(self, at: float, step: int, steady: Optional[float] = None) -> Optional[float]:
+        """What a step takes, to judge the interval's host times by: the phase's ``steady`` step, else the
+        interval's time without its longest call over its other steps (None: too few to tell)."""
+        if not self.host or self.start is None:
+            return None
+        if steady is not None:
+            return steady
+        steps = step - self.step - self.excluded_steps
+        if steps < 2:
+            return None
+        return max(0.0, at - self.start - self.excluded_seconds - max(self.host)) / (steps - 1)
 
     def spoil(self, why: str) -> None:
         if self.start is not None and self.spoiled is None:
@@ -248,11 +285,14 @@ class DrainedInterval:
             self.excluded_seconds += seconds
             self.excluded_steps += steps
 
-    def close(self, at: float, step: int) -> Optional[Tuple[float, int]]:
+    def close(self, at: float, step: int, steady: Optional[float] = None) -> Optional[Tuple[float, int]]:
         """The device drained at ``at`` with the phase's steps up to ``step`` dispatched: (seconds per steady
-        step, steady steps) when the interval was clean and held one, else None. Closed after."""
+        step, steady steps) when the interval was clean and held one, else None (a compile, a profiler window,
+        a stall: ``stalled`` against the phase's ``steady`` step). Closed after."""
         start, first, spoiled = self.start, self.step, self.spoiled
-        self.start, self.spoiled = None, None
+        if spoiled is None and self.stalled(at, step, steady):
+            spoiled = "a stall"
+        self.start, self.spoiled, self.host = None, None, []
         steps = step - first - self.excluded_steps
         if start is None or spoiled is not None or steps <= 0:
             return None

@@ -102,6 +102,12 @@ def build_report(snapshot: SessionSnapshot, context: ReportContext) -> XlaReport
     report.other_compilations = {k: dict(v) for k, v in context.other_compilations.items()}
     report.processes = [dict(p) for p in context.processes]
     report.costs = {phase: dict(rates) for phase, rates in context.costs.items()}
+    for name, phase in snapshot.phases.items():
+        if phase.steps and phase.waits is not None:
+            waits = phase.waits.to_dict()
+            waits["input_share"] = share(waits["input_seconds"], report.wall_seconds) or 0.0
+            report.waits[name] = waits
+    report.own_seconds = dict(snapshot.own_seconds or {})
     return report
 
 

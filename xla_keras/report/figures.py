@@ -69,11 +69,81 @@ def dispatch_timed(report: XlaReport) -> bool:
     return any((t or {}).get("basis") == "dispatch" for t in report.step_timing.values())
 
 
+_WHERE = {"input": "waiting for input", "between_steps": "between steps", "step": "in the step"}
+
+
 def slow_words(report: XlaReport) -> str:
-    """The slow steps in words: how many, against what, and how they were timed."""
+    """The slow steps in words: how many, against what, how they were timed and where their time went."""
     host = any(s.basis == "host" for s in report.slow_steps)
     timed = " (timed on the host: the loop's own time on each, JAX dispatches asynchronously)" if host else ""
-    return f"{report.slow_step_count} known-signature steps far above the steady step{timed}"
+    where: Dict[str, int] = {}
+    for slow in report.slow_steps:
+        if slow.where in _WHERE:
+            where[slow.where] = where.get(slow.where, 0) + 1
+    sat = ", ".join(f"{n} {_WHERE[w]}" for w, n in sorted(where.items(), key=lambda item: -item[1]))
+    return f"{report.slow_step_count} known-signature steps far above the steady step{timed}" + (
+        f" ({sat})" if sat else ""
+    )
+
+
+# A finding (a summary line) when the input pipeline's wait is at least this share of the monitored time, and
+# this many seconds; the same for the time runs took to start (before their first step).
+INPUT_WAIT_SHARE = 0.05
+INPUT_WAIT_SECONDS = 0.2
+RUN_START_SHARE = 0.05
+RUN_START_SECONDS = 0.5
+
+
+def waits_words(report: XlaReport, phase: str) -> Optional[str]:
+    """What ``phase`` waited for outside its steps, in words (None: nothing worth a line)."""
+    waits = report.waits.get(phase)
+    if not waits:
+        return None
+    parts = []
+    if waits.get("input_seconds", 0.0) >= 0.001:
+        parts.append(
+            f"input pipeline {ms_text(waits['input_seconds'])} ({waits.get('input_share', 0.0):.0%} of the monitored "
+            f"time; longest {ms_text(waits.get('longest_input', 0.0))})"
+        )
+    if waits.get("run_starts"):
+        run = "epoch" if phase == "train" else "run"
+        parts.append(
+            f"{run} starts {ms_text(waits['run_start_seconds'])} over {waits['run_starts']} {run}s (longest "
+            f"{ms_text(waits.get('longest_run_start', 0.0))}, before step {waits.get('longest_run_start_step')})"
+        )
+    return f"{phase}: " + "; ".join(parts) if parts else None
+
+
+def wait_findings(report: XlaReport) -> List[str]:
+    """The waits worth a finding: the input pipeline's share of the time, and slow starts of runs."""
+    out = []
+    for phase, waits in report.waits.items():
+        seconds, part = waits.get("input_seconds", 0.0), waits.get("input_share", 0.0)
+        if seconds >= INPUT_WAIT_SECONDS and part >= INPUT_WAIT_SHARE:
+            out.append(
+                f"{phase} waited {ms_text(seconds)} = {part:.0%} of the time for its input pipeline (tf.data: "
+                "prefetch(tf.data.AUTOTUNE), cache(), map(..., num_parallel_calls=tf.data.AUTOTUNE))"
+            )
+        starts = waits.get("run_start_seconds", 0.0)
+        if starts >= RUN_START_SECONDS and report.wall_seconds and starts / report.wall_seconds >= RUN_START_SHARE:
+            run = "epochs" if phase == "train" else "runs"
+            longest = ms_text(waits.get("longest_run_start", 0.0))
+            out.append(
+                f"{phase}: {run} took {ms_text(starts)} to start (longest {longest} before step "
+                f"{waits.get('longest_run_start_step')}): Keras makes each epoch's data iterator and releases the "
+                "last one there; no step's time"
+            )
+    return out
+
+
+def own_words(report: XlaReport) -> Optional[str]:
+    """The monitor's own work in words: its total and its parts, kept out of every step figure."""
+    own = report.own_seconds
+    if not own or own.get("total", 0.0) < 0.0005:
+        return None
+    names = {"traces": "traces", "writes": "writes", "cost": "cost analysis", "probes": "compile probes"}
+    parts = ", ".join(f"{names[k]} {ms_text(own[k])}" for k in names if own.get(k, 0.0) >= 0.0005)
+    return f"{ms_text(own['total'])} ({parts}), outside every step figure"
 
 
 def fallback_cost(fallback: Dict[str, Any]) -> Optional[str]:

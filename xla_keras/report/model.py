@@ -176,6 +176,12 @@ class SlowStep:
             next step's: pulling its batch, dispatching it and the callbacks between steps, and, when the
             device's queue is full, the wait for an earlier step to finish; the device may have hidden part
             of a host stall behind the steps it still had queued.
+        where: where the time went (TensorFlow, whose parts of a step are timed): ``"input"`` (the input
+            pipeline's wait: the step wrapper pulls the batch), ``"between_steps"`` (Keras's loop and the other
+            callbacks between the last step's end and this one's start) or ``"step"`` (the step itself: the
+            device, or the host busy); None where it is not known (JAX, or a report older than schema 13).
+        input_seconds: the input pipeline's wait in that step, or None.
+        between_seconds: the time between the last step's end and this one's start, or None.
 
     Example:
         A record as a saved report holds it (``report.to_dict()["slow_steps"]``), read back:
@@ -197,6 +203,9 @@ class SlowStep:
     steady_seconds: float
     signature: InputSignature = field(metadata=converters(to_jsonable, from_jsonable))
     basis: str = "step"
+    where: Optional[str] = None
+    input_seconds: Optional[float] = None
+    between_seconds: Optional[float] = None
 
     def to_dict(self) -> Dict[str, Any]:
         """This slow step as the report's JSON holds it.
@@ -306,6 +315,15 @@ class XlaReport:
             workers): each process's ``{"process", "compilation_count", "compile_seconds", "steps"}`` (per
             phase), as gathered at the last epoch end or fit end; [] in one process. The rest is this process's.
         costs: per phase with a costed program, its achieved rates at steady state (``core.program_cost.phase_rates``).
+        waits: per phase, what it waited for outside its steps' own work (schema 13): ``{"input_seconds"`` (the
+            input pipeline: the step wrapper times each call's pull), ``"input_share"`` (of the monitored wall
+            time), ``"longest_input"``, ``"run_start_seconds"`` (from each run's begin hook to its first step:
+            Keras makes the epoch's data iterator and releases the last one, other callbacks' begin hooks run),
+            ``"run_starts"`` (the runs measured), ``"longest_run_start"``, ``"longest_run_start_step"}``.
+        own_seconds: the monitor's own work (schema 13), kept out of every step figure: ``{"traces"`` (profiler
+            trace windows started, stopped and saved), ``"writes"`` (event files and the report file),
+            ``"cost"`` (the cost card's analyses), ``"probes"`` (compile probes started and stopped),
+            ``"total"}``.
 
     Example:
         `monitor`: the monitor of XlaMonitor's example, after its fit of 2 batches of 32.
@@ -362,6 +380,8 @@ class XlaReport:
     other_compilations: Dict[str, Dict[str, float]] = field(default_factory=dict)
     processes: List[Dict[str, Any]] = field(default_factory=list)
     costs: Dict[str, Dict[str, Any]] = field(default_factory=dict)
+    waits: Dict[str, Dict[str, float]] = field(default_factory=dict)
+    own_seconds: Dict[str, float] = field(default_factory=dict)
 
     @property
     def total_compilations(self) -> int:

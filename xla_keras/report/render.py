@@ -19,9 +19,12 @@ from xla_keras.report.figures import (
     fallback_cost,
     ms_text,
     op_by_op_words,
+    own_words,
     processes_words,
     slow_words,
     steady_words,
+    wait_findings,
+    waits_words,
 )
 from xla_keras.report.ledger_rows import cause_words, ledger_rows, steps_words
 from xla_keras.storms.detection import storm_cause, storm_what
@@ -132,6 +135,13 @@ def render(report: XlaReport, full: bool = False) -> str:
             f"  slow steps      : {slow_words(report)}"
             + (f" (worst: {worst.phase} step {worst.step}, {ms_text(worst.seconds)})" if worst else "")
         )
+    for phase in PHASES:
+        waited = waits_words(report, phase)
+        if waited:
+            lines.append(f"  waits           : {waited}")
+    own = own_words(report)
+    if own:
+        lines.append(f"  monitor work    : {own}")
     trimmed = False
     for i, storm in enumerate(report.storms):
         head = f"  STORM ({storm.phase}, step {storm.step}, {storm.action}): "
@@ -369,6 +379,8 @@ def _findings(report: XlaReport, where: str) -> Tuple[List[str], List[str]]:
         lines.append(within(f"  fastest      : {decision[0]}"))
     if report.slow_step_count:
         lines.append(within(f"  slow steps   : {slow_words(report)}"))
+    for finding in wait_findings(report):
+        lines.append(within(f"  WAIT         : {finding}"))
     applied = [(fix, at, before) for fix, at, before in fixes if isinstance(fix, APPLIED_TYPES)]
     if not applied:
         return lines, []

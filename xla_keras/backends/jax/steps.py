@@ -84,7 +84,7 @@ def _make_wrapper(model: Any, phase: str, observer: StepObserver):
             start = clock()
             batch = next(iterator)  # StopIteration: the end of an epoch, as in Keras's own pull
             try:
-                taken = lane.take(batch, start)
+                taken = lane.take(batch, start, clock())
             except Exception:  # noqa: BLE001 - never from here: the full path decides (and contains)
                 lane.budget, taken = 0, False
             if taken:
@@ -100,7 +100,7 @@ def _make_wrapper(model: Any, phase: str, observer: StepObserver):
                 if events and observer.call_ran(phase, events):  # it compiled after all: recorded at its step
                     observer.call_drained(phase, clock() if wait_for(outputs) else None)
                 return outputs
-            return _full_call(wrapped, original, state, [batch], start, phase, observer, model_ref())
+            return _full_call(wrapped, original, state, [batch], start, clock(), phase, observer, model_ref())
         if not observer.active():
             return original(state, iterator)
         model = model_ref()
@@ -112,14 +112,16 @@ def _make_wrapper(model: Any, phase: str, observer: StepObserver):
         except BaseException:
             observer.call_failed(phase, None, began=False)
             raise
-        return _full_call(wrapped, original, state, batches, start, phase, observer, model)
+        return _full_call(wrapped, original, state, batches, start, clock(), phase, observer, model)
 
     return wrapped
 
 
-def _full_call(wrapped, original, state, batches: list, start: float, phase: str, observer: StepObserver, model):
+def _full_call(
+    wrapped, original, state, batches: list, start: float, pulled: float, phase: str, observer: StepObserver, model
+):
     """A call the steady lane did not take: the observer sees its batches (and may arm the lane)."""
-    probe = observer.call_began(phase, batches, start)
+    probe = observer.call_began(phase, batches, start, pulled)
     if model is not None and model.steps_per_execution != 1:
         observer.steady_lane(phase).disarm()  # the lane takes one batch per call: for steps_per_execution=1 only
     if observer.step_wrapper(phase) is not wrapped and model is not None:

@@ -643,6 +643,7 @@ def start_trace(logdir: str) -> None:
 
 
 def stop_trace() -> None:
+    """Stop the trace window and save it (TensorFlow collects and writes in one call: tens of ms)."""
     import tensorflow as tf
     from tensorflow.python.profiler import profiler_v2
 

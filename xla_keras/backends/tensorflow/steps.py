@@ -119,7 +119,7 @@ def _make_wrapper(model: Any, phase: str, observer: StepObserver):
                 observer.call_unobserved(phase)
                 return original(data)
             began = True
-            probe = observer.call_began(phase, batches, start)
+            probe = observer.call_began(phase, batches, start, time.perf_counter())
             if observer.quiet_phase == phase:  # jit='fastest' tries XLA: its start-up lines stay out
                 observer.quiet_phase = None
                 outputs = without_xla_startup_lines(lambda: original(batches))
