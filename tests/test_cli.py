@@ -118,3 +118,27 @@ def test_the_report_file_is_as_readable_as_the_event_files(tmp_path):
     os.umask(umask)
     assert os.stat(path).st_mode & 0o777 == 0o666 & ~umask
     assert [f for f in os.listdir(tmp_path / "run")] == ["xla_report.json"]  # no temporary left behind
+
+
+def test_report_prints_the_jit_fix_whole_in_100_columns_for_a_saved_log_dir(tmp_path):
+    """A reader of a saved log dir has no monitor: the code is printed, not pointed at."""
+    code = "\n".join(
+        [
+            "# xla_keras: Keras runs no step of this model with XLA while words (StringLookup) is in it",
+            'words = model.get_layer("words")',
+            "dataset = dataset.map(lambda x, y: "
+            '({**x, "a_rather_long_input_key": words(x["a_rather_long_input_key"])}, y))',
+        ]
+    )
+    report = XlaReport(jit_mode="on", jit_active=False, jit_reason="Keras refused jit_compile=True", jit_fix=code)
+    write_report_json(str(tmp_path / "run"), report.to_dict())
+    for extra in ((), ("--full",)):
+        result = xla_keras_cli("report", str(tmp_path / "run"), *extra)
+        assert result.returncode == 0, result.stderr
+        lines = result.stdout.splitlines()
+        assert max(map(len, lines)) <= 100 and "too long" not in result.stdout
+        assert "monitor.report" not in result.stdout
+        assert "  fix (code)      :" in lines and '    words = model.get_layer("words")' in lines
+        at = lines.index('    words = model.get_layer("words")') + 1
+        assert lines[at].startswith("    dataset = dataset.map(") and lines[at].endswith(" \\")  # continued
+        assert lines[at + 1].startswith("        ") and lines[at + 1].endswith("}, y))")

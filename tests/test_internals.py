@@ -284,6 +284,34 @@ def test_layers_without_jit_and_raw_jit():
     assert _internals.op_determinism_enabled() is False
 
 
+def test_a_layer_made_of_layers_is_named_as_the_user_put_it_in_the_model():
+    from xla_keras.backends.keras._internals import outermost_layers
+    from xla_keras.jit.modes import refusing_words
+
+    class Holder(keras.layers.Layer):
+        """A layer of the user's that builds a StringLookup and says nothing of supports_jit itself."""
+
+        def __init__(self, **kwargs):
+            super().__init__(**kwargs)
+            self.lookup = keras.layers.StringLookup(vocabulary=["a", "b"], name="held_lookup")
+
+        def call(self, x):
+            return self.lookup(x)
+
+    text = keras.Input((1,), dtype="string")
+    vectorize = keras.layers.TextVectorization(vocabulary=["a", "b"], output_sequence_length=4, name="vectorize")
+    vectorized = vectorize(text)
+    model = keras.Model(text, [vectorized, Holder(name="holder")(text)])
+    everywhere = _internals.layers_without_jit(model)  # every layer that says so, nested ones too
+    (inner,) = set(everywhere) - {"vectorize", "held_lookup"}  # the StringLookup TextVectorization built
+    assert inner.startswith("string_lookup") and len(everywhere) == 3
+    found = _internals.layers_refusing_jit(model)
+    assert found == [("vectorize", ("vectorize", inner)), ("holder", ("held_lookup",))]
+    assert refusing_words(found) == "layers with supports_jit=False: vectorize, holder (holding held_lookup)"
+    outer = outermost_layers(model)
+    assert outer[inner] == outer["vectorize"] == "vectorize" and outer["held_lookup"] == "holder"
+
+
 def test_layer_calls_counts_a_layers_calls_in_the_model():
     from xla_keras.backends.keras._internals import layer_calls
 

@@ -507,3 +507,58 @@ def test_the_end_of_fit_summary_keeps_12_lines_with_many_findings():
     shown = sum(ln.startswith(("  STORM", "  ADVICE", "  slow steps")) for ln in lines)
     assert lines[-4] == f"  + {total - shown} more findings: print(m.report)"
     assert lines[-3] == "  fix          : ds = xla_keras.data.apply_fix(ds, m.report.storms[0].fix)"
+
+
+# A jit_fix of a report written before its code was laid out in 96 columns: lines past 100 with the indent.
+OLD_FIX = "\n".join(
+    [
+        "# xla_keras: Keras runs no step of this model with XLA while a_long_lookup_name (StringLookup) is in it",
+        'a_long_lookup_name = model.get_layer("a_long_lookup_name")',
+        'model = keras.Model({**model.input, "a_long_input_key": a_long_lookup_name.output}, model.output)',
+        'dataset = dataset.map(lambda x, y: ({**x, "a_long_input_key": a_long_lookup_name(x["a_long_input_key"])}, y))',
+        'name = "' + "a string literal longer than the line itself, continued inside it; " * 3 + '"',
+        "model.compile(...)  # your compile arguments again; XLA now compiles the step",
+    ]
+)
+
+
+def _printed_code(text):
+    """The code under "fix (code)", as the user copies it (the report's indent of 4 taken off)."""
+    lines = text.splitlines()
+    start = lines.index("  fix (code)      :") + 1
+    end = next(i for i in range(start, len(lines)) if lines[i] and not lines[i].startswith("    "))
+    return "\n".join(line[4:] for line in lines[start:end])
+
+
+@pytest.mark.parametrize("render", [str, XlaReport.details], ids=["str", "details"])
+def test_the_jit_fix_is_printed_whole_in_100_columns_and_runs_the_same(render):
+    import ast
+
+    report = XlaReport(jit_mode="on", jit_active=False, jit_reason="refused", jit_fix=OLD_FIX)
+    text = render(report)
+    assert max(map(len, text.splitlines())) <= 100 and "too long" not in text
+    printed = _printed_code(text)
+    assert ast.dump(ast.parse(printed)) == ast.dump(ast.parse(OLD_FIX))  # the same program, laid out
+    said = " ".join(OLD_FIX.splitlines()[0].split()[1:])
+    assert said in " ".join(word for word in printed.split() if word != "#")  # its comment, wrapped as comments
+
+
+def test_code_within_keeps_the_program_and_the_width():
+    import ast
+
+    from xla_keras.core.messages import code_within
+
+    cases = [
+        'x = model.get_layer("' + "a" * 150 + '")  # a comment that is also rather long ' + "w " * 40,
+        'print("ab\\n\\u00e9cd" * 3, "' + "q\\\\" * 80 + '")',  # escapes: never split
+        'print("' + "\\u00e9\\N{BULLET}\\x41" * 20 + '")',
+        "value = some_function(argument_one, argument_two, argument_three, argument_four, argument_five, six)",
+        "    # " + "word " * 40,
+        'def f(x):\n    """' + "doc " * 40 + '"""\n    return {**x, "' + "k" * 40 + '": layer(x["' + "k" * 40 + '"])}',
+    ]
+    for code in cases:
+        for width in (50, 96):
+            lines = code_within(code, width)
+            assert max(map(len, lines)) <= width, (code, width)
+            assert ast.dump(ast.parse("\n".join(lines))) == ast.dump(ast.parse(code)), (code, width)
+    assert code_within("a = 1\n\nb = 2") == ["a = 1", "", "b = 2"]  # what fits is left as it is

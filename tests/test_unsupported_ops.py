@@ -273,3 +273,34 @@ def test_a_report_of_schema_11_reads_with_no_unsupported_ops_and_the_field_round
     found = Unsupported((UnsupportedOp("AsString", "dedup", "m/dedup_1/AsString"),), "XLA_CPU_JIT", None, "e", "why")
     report = XlaReport(jit_mode="on", unsupported_ops=found.record("train", 1, "fallback", autoclustering_fix(found)))
     assert XlaReport.from_dict(json.loads(report.to_json())) == report
+
+
+def test_an_op_in_a_layer_held_by_another_moves_the_layer_the_user_put_in_the_model():
+    """TensorFlow names the innermost layer's scope; the move takes the layer of the user's model that
+    holds it (the one ``model.get_layer`` knows), with everything in it."""
+    tf = pytest.importorskip("tensorflow")
+    import keras
+
+    from xla_keras.backends.tensorflow import TensorFlowBackend
+
+    class Stringify(keras.layers.Layer):
+        def call(self, x):
+            return x + tf.cast(tf.strings.length(tf.strings.as_string(x)), x.dtype) * 0.0
+
+    class Cleaning(keras.layers.Layer):
+        """A preprocessing layer of the user's, made of a layer it builds."""
+
+        def __init__(self, **kwargs):
+            super().__init__(**kwargs)
+            self.stringify = Stringify(name="stringify")
+
+        def call(self, x):
+            return self.stringify(x)
+
+    numbers = keras.Input((3,))
+    model = keras.Model(numbers, keras.layers.Dense(1)(Cleaning(name="cleaning")(numbers)))
+    node = "functional_1/cleaning_1/stringify_1/AsString"
+    found = Unsupported((UnsupportedOp("AsString", "stringify", node),), "XLA_CPU_JIT", None, "e", "why")
+    code, words = TensorFlowBackend("on").unsupported_fix(model, found)
+    assert 'model.get_layer("cleaning")' in code and 'get_layer("stringify")' not in code
+    assert words == "apply cleaning in the input pipeline (dataset.map)"

@@ -17,6 +17,7 @@ Every run starts from the same weights, on the same batches, in order, with ``st
 last line printed is ``XLA_KERAS_FITS <json>``.
 """
 
+import ast
 import json
 import os
 import sys
@@ -190,12 +191,18 @@ def tensorflow_main(dump, log_dir):
         model, lambda callbacks: model.fit(text_data, epochs=1, verbose=0, callbacks=callbacks), xla_keras, jit="on"
     )
     first = monitor.report.to_dict()
-    scope = {"keras": keras, "model": model, "dataset": text_data}
-    exec(first["jit_fix"].replace("model.compile(...)", "model.compile('sgd', 'mse')"), scope)
+    # The move's statements as written, up to the compile the user fills in; then its fit's own data.
+    code = first["jit_fix"].replace("model.compile(...)", "model.compile('sgd', 'mse')")
+    scope = {"keras": keras, "model": model}
+    for statement in ast.parse(code).body:
+        exec(compile(ast.Module([statement], []), "<jit_fix>", "exec"), scope)
+        if ast.get_source_segment(code, statement).startswith("model.compile("):
+            break
+    mapped = text_data.map(scope["preprocess_batch"])  # as the code's fit line has it
     before = dumped(dump)
     refit, refit_said, refit_error = monitored(
         scope["model"],
-        lambda callbacks: scope["model"].fit(scope["dataset"], epochs=1, verbose=0, callbacks=callbacks),
+        lambda callbacks: scope["model"].fit(mapped, epochs=1, verbose=0, callbacks=callbacks),
         xla_keras,
         jit="on",
     )

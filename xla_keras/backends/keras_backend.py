@@ -16,12 +16,20 @@ from typing import Any, Callable, ClassVar, Dict, List, Optional, Sequence, Tupl
 
 from xla_keras.backends.base import CompileProbe, Installed, StepObserver
 from xla_keras.backends.chain import FUNCTION_ATTR, MAKE_FUNCTION, unwrap
-from xla_keras.backends.keras._internals import layer_names
+from xla_keras.backends.keras._internals import layer_names, outermost_layers
 from xla_keras.core.signatures import InputSignature
 from xla_keras.jit.modes import JitState
 from xla_keras.jit.pipeline_move import PipelineMove, layers_on_inputs, pipeline_move
 from xla_keras.jit.unsupported import Unsupported, autoclustering_fix
 from xla_keras.jit.value_keys import ValueKey, static_words
+
+# The report's jit_reason is read where no monitor is (a saved log dir): it points at the report's own field.
+THE_REPORTS = "the report's jit_fix"
+# jit='keep' on a model Keras refuses jit_compile=True for, where no move keeps the model's meaning.
+AROUND = (
+    "jit='autoclustering' compiles the layers around them (on CPU after "
+    "xla_keras.configure(cpu_autoclustering=True), right after import)"
+)
 
 
 def is_keras3_model(model: Any) -> bool:
@@ -176,14 +184,19 @@ class KerasBackend:
     def apply_jit(self, model: Any) -> bool:
         self._after_unsupported = None
         changed = self.jit.apply(model)
-        # Only a refusal the layers caused has their move (not one under a strategy, or eager).
-        self._move = pipeline_move(model, self.jit.refusing_layers) if self.jit.refusal else None
+        # Only a refusal the layers caused has their move (not one under a strategy, or eager); jit='keep'
+        # too: Keras refuses jit_compile=True for such a model whatever the mode, and jit='on' cannot help.
+        self._move = pipeline_move(model, self.jit.refusing_layers) if self.jit.refusing_layers else None
         return changed
 
     def read_back(self, model: Any, phase: str) -> JitState:
         state = self.jit.read_back(model, self.step_function(model, phase))
-        if self._move is not None and state.reason == self.jit.refusal:
-            state = replace(state, reason=self.jit_refusal or state.reason, fix=self._move.code)
+        refused = self.jit.refusal or self.jit.keep_refusal
+        if self.jit.refusing_layers and refused and state.reason.startswith(refused) and not state.active:
+            if self._move is not None:
+                state = replace(state, reason=f"{state.reason}. {self._move.words(THE_REPORTS)}", fix=self._move.code)
+            elif self.jit.keep_refusal and "autoclustering" in self.jit_modes:
+                state = replace(state, reason=f"{state.reason}. {AROUND}")
         if self._after_unsupported is not None and self.jit.fallback_reason:
             fix, record = self._after_unsupported
             state = replace(state, fix=fix, unsupported=record)
@@ -210,10 +223,11 @@ class KerasBackend:
         return replace(found, ops=tuple(replace(op, layer=op.layer or layers[0]) for op in found.ops))
 
     def unsupported_fix(self, model: Any, found: Unsupported) -> Tuple[Optional[str], str]:
-        """The fix for ``found``, as code (or None) and in words. TensorFlow: its layers moved into the input
-        pipeline where each is a preprocessing layer of the model's inputs, else auto-clustering, which
-        compiles the rest of the step. JAX (no auto-clustering; a layer whose shapes follow the data has no
-        tf.data map to move to): static shapes, in words."""
+        """The fix for ``found``, as code (or None) and in words (not where the code is: the caller says). TensorFlow:
+        its layers moved into the input pipeline where each is a preprocessing layer of the model's inputs (a layer the
+        user put in the model, with the layers it holds), else auto-clustering, which compiles the rest of the step.
+        JAX (no auto-clustering; a layer whose shapes follow the data has no tf.data map to move to): static shapes,
+        in words."""
         if "autoclustering" not in self.jit_modes:
             return None, "give that layer static shapes (JAX's error says how), or keep jit_compile=False for it"
         if found.kind == "compile" and found.input:  # the likely cause: a value XLA needs as a constant
@@ -226,17 +240,18 @@ class KerasBackend:
         layers: Sequence[str] = found.layers
         if found.input_dtype:  # the step's own input: the layers that take it move with it
             layers = layers_on_inputs(model, found.input_dtype)
+        else:  # a layer the user put in the model moves whole, with the layers it holds
+            outer = outermost_layers(model)
+            layers = list(dict.fromkeys(outer.get(name, name) for name in layers))
         whole = bool(layers) and (bool(found.input_dtype) or all(op.layer for op in found.ops))
         cause = f"XLA cannot compile {found.what()} ({found.device}): {found.why}"
         move = pipeline_move(model, layers, cause) if whole else None
         if move is not None:
             moved = ", ".join(move.layers)
-            return move.code, f"apply {moved} in the input pipeline (dataset.map): monitor.report.jit_fix has the code"
+            return move.code, f"apply {moved} in the input pipeline (dataset.map)"
         if found.kind == "constant":
             return None, static_words(found.ops[0].op, found.input or "input")
-        return autoclustering_fix(found), (
-            "jit='autoclustering' compiles the rest of the step: monitor.report.jit_fix has the code"
-        )
+        return autoclustering_fix(found), "jit='autoclustering' compiles the rest of the step"
 
     def restore_jit(self, model: Any = None) -> bool:
         return self.jit.restore(model)
@@ -245,7 +260,7 @@ class KerasBackend:
     def jit_refusal(self) -> Optional[str]:
         """Why the mode could not be applied, and the move that lifts a layer's refusal where there is one."""
         refusal = self.jit.refusal
-        return f"{refusal}. {self._move.words}" if refusal and self._move is not None else refusal
+        return f"{refusal}. {self._move.words()}" if refusal and self._move is not None else refusal
 
     # ------------------------------------------------------------ traces, Keras facts
 

@@ -46,7 +46,10 @@ class UnsupportedAction:
             fix, fix_words = None, "monitor.report.jit_reason says what XLA could not compile"
             session.notes.add_once("unsupported-fix", f"the fix for an op XLA cannot compile failed: {failed!r}")
         record = found.record(phase, step, action, fix)
-        reason = reason_words(found, phase, step, action, fix_words)
+        # The warning points at the monitor's report; the report's reason (read from a saved log dir too) at its field.
+        reason_fix = f"{fix_words}: the report's jit_fix has the code" if fix else fix_words
+        reason = reason_words(found, phase, step, action, reason_fix)
+        fix_words = f"{fix_words}: monitor.report.jit_fix has the code" if fix else fix_words
         # The failed call is no step: nothing ran (XLA fails before it executes), and its signatures were
         # not compiled; its probe saw no compile.
         self.steps.disarm()

@@ -7,11 +7,13 @@ console message is its headline, cause, fix and where to read the rest. Pure (no
 
 from __future__ import annotations
 
+import io
 import sys
 import textwrap
+import tokenize
 import warnings
 from types import FrameType
-from typing import Iterable, Optional, Type
+from typing import Iterable, List, Optional, Type
 
 from xla_keras.errors import XlaKerasWarning
 
@@ -93,3 +95,97 @@ def user_stacklevel(start: Optional[FrameType] = None) -> int:
 def warn(text: str, category: Type[Warning] = XlaKerasWarning) -> None:
     """Warn once about a problem, in its console form, located at the user's code."""
     warnings.warn(wrapped(text), category, stacklevel=user_stacklevel(sys._getframe(1)) + 1)
+
+
+def code_within(code: str, width: int = WIDTH) -> List[str]:
+    """Python code in lines of at most ``width`` characters, the same program: a long comment wrapped as
+    comments (a line's own comment goes on lines of its own above it), a long line continued with a
+    backslash between two of its tokens, and a string literal longer than the line continued inside it
+    (Python joins a backslash-newline in a literal; the rest of the literal starts the next line). Code
+    that does not tokenize is cut as text.
+
+    Example:
+        >>> for line in code_within("total = first_value + second_value  # the sum of both", 30):
+        ...     print(line)
+        # the sum of both
+        total = first_value + \\
+            second_value
+    """
+    try:
+        tokens = list(tokenize.generate_tokens(io.StringIO(code).readline))
+    except (tokenize.TokenError, SyntaxError):
+        return [piece for line in code.splitlines() for piece in (textwrap.wrap(line, width) or [""])]
+    on_line: dict = {}  # physical line number -> its tokens that start and end on it
+    for token in tokens:
+        if token.start[0] == token.end[0] and token.type not in (tokenize.NL, tokenize.NEWLINE, tokenize.ENDMARKER):
+            on_line.setdefault(token.start[0], []).append(token)
+    out: List[str] = []
+    for number, line in enumerate(code.splitlines(), start=1):
+        out += _line_within(line, on_line.get(number, []), width) if len(line) > width else [line]
+    return out
+
+
+_FSTRING_START, _FSTRING_END = (getattr(tokenize, name, -1) for name in ("FSTRING_START", "FSTRING_END"))
+
+
+def _line_within(line: str, tokens: list, width: int) -> List[str]:
+    """One physical line of code in lines of at most ``width`` (see ``code_within``)."""
+    indent = line[: len(line) - len(line.lstrip())]
+    comment = next((t for t in tokens if t.type == tokenize.COMMENT), None)
+    if comment is not None and not line[: comment.start[1]].strip():  # a comment line
+        said = line[comment.start[1] :].lstrip("#").strip()
+        return textwrap.wrap(said, width, initial_indent=f"{indent}# ", subsequent_indent=f"{indent}# ") or [line]
+    out: List[str] = []
+    if comment is not None:  # its own lines, above the code it comments
+        said = comment.string.lstrip("#").strip()
+        out = textwrap.wrap(said, width, initial_indent=f"{indent}# ", subsequent_indent=f"{indent}# ")
+        line = line[: comment.start[1]].rstrip()
+    in_fstring, opened = [], None  # (Python 3.12+ tokenizes an f-string's parts)
+    for t in tokens:
+        if t.type == _FSTRING_START and opened is None:
+            opened = t.start[1]
+        elif t.type == _FSTRING_END and opened is not None:
+            in_fstring.append((opened, t.end[1]))
+            opened = None
+    # Where a backslash may continue the line: before a token, outside an f-string.
+    breaks = [t.start[1] for t in tokens if not any(a < t.start[1] < b for a, b in in_fstring)]
+    literals = [t for t in tokens if t.type == tokenize.STRING and t.string[:1] in "\"'" and t.end[1] <= len(line)]
+    lead, at, inside = indent, len(indent), False  # inside: the line goes on inside a literal
+    while True:
+        if not inside:
+            at = len(line) - len(line[at:].lstrip(" "))
+        if len(lead) + len(line) - at <= width:
+            return out + [lead + line[at:]]
+        room = at + width - len(lead) - 2  # the piece ends at this column at most, then " \\"
+        fits = [b for b in breaks if at < b <= room]
+        cut = max((b for b in fits if line[b - 1] in " ([{,"), default=max(fits, default=None))  # not in a.b
+        if cut is not None:
+            out.append(lead + line[at:cut].rstrip(" ") + " \\")
+            lead, at, inside = indent + "    ", cut, False
+            continue
+        cut = room + 1  # inside a literal "\\" alone ends the piece
+        literal = next((t for t in literals if t.start[1] < cut <= t.end[1] - 1), None)
+        if literal is not None:  # never inside an escape
+            cut = max((c for c in _literal_cuts(literal.string, literal.start[1]) if c <= cut), default=at)
+        if literal is None or cut <= max(at, literal.start[1] + 1):
+            return out + [lead + line[at:]]  # nothing to break at: the line as it is
+        out.append(lead + line[at:cut] + "\\")
+        lead, at, inside = "", cut, True  # the literal's rest starts its line: a space would be in it
+
+
+def _literal_cuts(literal: str, column: int) -> List[int]:
+    """The columns inside a plain string literal (quoted, no prefix; starting at ``column``) where a
+    backslash-newline may continue it: after its opening quotes, before its closing ones, outside an escape."""
+    quotes = 3 if literal[:3] in ('"""', "'''") else 1
+    cuts, i = [], quotes
+    while i < len(literal) - quotes:
+        cuts.append(column + i)
+        if literal[i] != "\\":
+            i += 1
+            continue
+        following = literal[i + 1 : i + 2]
+        if following == "N":
+            i = literal.find("}", i) + 1 or len(literal)
+        else:
+            i += {"x": 4, "u": 6, "U": 10}.get(following, 2)
+    return cuts + [column + len(literal) - quotes]

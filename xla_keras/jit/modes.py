@@ -7,7 +7,7 @@ the report's ``jit_active`` / ``jit_reason`` start from it.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 MODES = ("keep", "on", "off", "autoclustering", "fastest")
 
@@ -57,10 +57,43 @@ def fastest_as_keep(why: str) -> str:
     return f"jit='fastest' acts as 'keep' {why}: the model's own jit_compile runs, nothing is measured"
 
 
-def fastest_blocked(blockers: list, determinism: bool = False) -> Optional[str]:
+# A layer Keras refuses jit_compile=True for, as the user put it in the model, with the layers it holds that
+# declare supports_jit=False (itself among them where it declares it): ("text_vectorization",
+# ("text_vectorization", "string_lookup")).
+Refusing = Tuple[str, Tuple[str, ...]]
+
+
+def refusing_layers(without_jit: Sequence[str], refusing: Any) -> List[Refusing]:
+    """The layers Keras refuses jit_compile=True for, as the user put them in the model. ``without_jit``:
+    every layer that declares supports_jit=False, nested ones included; ``refusing``: the backend's reader
+    of the model's own layers that hold them, called only when there are some. A layer the reader does
+    not place stands as itself."""
+    if not without_jit:
+        return []
+    found: List[Refusing] = list(refusing())
+    placed = {name for _, held in found for name in held}
+    return found + [(name, (name,)) for name in without_jit if name not in placed]
+
+
+def refusing_words(layers: Sequence[Refusing]) -> str:
+    """``layers with supports_jit=False: text_vectorization`` (it declares it itself, and so does the
+    StringLookup it holds), ``block (holding color_lookup)`` (a layer holding one)."""
+    named = (name if name in held else f"{name} (holding {', '.join(held)})" for name, held in layers)
+    return f"layers with supports_jit=False: {', '.join(named)}"
+
+
+def keep_refused(layers: Sequence[Refusing]) -> str:
+    """jit='keep' on a model Keras refuses jit_compile=True for: what runs, and that jit='on' would not help."""
+    return (
+        f"XLA is OFF for this fit: Keras refuses jit_compile=True for this model ({refusing_words(layers)}), "
+        "so jit='on' would be refused too"
+    )
+
+
+def fastest_blocked(blockers: Sequence[Refusing], determinism: bool = False) -> Optional[str]:
     """Why XLA cannot run for this model at all (so there is nothing to compare), or None."""
     if blockers:
-        return fastest_as_keep(f"(layers with supports_jit=False: {', '.join(blockers)})")
+        return fastest_as_keep(f"({refusing_words(blockers)})")
     if determinism:
         return fastest_as_keep("(op determinism is enabled: Keras refuses jit_compile=True)")
     return None

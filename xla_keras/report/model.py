@@ -247,8 +247,10 @@ class XlaReport:
             stepped aside).
         jit_reason: why, in words: what the model's step function runs with and what the probes saw.
         jit_fix: code that lets XLA compile what it did not (a layer Keras refuses to compile, with
-            ``supports_jit=False``, or one holding an op XLA cannot compile, moved into the input pipeline;
-            else ``jit="autoclustering"``), or None.
+            ``supports_jit=False``, or one holding an op XLA cannot compile, moved into the input pipeline
+            and applied to every input the model reads: train, validation, evaluate and predict data; else
+            ``jit="autoclustering"``), in lines of at most 96 characters, or None. Also under ``jit="keep"``
+            when Keras refuses ``jit_compile=True`` for the model.
         unsupported_ops: XLA could not compile an op of the step (``on_unsupported``): ``{"phase", "step",
             "action" ("fallback" or "raise"), "device", "ops" (each ``{"op", "layer", "node"}``), "layers",
             "line" (the user's source line), "why", "error" (the framework's words), "fix"}``; else None.

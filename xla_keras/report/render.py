@@ -7,7 +7,7 @@ import re
 import textwrap
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
-from xla_keras.core.messages import WIDTH, within
+from xla_keras.core.messages import WIDTH, code_within, within
 from xla_keras.core.signatures import describe, from_jsonable
 from xla_keras.core.types import PHASES
 from xla_keras.jit.coverage import coverage_words, outside_words
@@ -39,14 +39,11 @@ def _active_word(active: Optional[bool]) -> str:
 
 
 def _jit_fix_lines(code: Optional[str]) -> List[str]:
-    """The code that lets XLA compile what it did not, indented under its label; a line too long for
-    100 columns there leaves the code to ``report.jit_fix`` (it is whole there)."""
+    """The code that lets XLA compile what it did not, whole, indented under its label in 100 columns: a
+    longer line (a report written before its code was laid out so) is laid out here, the same program."""
     if not code:
         return []
-    lines = code.splitlines()
-    if max(map(len, lines)) > 100 - 4:
-        return ["  fix             : report.jit_fix has the code (its lines are too long to print here)"]
-    return ["  fix (code)      :", *(f"    {line}" for line in lines)]
+    return ["  fix (code)      :", *(f"    {line}" if line.strip() else "" for line in code_within(code, WIDTH - 4))]
 
 
 def op_words(op: Dict[str, Any]) -> str:

@@ -18,10 +18,14 @@ from xla_keras.backends.jax import _internals
 from xla_keras.errors import XlaKerasWarning
 from xla_keras.jit.modes import (
     JitState,
+    Refusing,
     SavedModelJit,
     eager_refusal,
     fallback_or_eager,
     fastest_blocked,
+    keep_refused,
+    refusing_layers,
+    refusing_words,
     validate_mode,
 )
 from xla_keras.jit.unsupported import JAX_DEVICE, Unsupported, UnsupportedOp, quote, user_line
@@ -96,6 +100,7 @@ class JitController:
         self._model_jit = SavedModelJit(_internals.raw_model_jit, _internals.set_raw_model_jit)
         self.refusal: Optional[str] = None
         self.refusing_layers: List[str] = []  # the supports_jit=False layers, when they are the refusal's cause
+        self.keep_refusal: Optional[str] = None  # jit='keep' on a model Keras refuses jit_compile=True for
         self.fallback_reason: Optional[str] = None
         self.start_on: Optional[bool] = None  # jit='fastest': the kept decision's mode; None: Keras's auto
 
@@ -103,23 +108,35 @@ class JitController:
         """Apply the mode to the model. Never a global switch: returns False."""
         self.refusal = None
         self.refusing_layers = []
+        self.keep_refusal = None
         self.fallback_reason = None
         if self.mode == "keep":
+            layers = [] if model.run_eagerly else self._refusing(model)
+            if layers:  # Keras resolved the model's jit_compile to False for them, whatever it was given
+                self.refusing_layers = [name for name, _ in layers]
+                self.keep_refusal = keep_refused(layers)
             return False
         if model.run_eagerly:
             self.refusal = eager_refusal(self.mode)
             return False
         if self.mode == "fastest":
-            self.refusing_layers = _internals.layers_without_jit(model)
-            self.refusal = fastest_blocked(self.refusing_layers)
+            blockers = self._refusing(model)
+            self.refusing_layers = [name for name, _ in blockers]
+            self.refusal = fastest_blocked(blockers)
             if not self.refusal:
                 self._model_jit.apply(model, self.start_on if self.start_on is not None else _internals.auto_jit(model))
             return False
         if not self._model_jit.apply(model, self.mode == "on"):
-            blockers = self.refusing_layers = _internals.layers_without_jit(model)
-            why = f"layers with supports_jit=False: {', '.join(blockers)}" if blockers else "model_supports_jit said no"
+            blockers = self._refusing(model)
+            self.refusing_layers = [name for name, _ in blockers]
+            why = refusing_words(blockers) if blockers else "model_supports_jit said no"
             self.refusal = f"Keras refused jit_compile=True ({why}); the model runs without XLA"
         return False
+
+    @staticmethod
+    def _refusing(model: Any) -> List[Refusing]:
+        """The layers Keras refuses jit_compile=True for, as the user put them in the model."""
+        return refusing_layers(_internals.layers_without_jit(model), lambda: _internals.layers_refusing_jit(model))
 
     def set_model(self, model: Any, on: bool) -> None:
         """jit='fastest' switches: the model's jit_compile follows the function that runs."""
@@ -156,6 +173,8 @@ class JitController:
             state.reason = self.refusal
         elif self.mode == "off":
             state.reason = f"jit='off': the step runs op by op, no whole-step XLA program ({OP_BY_OP})"
+        elif self.keep_refusal:
+            state.reason = f"{self.keep_refusal}; the step runs op by op ({OP_BY_OP})"
         else:
             state.reason = (
                 "XLA is OFF for the step: the model was compiled with jit_compile=False, so the step "

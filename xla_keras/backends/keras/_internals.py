@@ -10,7 +10,7 @@ the installed Keras. TensorFlow's own private APIs live in
 from __future__ import annotations
 
 from types import FrameType
-from typing import Any, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 TESTED_VERSIONS = {"tensorflow": "2.16-2.21", "keras": "3.7-3.15"}
 
@@ -37,6 +37,38 @@ def layers_without_jit(model: Any) -> List[str]:
     except AttributeError as e:
         raise InternalsMoved("keras Layer._flatten_layers", e) from e
     return [layer.name for layer in layers if not getattr(layer, "supports_jit", True)]
+
+
+def layers_refusing_jit(model: Any) -> List[Tuple[str, Tuple[str, ...]]]:
+    """The model's own layers (as the user put them in it) that declare supports_jit=False or hold a
+    layer that does, each with the names of those it holds, itself included: ``("text_vectorization",
+    ("text_vectorization", "string_lookup"))`` (a TextVectorization builds its own StringLookup). The
+    model itself comes first where it declares it."""
+    try:
+        own = list(model._flatten_layers(include_self=False, recursive=False))
+        found = [(layer.name, tuple(_without_jit(layer._flatten_layers()))) for layer in own]
+    except AttributeError as e:
+        raise InternalsMoved("keras Layer._flatten_layers", e) from e
+    itself = [(model.name, (model.name,))] if not getattr(model, "supports_jit", True) else []
+    return itself + [(name, held) for name, held in found if held]
+
+
+def _without_jit(layers: Any) -> List[str]:
+    return [layer.name for layer in layers if not getattr(layer, "supports_jit", True)]
+
+
+def outermost_layers(model: Any) -> Dict[str, str]:
+    """Each layer's name, nested ones included, to the name of the model's own layer that holds it (a
+    layer of the model's own maps to itself): the layer as the user put it in the model."""
+    try:
+        own = list(model._flatten_layers(include_self=False, recursive=False))
+        outer: Dict[str, str] = {}
+        for layer in own:
+            for inner in layer._flatten_layers():
+                outer.setdefault(inner.name, layer.name)
+    except AttributeError as e:
+        raise InternalsMoved("keras Layer._flatten_layers", e) from e
+    return outer
 
 
 def layer_names(model: Any) -> List[str]:

@@ -23,6 +23,7 @@ from xla_keras.backends.keras._internals import (  # noqa: F401 - Keras-level, r
     callback_model,
     fit_validates,
     keras_profile_windows,
+    layers_refusing_jit,
     layers_without_jit,
     raw_model_jit,
     running_callback_list,

@@ -30,11 +30,15 @@ from xla_keras.errors import XlaKerasWarning
 from xla_keras.jit.modes import (
     MODES,
     JitState,
+    Refusing,
     SavedModelJit,
     eager_refusal,
     fallback_or_eager,
     fastest_as_keep,
     fastest_blocked,
+    keep_refused,
+    refusing_layers,
+    refusing_words,
     validate_mode,
 )
 from xla_keras.jit.unsupported import Unsupported, UnsupportedOp, layer_named, quote, quoted_root, user_line
@@ -158,6 +162,7 @@ class JitController:
         self._model_jit = SavedModelJit(_internals.raw_model_jit, _internals.set_raw_model_jit)
         self.refusal: Optional[str] = None
         self.refusing_layers: List[str] = []  # the supports_jit=False layers, when they are the refusal's cause
+        self.keep_refusal: Optional[str] = None  # jit='keep' on a model Keras refuses jit_compile=True for
         self.fallback_reason: Optional[str] = None
         self._overrode_env_auto_jit = False
         self.start_on: Optional[bool] = None  # jit='fastest': the kept decision's mode; None: Keras's auto
@@ -195,8 +200,13 @@ class JitController:
         model's is rebuilt by the caller anyway."""
         self.refusal = None
         self.refusing_layers = []
+        self.keep_refusal = None
         self.fallback_reason = None
         if self.mode == "keep":
+            layers = [] if model.run_eagerly else self._refusing(model)
+            if layers:  # Keras resolved the model's jit_compile to False for them, whatever it was given
+                self.refusing_layers = [name for name, _ in layers]
+                self.keep_refusal = keep_refused(layers)
             return False
         if model.run_eagerly:
             self.refusal = eager_refusal(self.mode)
@@ -213,9 +223,10 @@ class JitController:
             )
             return False
         if not self._model_jit.apply(model, self.mode == "on"):
-            blockers = self.refusing_layers = _internals.layers_without_jit(model)
+            blockers = self._refusing(model)
+            self.refusing_layers = [name for name, _ in blockers]
             why = (
-                f"layers with supports_jit=False: {', '.join(blockers)}"
+                refusing_words(blockers)
                 if blockers
                 else "op determinism is enabled (tf.config.experimental.enable_op_determinism)"
                 if _internals.op_determinism_enabled()
@@ -235,12 +246,18 @@ class JitController:
                 + ": jit_compile=True is refused there (see jit='on'), so only one mode can run"
             )
             return False
-        self.refusing_layers = _internals.layers_without_jit(model)
-        self.refusal = fastest_blocked(self.refusing_layers, _internals.op_determinism_enabled())
+        blockers = self._refusing(model)
+        self.refusing_layers = [name for name, _ in blockers]
+        self.refusal = fastest_blocked(blockers, _internals.op_determinism_enabled())
         if self.refusal:
             return False
         self._model_jit.apply(model, self.start_on if self.start_on is not None else _internals.auto_jit(model))
         return self._set_autoclustering(False)
+
+    @staticmethod
+    def _refusing(model: Any) -> List[Refusing]:
+        """The layers Keras refuses jit_compile=True for, as the user put them in the model."""
+        return refusing_layers(_internals.layers_without_jit(model), lambda: _internals.layers_refusing_jit(model))
 
     def set_model(self, model: Any, on: bool) -> None:
         """jit='fastest' switches: the model's jit_compile follows the function that runs."""
@@ -286,7 +303,7 @@ class JitController:
         elif self.mode == "off":
             state.reason = "jit='off': the step function runs without XLA"
         else:
-            state.reason = self._why_keep_is_off(model)
+            state.reason = self.keep_refusal or self._why_keep_is_off(model)
         return state
 
     def _read_back_autoclustering(self, state: JitState) -> JitState:
