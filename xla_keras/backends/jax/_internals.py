@@ -312,3 +312,55 @@ def device_kind() -> str:
 
     devices = jax.local_devices()
     return str(getattr(devices[0], "device_kind", "")) if devices else ""
+
+
+# --------------------------------------------------------------------------
+# Why the step compiled again at a known input signature: JAX keys its caches on the tracing context (its
+# configuration) and on each argument's type and placement, not only on shapes. The monitor keeps, per
+# step compile, the context and the batch's placement, and words a later compile's cause from the
+# difference, in JAX's own words for the context (``jax_explain_cache_misses``'s explanation).
+
+
+def trace_context() -> tuple:
+    """JAX's tracing context now (part of the jit cache's key: its configuration, context managers)."""
+    try:
+        from jax._src import config
+    except ImportError as e:
+        raise InternalsMoved("jax._src.config", e) from e
+    return tuple(config.trace_context())
+
+
+def explain_context(new: tuple, old: tuple) -> str:
+    """Why two tracing contexts differ, in the words of JAX's cache-miss explanation (its
+    ``diff_tracing_ctx``, as ``jax_explain_cache_misses`` logs it) where this JAX has them."""
+    try:
+        from jax._src.interpreters import partial_eval
+    except ImportError as e:
+        raise InternalsMoved("jax._src.interpreters.partial_eval", e) from e
+    diff = getattr(partial_eval, "diff_tracing_ctx", None)
+    if diff is not None:
+        found = diff(new, old)
+        if found is not None:
+            return " ".join(str(found[-1]).split())
+    changed = sum(1 for a, b in zip(new, old) if a != b) + abs(len(new) - len(old))
+    return f"Tracing context doesn't match, e.g. due to config or context manager ({changed} values differ)"
+
+
+def placement(leaf: Any) -> str:
+    """How one argument array is placed and typed beyond its shape and dtype, in words: a numpy array, or a
+    jax.Array committed to its device(s) or not, its sharding when it spans several devices, a weak type."""
+    try:
+        import jax
+    except ImportError:  # pragma: no cover - the JAX backend runs with JAX
+        return type(leaf).__name__
+    if not isinstance(leaf, jax.Array):
+        if isinstance(leaf, (int, float, complex)):
+            return "a Python scalar (weak type)"
+        return "a numpy array" if type(leaf).__name__ == "ndarray" else f"a {type(leaf).__name__}"
+    sharding = leaf.sharding
+    devices = list(getattr(sharding, "device_set", ()) or ())
+    where = f"on {devices[0]}" if len(devices) == 1 else f"sharded over {len(devices)} devices ({sharding})"
+    committed = getattr(leaf, "_committed", None)
+    state = " committed" if committed else " uncommitted" if committed is not None else ""
+    weak = ", weak type" if getattr(leaf, "weak_type", False) else ""
+    return f"a{state} jax.Array {where}{weak}".replace("a uncommitted", "an uncommitted")

@@ -32,6 +32,7 @@ import weakref
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from xla_keras.backends.jax import _internals
+from xla_keras.core.signatures import fingerprint, signature_of
 from xla_keras.core.types import CallPlan, CompileObservation, Notes
 from xla_keras.jit.modes import JitState, ProbeFacts
 
@@ -67,6 +68,7 @@ class EventRecorder:
         self._thread: Optional[int] = None
         self._outside: "weakref.WeakSet" = weakref.WeakSet()  # probes counting compiles outside the steps
         self._hit: Optional[int] = None  # the thread whose next compile event is a cache load
+        self._batches: Dict[int, Any] = {}  # id(events) -> the batches of a call that compiled (read at its stop)
         self._registered = False
         self._lock = threading.Lock()
 
@@ -100,6 +102,13 @@ class EventRecorder:
 
     def watch_outside(self, probe: "JaxProbe") -> None:
         self._outside.add(probe)
+
+    def attach(self, events: List[Event], batches: Any) -> None:
+        """The batches of a call that compiled (``events`` not empty): its probe reads their placement."""
+        self._batches[id(events)] = batches
+
+    def batches_of(self, events: List[Event]) -> Any:
+        return self._batches.pop(id(events), None)
 
     def _on_event(self, event: str, **_: Any) -> None:
         if event == _internals.CACHE_HIT_EVENT:
@@ -181,6 +190,7 @@ class JaxProbe:
         self.outside = Totals()  # compiles outside the step calls, while watching
         self.off = ""
         self._sizes: Dict[str, Tuple[int, Optional[int]]] = {}  # phase -> (id of the step fn, executables it held)
+        self.keys = CompileKeys()
         RECORDER.register()
         RECORDER.watch_outside(self)
 
@@ -223,12 +233,14 @@ class JaxProbe:
         )
         if other:
             self.op_level.add(other)
+        batches = RECORDER.batches_of(handle)
         if not modules:
             # Nothing of the step compiled; op-level or helper compiles still cost this step time.
             return CompileObservation((), "jax", False, False) if (plan.new or other) else None
         cached: Optional[bool] = all(loads) if (all(loads) or not any(loads)) else None
         traced = any(e[0] == _internals.TRACE_EVENT for e in handle)
-        return CompileObservation(tuple(modules), "jax", cached, traced)
+        cause, why = self.keys.compiled(plan.phase, id(step_fn), batches, bool(plan.new))
+        return CompileObservation(tuple(modules), "jax", cached, traced, cause=cause, why=why)
 
     @property
     def compiles_outside(self) -> int:
@@ -246,3 +258,69 @@ class JaxProbe:
         if self.outside.count:
             out["outside_steps"] = self.outside.to_dict()
         return out
+
+
+# Per phase, the compiles whose keys are kept to tell why a later one happened (the last ones, bounded).
+KEPT_KEYS = 64
+# (signature fingerprint, id of the step function, tracing context, ((input, its placement), ...))
+Key = Tuple[int, int, tuple, Tuple[Tuple[str, str], ...]]
+
+
+class CompileKeys:
+    """What JAX keyed each step compile on beyond the input signature: the tracing context (its
+    configuration) and each argument's placement (numpy or jax.Array, sharding, committed, weak type), the
+    step's state (the model's variables) included. A compile at a known signature is explained by its
+    difference from the closest earlier compile of that signature, as JAX's cache-miss explanation does."""
+
+    def __init__(self) -> None:
+        self._keys: Dict[str, List[Key]] = {}
+
+    def compiled(self, phase: str, function: int, arguments: Any, new: bool) -> Tuple[Optional[str], Optional[str]]:
+        """A step compile of ``phase`` (``new``: at a signature new to the function; ``arguments``: the call's
+        (state, batches)): its (cause, words) when the signature was known (``core.types.CAUSES``), else
+        (None, None)."""
+        if not arguments or not arguments[1]:
+            return (None, None) if new else ("unknown", "the batch of the call that compiled was not kept")
+        state, batches = arguments
+        signature = signature_of(batches[-1], None)
+        leaves = _leaves(batches[-1])
+        named = [(f"input '{leaf.path}'", _internals.placement(array)) for leaf, array in zip(signature, leaves)]
+        if state is not None:
+            kinds = sorted({_internals.placement(array) for array in _leaves(state)})
+            named.append(("the step's state (the model's variables)", "; ".join(kinds)))
+        key: Key = (fingerprint(signature), function, _internals.trace_context(), tuple(named))
+        kept = self._keys.setdefault(phase, [])
+        same = [k for k in kept if k[0] == key[0]]
+        kept.append(key)
+        del kept[:-KEPT_KEYS]
+        if new:
+            return None, None
+        if not any(k[1] == function for k in same):
+            return "function", "a step function JAX had not compiled for this signature (a new jitted function)"
+        closest = min((k for k in same if k[1] == function), key=lambda k: _differences(k, key))
+        if closest[2] != key[2]:
+            return "context", _internals.explain_context(key[2], closest[2])
+        changed = [(name, old, now) for (name, old), (_, now) in zip(closest[3], key[3]) if old != now]
+        if changed:
+            name, old, now = changed[0]
+            more = f" (and {len(changed) - 1} more)" if len(changed) > 1 else ""
+            return "placement", (
+                f"the same shapes and dtypes, placed or typed differently: {name} is now {now}, before {old}{more}; "
+                "JAX compiles once per placement of its arguments (sharding, committed device) and weak type"
+            )
+        return "unknown", "JAX compiled the step again at the same signature, context and placement"
+
+
+def _differences(old: Key, new: Key) -> int:
+    context = sum(1 for a, b in zip(old[2], new[2]) if a != b)
+    return context + sum(1 for a, b in zip(old[3], new[3]) if a != b)
+
+
+def _leaves(batch: Any) -> List[Any]:
+    """A batch's (or the state's) arrays, in the order ``signature_of`` walks them (nests of tuples, lists
+    and dicts)."""
+    if isinstance(batch, dict):
+        return [leaf for key in sorted(batch, key=str) for leaf in _leaves(batch[key])]
+    if isinstance(batch, (tuple, list)):
+        return [leaf for part in batch for leaf in _leaves(part)]
+    return [] if batch is None else [batch]

@@ -97,8 +97,10 @@ def _make_wrapper(model: Any, phase: str, observer: StepObserver):
                     raise
                 end(events)
                 lane.returned = clock()
-                if events and observer.call_ran(phase, events):  # it compiled after all: recorded at its step
-                    observer.call_drained(phase, clock() if wait_for(outputs) else None)
+                if events:  # it compiled after all: recorded at its step (the batch tells why: JAX keys more)
+                    RECORDER.attach(events, (state, (batch,)))
+                    if observer.call_ran(phase, events):
+                        observer.call_drained(phase, clock() if wait_for(outputs) else None)
                 return outputs
             return _full_call(wrapped, original, state, [batch], start, clock(), phase, observer, model_ref())
         if not observer.active():
@@ -145,6 +147,8 @@ def _full_call(
     if again is not None:
         return again(state, iter(batches))
     lane.returned = time.perf_counter()
+    if probe:  # events: the call compiled (or a helper did): the batches tell why when the signature was known
+        RECORDER.attach(probe, (state, batches))
     if observer.call_ran(phase, probe):  # the observer wants the device drained after this call
         observer.call_drained(phase, time.perf_counter() if wait_for(outputs) else None)
     return outputs
