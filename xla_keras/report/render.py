@@ -24,7 +24,7 @@ from xla_keras.report.figures import (
     steady_words,
 )
 from xla_keras.storms.detection import storm_cause
-from xla_keras.storms.fixes import APPLIED_TYPES, cause_clause, fix_line, fix_value, recomputed_words
+from xla_keras.storms.fixes import APPLIED_TYPES, cause_clause, fix_line, fix_value, recomputed_words, values_words
 
 if TYPE_CHECKING:
     from xla_keras.report.model import XlaReport
@@ -139,6 +139,9 @@ def render(report: XlaReport, full: bool = False) -> str:
         else:
             lines.append(f"{head}{storm.count} new input shapes; {storm_cause(storm)}")
             lines.append(f"      fix: {fix_line(storm.fix, f'report.storms[{i}].fix')}")
+            values = values_words(storm.fix, f"report.storms[{i}].fix")
+            if values:
+                lines.append(f"      {values}")
             if storm.fix_at_storm is not None:
                 lines.append(f"      {recomputed_words(storm.fix_at_storm, storm.fix)}")
             trimmed = True
