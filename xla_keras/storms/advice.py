@@ -2,9 +2,11 @@
 saves, measured on real lengths where the batches allow it.
 
 Pure (no TensorFlow). The fix is a typed record (``fixes.Fix``) that ``xla_keras.data.apply_fix``
-applies (``fix.code`` is the same call as one line). Real-length figures and the
-bucketing alternative: ``lengths``; the partial last batch:
-``fixes``; the compile budget: ``budget``; what the session asks (``StormAnalysis``): below.
+applies (``fix.code`` is the same call as one line). Padding is counted in elements over every axis a
+fix pads. Real-length figures and the bucketing alternative: ``lengths``; images, whose zero-padding
+changes the outputs: ``images``; the partial last batch: ``fixes``; the compile budget: ``budget``;
+what the session asks (``StormAnalysis``, with the facts of the call handed in: ``CallFacts``) and
+batches already fixed (``already_fixed``): below.
 """
 
 from __future__ import annotations
@@ -259,12 +261,10 @@ def applied_fix(axes: Sequence[VaryingAxis], applied: Sequence[AppliedLengths]) 
 
 
 def _taken(fix: AppliedLengths, axes: Sequence[VaryingAxis]) -> str:
-    """An applied fix's lengths, up to the longest seen on each axis (its table goes on doubling)."""
-    longest = {key: max(a.known_values) for a in axes for key in _padded_keys(a)}
+    """An applied fix's lengths on the axes that vary here."""
+    varying = {key for a in axes for key in _padded_keys(a)}
     return "; ".join(
-        f"'{path}' axis {axis}: {[n for n in lengths if n <= longest[(path, axis)]]}"
-        for path, axis, lengths in fix.targets
-        if (path, axis) in longest
+        f"'{path}' axis {axis}: {list(lengths)}" for path, axis, lengths in fix.targets if (path, axis) in varying
     )
 
 
