@@ -109,6 +109,16 @@ def _bad_shape(caught: warnings.WarningMessage) -> bool:
 
 
 @pytest.fixture(autouse=True)
+def _no_fix_applied_before():
+    """Each test starts with no fix recorded as applied (``xla_keras.data.applied``): the advice of a
+    test's fit recognises only the fixes that test applied."""
+    from xla_keras.data import applied
+
+    applied.forget()
+    yield
+
+
+@pytest.fixture(autouse=True)
 def _warnings_have_our_shape():
     """Records the test's warnings, hands each on to pytest's own record, and fails the test when one of
     ours is too long or located in a library's code."""

@@ -401,6 +401,103 @@ def test_fixed_batch_size_tf_data(case):
     check_rebatched(xd.apply_fix(ds, fix), sizes, size, remainder, with_y)
 
 
+@st.composite
+def size_cases(draw):
+    """Batches of square images (height = width) from a few sizes, each row's id in its pixels and in y."""
+    batches = draw(st.lists(st.tuples(st.sampled_from([3, 4, 6]), st.integers(1, 9)), min_size=1, max_size=10))
+    return batches, draw(st.integers(1, 8)), draw(st.sampled_from(["drop", "pad", None]))
+
+
+def image_batches(shapes):
+    out, start = [], 0
+    for size, rows in shapes:
+        ids = np.arange(start, start + rows, dtype=np.float32)
+        out.append((np.ones((rows, size, size, 2), np.float32) * ids[:, None, None, None], ids))
+        start += rows
+    return out
+
+
+def size_fix(batch_size, remainder):
+    targets = [{"path": "x", "axis": 1}, {"path": "x", "axis": 2}]
+    return {"kind": "bucket_by_size", "targets": targets, "batch_size": batch_size, "remainder": remainder}
+
+
+def check_by_size(out, shapes, batch_size, remainder):
+    """Each batch holds rows of one size, whole; per size, the rows in order, its last partial batch
+    dropped, padded (rows that weigh nothing, copies of its last row) or kept as it is."""
+    by_size = collections.defaultdict(list)
+    start = 0
+    for size, rows in shapes:
+        by_size[size] += list(range(start, start + rows))
+        start += rows
+    seen = collections.defaultdict(list)
+    batches = collect(out)
+    for batch in batches:
+        x, ids = parts(batch)[:2]
+        size = x.shape[1]
+        assert x.shape[2] == size and len(x) == len(ids)
+        np.testing.assert_array_equal(x, np.ones_like(x) * ids[:, None, None, None])  # rows whole
+        real = len(ids)
+        if remainder == "pad":
+            weights = parts(batch)[2]
+            real = int(weights.sum())
+            np.testing.assert_array_equal(weights, [1.0] * real + [0.0] * (len(ids) - real))
+            assert len(ids) == batch_size and (ids[real:] == ids[real - 1]).all()
+        else:
+            assert len(batch) == 2
+            assert len(ids) == batch_size or (remainder is None and len(ids) < batch_size)
+        seen[size] += ids[:real].astype(int).tolist()
+    for size, rows in by_size.items():
+        keep = len(rows) - len(rows) % batch_size if remainder == "drop" else len(rows)
+        assert seen[size] == rows[:keep]
+    assert set(seen) <= set(by_size)
+
+
+@FAST
+@given(size_cases(), st.sampled_from(["list", "generator"]))
+def test_bucket_by_size_numpy(case, source):
+    shapes, batch_size, remainder = case
+    batches = image_batches(shapes)
+    out = xd.apply_fix(iter(batches) if source == "generator" else batches, size_fix(batch_size, remainder))
+    check_by_size(out, shapes, batch_size, remainder)
+
+
+@FAST_TF
+@given(size_cases())
+def test_bucket_by_size_tf_data(case):
+    tf = pytest.importorskip("tensorflow")
+    shapes, batch_size, remainder = case
+    batches = image_batches(shapes)
+    spec = (tf.TensorSpec([None, None, None, 2], tf.float32), tf.TensorSpec([None], tf.float32))
+    ds = tf.data.Dataset.from_generator(lambda: iter(batches), output_signature=spec)
+    check_by_size(xd.apply_fix(ds, size_fix(batch_size, remainder)), shapes, batch_size, remainder)
+
+
+def test_the_fixes_applied_are_recorded_with_the_lengths_their_targets_take():
+    from xla_keras.data import applied
+
+    applied.forget()
+    fix = {"kind": "pad_to_lengths", "targets": [{"path": "x", "axis": 1, "lengths": [8, 4]}], "batch_size": None}
+    xd.apply_fix(remainder_batches(), fix)
+    # The advised lengths only: data longer than all of them is padded to doubled lengths, not these.
+    assert applied.applied() == (("pad_to_lengths", (("x", 1, (4, 8)),)),)
+    sizes = dict(size_fix(4, "drop"), sizes=[[3, 3], [6, 6]])
+    xd.apply_fix(image_batches([(3, 4), (6, 4)]), sizes)
+    xd.apply_fix(remainder_batches(), fix)  # again: once, the latest last
+    assert [entry.kind for entry in applied.applied()] == ["bucket_by_size", "pad_to_lengths"]
+    assert applied.applied()[0].targets == (("x", 1, (3, 6)), ("x", 2, (3, 6)))
+    xd.apply_fix(image_batches([(3, 4)]), size_fix(4, "drop"))  # no sizes in the fix: nothing to recognise
+    with pytest.raises(ValueError):
+        xd.apply_fix(remainder_batches(), {"kind": "drop_remainder", "rows": 5})
+    assert len(applied.applied()) == 2
+    for n in range(applied.MAX_KEPT + 3):
+        applied.record("pad_to_lengths", [("x", 1, (n + 1,))])
+    kept = applied.applied()
+    assert len(kept) == applied.MAX_KEPT and kept[-1].targets[0][2] == (applied.MAX_KEPT + 3,)
+    applied.forget()
+    assert applied.applied() == ()
+
+
 # ------------------------------------------------------------------ examples
 
 
@@ -604,6 +701,17 @@ def test_pydataset_output_pickles_and_keeps_workers():
             r"None of the fix's inputs \('x/tokens'\) is in the data \(its inputs: 'x', 'y'\)",
         ),
         ({"kind": "pad_to_lengths", "targets": [{"path": "x", "axis": 2, "lengths": [4]}]}, r"has no axis 2"),
+        ({"kind": "bucket_by_size", "targets": [{"path": "x", "axis": 1}]}, r"bucket_by_size fix has no 'batch_size'"),
+        ({"kind": "bucket_by_size", "targets": [], "batch_size": 8}, r"'targets' name no axis to group rows by"),
+        (
+            {"kind": "bucket_by_size", "targets": [{"path": "x", "axis": a} for a in (1, 2, 3, 4)], "batch_size": 8},
+            r"at most 3 axes; got 4",
+        ),
+        (
+            {"kind": "bucket_by_size", "targets": [{"path": "x", "axis": 1}], "batch_size": 8, "sizes": [[3, 4]]},
+            r"'sizes' must be a list of sizes, one per target",
+        ),
+        ({"kind": "bucket_by_size", "targets": [{"path": "x", "axis": 0}], "batch_size": 8}, r"int >= 1; got 0"),
     ],
 )
 def test_apply_fix_errors(fix, message):

@@ -102,3 +102,53 @@ def test_validation_over_the_compile_budget_gets_the_advice_and_its_fix_works(ru
         assert sum(_xla_modules(fixed, backend).values()) == 1 + fix["compiles"]
     # Zero-weight padded rows: the metric over the fixed pipeline is the metric over the original.
     assert fixed["mae"]["fixed"] == pytest.approx(fixed["mae"]["original"], rel=1e-5)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_padding_images_is_stated_in_elements_over_both_axes(runs, backend):
+    images = runs[backend]["images"]
+    (storm,) = images["report"]["storms"]
+    fix = storm["fix"]
+    assert fix["kind"] == "pad_to_lengths" and {t["axis"] for t in fix["targets"]} == {1, 2}
+    # The elements of the batches the scenario built, as fed and once zero-padded to the fix's lengths.
+    overhead = images["padded_elements"] / images["real_elements"] - 1
+    assert fix["padding_overhead"] == pytest.approx(overhead, abs=1e-4)
+    assert (
+        f"{overhead:.0%} more padding than those batches, counted in elements over 'x' axes 1 and 2"
+        in (storm["advice"])
+    )
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_the_advice_says_zero_padding_changes_the_logits_and_the_exact_alternative_keeps_them(runs, backend):
+    results = runs[backend]
+    storm = results["images"]["report"]["storms"][0]
+    fix = storm["fix"]
+    # The storm's model on the images as built and zero-padded (numpy, in the scenario): the logits move.
+    assert results["images"]["logits_change"] > 1e-2
+    assert fix["padding_changes_values"]["layers"] == ["BatchNormalization", "GlobalAveragePooling2D"]
+    assert "Zero-padding changes what this model computes" in storm["advice"]
+    # Batches of one size each: every image's logits as they were, and one compile per size.
+    exact, run = fix["bucket_by_size"], results["images_exact"]
+    assert run["unknown_rows"] == 0 and run["logits_change"] < 1e-4
+    assert run["shapes"] == [[8, s, s, 3] for s in (24, 28, 32, 40)]
+    assert run["rows"] == exact["examples_per_epoch"] - exact["dropped_per_epoch"] == 96
+    modules = sum(_xla_modules(run, backend).values())
+    assert modules == run["report"]["compilation_count"]["train"] == exact["compiles"] == 4
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_fit_on_the_fixed_images_is_not_advised_to_pad_again(runs, backend):
+    results = runs[backend]
+    fix = results["images"]["report"]["storms"][0]["fix"]
+    pad, exact = results["images_pad"], results["images_exact"]
+    # The pad fix: the compiles it stated, in XLA's dump; no storm, no compile budget advice (no floor).
+    assert sum(_xla_modules(pad, backend).values()) == pad["report"]["compilation_count"]["train"] == fix["compiles"]
+    assert pad["report"]["storms"] == [] and pad["report"]["advice"] == []
+    assert exact["report"]["storms"] == [] and exact["report"]["advice"] == []
+    # The same batches of one size each, the record of the applied fix forgotten: the budget speaks
+    # (its recompiles are most of the fit) and would pad them, which the fix applied does not.
+    control = results["images_exact_unrecognised"]
+    assert sum(_xla_modules(control, backend).values()) == 4
+    (advice,) = control["report"]["advice"]
+    assert advice["fix"]["kind"] == "pad_to_lengths" and advice["share"] > advice["budget"]

@@ -3,8 +3,9 @@ and an exhaustive ``match`` in its consumers that mypy checks.
 
 Ground truth for the keys: ``tests/data/fixes_as_saved.jsonl``, fixes written by the dict-based advice
 before the typed records existed (one line per kind and key combination: every kind, a pad fix with
-and without real lengths, with a bucketing part, over two inputs, for each kind of data), and each kind
-added since as its first release saved it (``static_value``).
+and without real lengths, with a bucketing part, over two inputs, for each kind of data), then each
+kind added since as a report first wrote it (a pad fix of images holding its ``bucket_by_size`` part;
+``static_value``).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from xla_keras.storms.detection import Storm
 from xla_keras.storms.fixes import (
     KINDS,
     BucketByLength,
+    BucketBySize,
     DropRemainder,
     FixedBatchSize,
     PadToLengths,
@@ -39,7 +41,9 @@ SAVED = [line for line in (ROOT / "tests/data/fixes_as_saved.jsonl").read_text()
 
 def test_the_saved_fixes_cover_every_kind():
     kinds = {json.loads(line)["kind"] for line in SAVED}
-    nested = {json.loads(line).get("bucket_by_length", {}).get("kind") for line in SAVED} - {None}
+    nested = {
+        json.loads(line).get(part, {}).get("kind") for line in SAVED for part in ("bucket_by_length", "bucket_by_size")
+    } - {None}
     assert kinds | nested == set(KINDS)
 
 
@@ -53,6 +57,8 @@ def test_a_saved_fix_reads_as_its_kind_and_writes_the_same_keys_in_the_same_orde
     assert fix_from_dict(fix.to_dict()).to_dict() == saved
     if "bucket_by_length" in saved:
         assert isinstance(fix.bucket_by_length, BucketByLength)  # typed; the mapping gives its JSON
+    if "bucket_by_size" in saved:
+        assert isinstance(fix.bucket_by_size, BucketBySize)
 
 
 def test_a_fix_is_frozen_and_a_dict_given_for_one_is_read_as_its_kind():

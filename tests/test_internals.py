@@ -329,6 +329,24 @@ def test_layer_names_include_the_layers_of_a_nested_model():
     assert {"block", "inner_dense", "head"} <= set(layer_names(outer))
 
 
+def test_layer_classes_include_the_layers_of_a_nested_model_and_of_a_custom_layer():
+    from xla_keras.backends.keras._internals import layer_classes
+
+    class Block(keras.layers.Layer):
+        def __init__(self):
+            super().__init__()
+            self.norm = keras.layers.BatchNormalization()
+
+        def call(self, x):
+            return self.norm(x)
+
+    inner = keras.Sequential([keras.Input((4, 4, 2)), keras.layers.Conv2D(2, 3, padding="same"), Block()])
+    outer = keras.Sequential([keras.Input((4, 4, 2)), inner, keras.layers.GlobalAveragePooling2D()])
+    assert {"Sequential", "Conv2D", "Block", "BatchNormalization", "GlobalAveragePooling2D"} <= set(
+        layer_classes(outer)
+    )
+
+
 def test_versions_name_the_installed_packages():
     v = _internals.versions()
     assert v["tensorflow"].startswith("2.") and v["keras"].startswith("3.")

@@ -444,3 +444,30 @@ def test_a_fallback_compares_steps_measured_alike_on_each_side_of_the_switch():
     assert view["xla_steady_steps"]["train"] == 25 and view["steady_steps_after"]["train"] == 25
     # The steady step the report states is the interval after the switch alone.
     assert s.phases["train"].timing.median_seconds == pytest.approx(0.002)
+
+
+def image(rows, size):
+    return (Leaf("x", "float32", (rows, size, size, 3)), Leaf("y", "int32", (rows,)))
+
+
+def budget_advice(sizes, applied=()):
+    """The compile budget's advice on a fit whose batches come in these sizes, each compiling for 0.9 s."""
+    clock = Clock()
+    s = session(clock, compile_budget_floor=0)
+    s.applied_fixes = applied
+    for size in sizes:
+        step(s, clock, image(8, size), 1.0, observation=CompileObservation((0.9,), "profiler"))
+        for _ in range(3):
+            step(s, clock, image(8, size), 0.01)
+    return s.snapshot().advice
+
+
+def test_a_fit_on_a_fixs_output_is_not_advised_to_pad_again():
+    from xla_keras.storms.fixes import AppliedLengths
+
+    (advice,) = budget_advice([24, 28, 32, 40])  # the images as they came: over the budget, pad them
+    assert advice.fix["kind"] == "pad_to_lengths" and advice.fix["lengths"] == [32, 40]
+    assert budget_advice([32, 40]) == ()  # the pad fix's output: the same fix would change nothing
+    # The exact alternative's output (batches of one size each) is the same shapes: recognised as applied.
+    by_size = AppliedLengths("bucket_by_size", (("x", 1, (24, 28, 32, 40)), ("x", 2, (24, 28, 32, 40))))
+    assert budget_advice([24, 28, 32, 40], (by_size,)) == ()

@@ -455,3 +455,188 @@ def test_the_compile_budget_also_needs_its_floor_in_seconds(compiles, seconds, f
     assert (got is not None) is advised
     if got is not None:
         assert got[2] > 0.1  # the share is over the budget too
+
+
+# ------------------------------------------------------------------ images of several sizes
+
+
+def image(rows, height, width=None, dtype="float32"):
+    return (Leaf("x", dtype, (rows, height, height if width is None else width, 3)), Leaf("y", "int32", (rows,)))
+
+
+def pad_to(n, lengths):
+    return min(length for length in lengths if length >= n)
+
+
+def image_history(shapes, runs=1):
+    h = ShapeHistory()
+    for _ in range(runs):
+        for sig in shapes:
+            h.observe(sig)
+        h.end_of_run()
+    return h
+
+
+IMAGE_SIZES = {24: 6, 28: 3, 32: 4, 40: 5}  # size -> batches of 8
+
+
+def test_padding_images_is_counted_in_elements_over_both_axes_it_pads():
+    shapes = [image(8, size) for size, n in IMAGE_SIZES.items() for _ in range(n)]
+    _, advice, fix = analyse("train", image_history(shapes), threshold=8)
+    lengths = {t["axis"]: t["lengths"] for t in fix["targets"]}
+    assert sorted(lengths) == [1, 2] and lengths[1] == lengths[2]
+    # Ground truth: the elements of the batches built above, as fed and once padded to the fix's lengths.
+    real = sum(8 * h * w * 3 for h, w in ((s[0].shape[1], s[0].shape[2]) for s in shapes))
+    padded = sum(8 * pad_to(s[0].shape[1], lengths[1]) * pad_to(s[0].shape[2], lengths[2]) * 3 for s in shapes)
+    assert fix["padding_overhead"] == pytest.approx(padded / real - 1, abs=1e-4)
+    one_axis = sum(pad_to(s[0].shape[1], lengths[1]) for s in shapes) / sum(s[0].shape[1] for s in shapes) - 1
+    assert fix["padding_overhead"] > one_axis + 0.05  # counting one axis would understate it
+    assert fix["padding_overhead"] <= 0.20 and fix["compiles"] == len(lengths[1]) < 8
+    stated = f"{padded / real - 1:.0%} more padding than those batches, counted in elements over 'x' axes 1 and 2"
+    assert stated in advice
+
+
+def test_images_of_independent_heights_and_widths_are_counted_jointly():
+    rng = random.Random(3)
+    pairs = [(rng.choice([20, 24, 28, 36]), rng.choice([30, 32, 44, 48])) for _ in range(40)]
+    _, advice, fix = analyse("train", history_of([image(4, h, w) for h, w in pairs]), threshold=8)
+    lengths = {p["axis"]: p["lengths"] for p in fix["per_input"]}
+    real = sum(h * w for h, w in pairs)
+    padded = sum(pad_to(h, lengths[1]) * pad_to(w, lengths[2]) for h, w in pairs)
+    assert fix["padding_overhead"] == pytest.approx(padded / real - 1, abs=1e-4)
+    combos = {(pad_to(h, lengths[1]), pad_to(w, lengths[2])) for h, w in pairs}
+    assert fix["compiles"] == len(combos) < 8
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_bucket_programme_is_optimal_for_lengths_taken_by_two_axes(seed):
+    rng = random.Random(100 + seed)
+    lengths = {}
+    for _ in range(rng.randint(1, 12)):
+        v = rng.randint(8, 80)
+        lengths[v] = lengths.get(v, 0) + rng.randint(1, 5)
+    k = rng.randint(1, 3)
+    boundaries, overhead = best_buckets(lengths, k, power=2)
+    # Brute force over every choice of k candidate boundaries, the area (length squared) padded.
+    cands = sorted({v if v <= EXACT_UP_TO else -(-v // 8) * 8 for v in lengths})
+    best = min(
+        best_cost_overhead(lengths, list(combo) + [cands[-1]], power=2)
+        for r in range(1, min(k, len(cands)) + 1)
+        for combo in itertools.combinations(cands[:-1], r - 1)
+    )
+    assert overhead == pytest.approx(best, abs=1e-9) and len(boundaries) <= k
+
+
+LAYERS = ("InputLayer", "Conv2D", "BatchNormalization", "Conv2D", "GlobalAveragePooling2D", "Dense")
+
+
+def test_zero_padded_images_say_the_outputs_change_and_offer_what_keeps_them():
+    # Per size: a batch of 4 rows, then 3 of 8; two epochs.
+    shapes = [image(rows, size) for size in (24, 28, 32, 40) for rows in (4, 8, 8, 8)]
+    history = image_history(shapes, runs=2)
+    _, advice, fix = analyse("train", history, threshold=8, layers=LAYERS)
+    changed = fix["padding_changes_values"]
+    assert changed["inputs"] == ["x"] and changed["layers"] == ["BatchNormalization", "GlobalAveragePooling2D"]
+    assert "Zero-padding changes what this model computes" in advice
+    assert "this model's BatchNormalization and GlobalAveragePooling2D layers" in advice
+    exact = fix["bucket_by_size"]
+    assert exact["kind"] == "bucket_by_size"
+    assert exact["targets"] == [{"path": "x", "axis": 1}, {"path": "x", "axis": 2}]
+    assert exact["sizes"] == [[24, 24], [28, 28], [32, 32], [40, 40]] and exact["compiles"] == 4
+    # Each size holds 4 + 3 x 8 = 28 rows an epoch: batches of 8 leave 4 per size.
+    assert exact["batch_size"] == 8 and exact["remainder"] == "drop"
+    assert (exact["examples_per_epoch"], exact["dropped_per_epoch"]) == (112, 16)
+    assert "batches of one size each, 4 sizes = 4 compiles, nothing padded" in advice
+    assert "16 examples of 112 per epoch" in advice and "fix['bucket_by_size']" in advice
+    compile(exact["code"], "<fix>", "exec")
+    assert exact["code"].count("'kind': 'bucket_by_size'") == 1
+    resized = fix["resize"]
+    assert resized["size"] == [40, 40] and resized["compiles"] == 1
+    assert "tf.image.resize(x, (40, 40))" in resized["code"] and "interpolation changes the pixels" in advice
+    compile(resized["code"], "<resize>", "exec")
+    assert "Real lengths" not in advice  # an image has none to count
+    # The four-line warning says it on the cause's line; the printed report names the exact alternative.
+    varying = [a.describe() for a in varying_axes([(sig, 1) for sig in shapes])]
+    storm = Storm("train", 9, 8, varying, advice, fix, compiles=8, compile_seconds=2.0)
+    lines = storm_text(storm, 0).splitlines()
+    assert lines[1] == "Cause: input 'x' axis 1 varies (24..40, 4 values) and 1 more; zero-padding changes the outputs"
+    assert len(lines) == 4 and all(len(line) <= 100 for line in lines)
+    from xla_keras.report.model import XlaReport
+    from xla_keras.report.render import render
+
+    assert ("      zero-padding images changes the outputs; exact: report.storms[0].fix.bucket_by_size\n") in render(
+        XlaReport(storms=[storm])
+    )
+    # Validation keeps every example: each size's last batch padded (4 rows of each).
+    _, advice, fix = analyse("test", history, threshold=8, layers=LAYERS)
+    assert fix["bucket_by_size"]["padded_rows_per_epoch"] == 16 and "dropped_per_epoch" not in fix["bucket_by_size"]
+    # Predict: batches of one size each would reorder the outputs.
+    _, advice, fix = analyse("predict", history, threshold=8)
+    assert "bucket_by_size" not in fix and "not offered for predict" in advice
+    # As many sizes as the threshold: one compile per size would storm too.
+    _, advice, fix = analyse("train", history, threshold=4)
+    assert "bucket_by_size" not in fix and "4 sizes, not below storm_threshold" in advice
+
+
+def test_what_the_advice_says_of_the_model_follows_its_layers():
+    history = history_of([image(8, size) for size in (24, 28, 32, 40)])
+    _, advice, fix = analyse("train", history, threshold=8)  # the layers were not read
+    assert "layers" not in fix["padding_changes_values"]
+    assert "enter every layer that pools or normalises over the image" in advice
+    _, advice, fix = analyse("train", history, threshold=8, layers=("Conv2D", "Conv2D"))
+    assert fix["padding_changes_values"]["layers"] == [] and "Zero-padding can change what this model" in advice
+
+
+@pytest.mark.parametrize(
+    "leaf",
+    [
+        Leaf("x", "int32", (8, 0, 0, 3)),  # integer ids, not pixels
+        Leaf("x", "float32", (8, 0, 5)),  # float features of a sequence: one axis padded
+    ],
+)
+def test_only_float_inputs_padded_on_two_axes_are_images(leaf):
+    def shaped(n):
+        return (Leaf(leaf.path, leaf.dtype, tuple(n if d == 0 else d for d in leaf.shape)), Leaf("y", "f", (8,)))
+
+    _, advice, fix = analyse("train", history_of([shaped(n) for n in (24, 28, 32, 40)]), threshold=8, layers=LAYERS)
+    assert fix["kind"] == "pad_to_lengths" and "padding_changes_values" not in fix and "bucket_by_size" not in fix
+    assert "Zero-padding" not in advice
+
+
+def test_batches_with_the_lengths_of_an_applied_fix_are_recognised():
+    from xla_keras.storms.advice import already_fixed
+    from xla_keras.storms.fixes import AppliedLengths
+
+    # Sequences already padded to [48, 64]: one length would pad 14% more, under the 20% target.
+    history = history_of([tokens(8, n) for n in [48] * 4 + [64] * 4])
+    _, advice, fix = analyse("train", history, threshold=8)
+    assert fix["lengths"] == [64] and not already_fixed(history, fix)  # advice to merge them
+    applied = (AppliedLengths("pad_to_lengths", (("x/tokens", 1, (48, 64)),)),)
+    assert already_fixed(history, fix, applied)
+    _, advice, _ = analyse("train", history, threshold=8, applied=applied)
+    assert advice.startswith(
+        "These batches already have the lengths of a pad_to_lengths fix that xla_keras.data applied in this "
+        "process ('x/tokens' axis 1: [48, 64]): their compiles are the ones it stated."
+    )
+    other = (AppliedLengths("pad_to_lengths", (("x/tokens", 1, (48, 96)),)),)  # 64 is none of its lengths
+    assert not already_fixed(history, fix, other)
+    # Images: both padded axes must take the applied fix's lengths.
+    images = history_of([image(8, 32)] * 3 + [image(8, 40)] * 3)
+    _, _, fix = analyse("train", images, threshold=8)
+    one_axis = (AppliedLengths("pad_to_lengths", (("x", 1, (32, 40)),)),)
+    both = (AppliedLengths("pad_to_lengths", (("x", 1, (32, 40)), ("x", 2, (32, 40)))),)
+    assert analyse("train", images, threshold=8, applied=both)[1].startswith("These batches already have")
+    assert not analyse("train", images, threshold=8, applied=one_axis)[1].startswith("These batches")
+
+
+def test_a_pad_fix_that_pads_nothing_and_changes_no_rows_is_no_fix():
+    from xla_keras.storms.advice import already_fixed
+
+    # The pad fix's own output, [32, 40]: padding both to 40 would add 37% of elements (over the target).
+    history = history_of([image(8, 32)] * 9 + [image(8, 40)] * 3)
+    _, _, fix = analyse("train", history, threshold=8)
+    assert fix["lengths"] == [32, 40] and fix["padding_overhead"] == 0.0 and already_fixed(history, fix)
+    # With a partial batch in the middle, the fix still changes the rows: it is one.
+    history = history_of([image(8, 32)] * 9 + [image(5, 32)] + [image(8, 40)] * 3)
+    _, _, fix = analyse("train", history, threshold=8)
+    assert not already_fixed(history, fix)

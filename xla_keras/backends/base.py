@@ -214,6 +214,10 @@ class Backend(Protocol):
     def layer_names(self, model: Any) -> List[str]:
         """Every layer's name, nested ones included."""
 
+    def layer_kinds(self, model: Any) -> Tuple[str, ...]:
+        """The class names of the model's layers, nested ones included, each once: facts for the storm
+        advice (which layers pool or normalise over zero-padded images)."""
+
     def trace_coverage(self, session_dir: str, layer_names: Sequence[str], steps: int) -> Optional[dict]:
         """Auto-clustering's coverage of the train step from a saved trace window (``jit/coverage.py``), or None."""
 

@@ -16,7 +16,7 @@ from typing import Any, Callable, ClassVar, Dict, List, Optional, Sequence, Tupl
 
 from xla_keras.backends.base import CompileProbe, Installed, StepObserver
 from xla_keras.backends.chain import FUNCTION_ATTR, MAKE_FUNCTION, unwrap
-from xla_keras.backends.keras._internals import layer_names, outermost_layers
+from xla_keras.backends.keras._internals import layer_classes, layer_names, outermost_layers
 from xla_keras.core.signatures import InputSignature
 from xla_keras.jit.modes import JitState
 from xla_keras.jit.pipeline_move import PipelineMove, layers_on_inputs, pipeline_move
@@ -153,6 +153,10 @@ class KerasBackend:
     def layer_names(self, model: Any) -> List[str]:
         """Every layer's name, nested ones included (what a node's name scopes name)."""
         return layer_names(model)
+
+    def layer_kinds(self, model: Any) -> Tuple[str, ...]:
+        """The class names of the model's layers, nested ones included, each once (in model order)."""
+        return tuple(dict.fromkeys(layer_classes(model)))
 
     def trace_coverage(self, session_dir: str, layer_names: Sequence[str], steps: int) -> Optional[dict]:
         """Auto-clustering's coverage from a saved trace window: none without auto-clustering (JAX)."""

@@ -17,6 +17,7 @@ from xla_keras.callback.step_path import StepPath
 from xla_keras.core.cache import CompileTimes, model_key
 from xla_keras.core.messages import say, warn
 from xla_keras.core.types import PHASES
+from xla_keras.data.applied import applied as applied_fixes
 from xla_keras.errors import LogDirError
 from xla_keras.jit.trial import Trial, trial_words
 
@@ -163,6 +164,8 @@ class Lifecycle:
         state.dist = backend.distribution(state.model)
         state.sink.chief = state.dist.chief
         session.data_kind = backend.data_kind(state.model)
+        session.model_layers = backend.layer_kinds(state.model)
+        session.applied_fixes = applied_fixes()
         if state.dist.multi_worker:
             if backend.multi_worker_note:
                 session.notes.add_once("multi-worker-probe", backend.multi_worker_note)

@@ -14,7 +14,7 @@ keeps is bounded (``phases.py``); ``snapshot()`` freezes it for a report
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Sequence, Set, Union
+from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Sequence, Set, Tuple, Union
 
 from xla_keras.config import MonitorConfig
 from xla_keras.core.ledger import CompileLedger
@@ -43,8 +43,9 @@ from xla_keras.jit.decision import Decision
 from xla_keras.jit.modes import JitState
 from xla_keras.jit.trial import Trial, trial_view
 from xla_keras.jit.value_keys import ValueKey, value_keys_note
-from xla_keras.storms.advice import StormAnalysis
+from xla_keras.storms.advice import CallFacts, StormAnalysis
 from xla_keras.storms.detection import Storm, StormDetector, batch_rows
+from xla_keras.storms.fixes import AppliedLengths
 from xla_keras.tensorboard.metadata import TAG_DISTINCT_SIGNATURES, TAG_STORM
 
 if TYPE_CHECKING:
@@ -86,6 +87,8 @@ class Session:
         self.repeats = Repeats(self.phases, self.calls, self.ledger, self.wall, self.drain)
         self.functions = FunctionWatch(self.ledger, self.phases)
         self.data_kind = "tf.data"  # what the storm fix's code is written for (storms.fixes.DATA_KINDS)
+        self.model_layers: Tuple[str, ...] = ()  # the model's layer classes (the advice on padded images)
+        self.applied_fixes: Tuple[AppliedLengths, ...] = ()  # what xla_keras.data applied in this process
         self._views_taken = 0
         self._open_at_next_call: Set[str] = set()  # TensorFlow: phases whose interval was cut at a switch
         self.run = "fit"  # the running (or last) call: "fit", "evaluate" or "predict"
@@ -452,7 +455,7 @@ class Session:
 
     def open_storm(self, phase: str, step: int, count: int, window_start: int, action: str) -> Storm:
         self.take_views((phase,))
-        storm = self.analysis.storm(phase, self.phases[phase], self.data_kind, step, count, window_start, action)
+        storm = self.analysis.storm(phase, self.phases[phase], self.facts(), step, count, window_start, action)
         self.storms.append(storm)
         return storm
 
@@ -480,12 +483,16 @@ class Session:
             self._open_at_next_call.add(name)
         self.fallback = fallback_began(phase, step, reason, self.phases, cause)
 
+    def facts(self) -> CallFacts:
+        """What the storm advice knows of the running call beyond its shapes (set as each call begins)."""
+        return CallFacts(self.data_kind, self.model_layers, self.applied_fixes)
+
     def storm_scalar(self, storm: Storm) -> Scalar:
         return Scalar(storm.phase, TAG_STORM, 1.0, storm.step)
 
     def call_segment_began(self, run: str) -> None:
         """A fit, evaluate or predict begins (``run``): the compile budget judges it alone."""
-        self.analysis.call_ended(self.phases, self.storms, self.data_kind, self.run, self.runs.get(self.run, 1))
+        self.analysis.call_ended(self.phases, self.storms, self.facts(), self.run, self.runs.get(self.run, 1))
         self.run, self.runs[run] = run, self.runs.get(run, 0) + 1
         for stats in self.phases.values():
             stats.call_began()
@@ -493,7 +500,8 @@ class Session:
     # ---------------------------------------------------------------- report
 
     def snapshot(self) -> SessionSnapshot:
-        storms = tuple(self.analysis.refreshed(s, self.phases[s.phase], self.data_kind) for s in self.storms)
+        facts = self.facts()
+        storms = tuple(self.analysis.refreshed(s, self.phases[s.phase], facts) for s in self.storms)
         decision = self.jit_decision
         view = trial_view(decision) if isinstance(decision, Trial) else decision.to_dict() if decision else None
         return SessionSnapshot(
@@ -503,7 +511,7 @@ class Session:
             tuple(self.notes.texts),
             self.wall.seconds(),
             fallback_view(self.fallback, self.phases),
-            self.analysis.advice(self.phases, self.storms, self.data_kind, self.run, self.runs.get(self.run, 1)),
+            self.analysis.advice(self.phases, self.storms, facts, self.run, self.runs.get(self.run, 1)),
             view,
             self.own.view(),
         )

@@ -37,9 +37,11 @@ from __future__ import annotations
 
 from typing import Any, Dict, Optional, Union
 
-from xla_keras.data import arrays, plan, tfdata
+from xla_keras.data import applied, arrays, plan, tfdata
 from xla_keras.storms.fixes import (
     APPLIED_KINDS,
+    BUCKET_BY_LENGTH,
+    BUCKET_BY_SIZE,
     DROP,
     DROP_REMAINDER,
     FIXED_BATCH_SIZE,
@@ -96,8 +98,11 @@ def pad_to_lengths(data: Any, fix: Union[Fix, Dict[str, Any]]) -> Any:
         raise ValueError(f"pad_to_lengths takes a 'pad_to_lengths' fix; got kind {kind!r} (use apply_fix).")
     targets = plan.targets_of(fix, PAD_TO_LENGTHS, lengths=True, min_axis=0)
     if tfdata.is_tf_dataset(data):
-        return tfdata.apply_tf(data, targets, None, None)
-    return arrays.apply_numpy(data, targets, None, None)
+        fixed = tfdata.apply_tf(data, targets, None, None)
+    else:
+        fixed = arrays.apply_numpy(data, targets, None, None)
+    applied.record(kind, plan.applied_lengths(fix))
+    return fixed
 
 
 def apply_fix(data: Any, fix: Union[Fix, Dict[str, Any]]) -> Any:
@@ -110,6 +115,13 @@ def apply_fix(data: Any, fix: Union[Fix, Dict[str, Any]]) -> Any:
     - ``fixed_batch_size``: re-batches to exactly ``size`` rows, then applies
       the remainder rule. On numpy data this reads every batch into memory.
     - ``drop_remainder`` / ``pad_remainder``: the remainder rule only.
+    - ``bucket_by_size`` (the exact alternative a ``pad_to_lengths`` fix of
+      images holds, ``fix["bucket_by_size"]``): regroups the rows by their
+      size on the fix's ``targets`` (an image's height and width), each
+      group batched to ``batch_size`` rows, then the remainder rule per
+      group. Nothing is padded: one compile per size, every value exact. The
+      batches come in the order their groups fill (Keras's ``shuffle``
+      shuffles batch order); on numpy data this reads every batch into memory.
 
     The remainder rule (``fix["remainder"]``, with ``fix["batch_size"]``):
     ``"drop"`` (training) drops batches with fewer rows than ``batch_size``.
@@ -173,6 +185,14 @@ def apply_fix(data: Any, fix: Union[Fix, Dict[str, Any]]) -> Any:
         if tfdata.is_tf_dataset(data):
             return tfdata.apply_tf(data, (), size, remainder, rebatch=size)
         return arrays.rebatch_numpy(data, size, remainder)
+    elif kind == BUCKET_BY_SIZE:
+        spec = plan.grouping(fix)
+        if tfdata.is_tf_dataset(data):
+            fixed = tfdata.group_tf(data, spec)
+        else:
+            fixed = arrays.group_numpy(data, spec)
+        applied.record(kind, plan.grouped_lengths(spec))
+        return fixed
     elif kind in (DROP_REMAINDER, PAD_REMAINDER):
         plan.required(fix, "batch_size", f"{kind} fix")
         targets = ()
@@ -182,8 +202,11 @@ def apply_fix(data: Any, fix: Union[Fix, Dict[str, Any]]) -> Any:
     else:
         raise plan.refusal(kind)
     if tfdata.is_tf_dataset(data):
-        return tfdata.apply_tf(data, targets, batch_size, remainder)
-    return arrays.apply_numpy(data, targets, batch_size, remainder)
+        fixed = tfdata.apply_tf(data, targets, batch_size, remainder)
+    else:
+        fixed = arrays.apply_numpy(data, targets, batch_size, remainder)
+    applied.record(kind, plan.applied_lengths(fix))
+    return fixed
 
 
 def bucket_by_length(data: Any, fix: Union[Fix, Dict[str, Any]], batch_size: Optional[int] = None) -> Any:
@@ -237,7 +260,12 @@ def bucket_by_length(data: Any, fix: Union[Fix, Dict[str, Any]], batch_size: Opt
 
         ```
     """
-    spec = plan.bucketing(plan.json_form(fix), batch_size)
+    fix = plan.json_form(fix)
+    spec = plan.bucketing(fix, batch_size)
     if tfdata.is_tf_dataset(data):
-        return tfdata.bucket_tf(data, spec)
-    return arrays.bucket_numpy(data, spec)
+        fixed = tfdata.bucket_tf(data, spec)
+    else:
+        fixed = arrays.bucket_numpy(data, spec)
+    inner = fix.get(BUCKET_BY_LENGTH) if plan.kind_of(fix) == PAD_TO_LENGTHS else fix
+    applied.record(BUCKET_BY_LENGTH, plan.applied_lengths(inner if isinstance(inner, dict) else {}))
+    return fixed

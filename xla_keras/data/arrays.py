@@ -13,7 +13,7 @@ import numpy as np
 
 from xla_keras.core.signatures import leaves, map_leaves
 from xla_keras.data.batches import leaf_at, pad_lengths, pad_rows, rows
-from xla_keras.data.plan import Bucketing, Target, check_rank, padded_length
+from xla_keras.data.plan import Bucketing, Grouping, Target, check_rank, padded_length
 from xla_keras.storms.fixes import DROP, PAD
 
 
@@ -189,6 +189,37 @@ def rebatch_numpy(data: Any, size: int, remainder: Optional[str]) -> Any:
     rebatched = [rows_from(i) for i in range(0, stop, size)]
     # Dropping is done: what is left of the fix is per batch (pad the last one's rows).
     return pydataset(rebatched, len(rebatched), NumpyFix((), size, None if remainder == DROP else remainder))
+
+
+def group_numpy(data: Any, spec: Grouping) -> Any:
+    """Rows regrouped by their sizes on the fix's targets, each group batched to ``batch_size`` rows,
+    in the order the groups fill; then each group's last rows by the remainder rule."""
+    batches = _read_all(data, "apply_fix (bucket_by_size)", BATCHES_HINT)
+    open_groups: Dict[Tuple[int, ...], Tuple[Any, Dict[str, List[Any]], int]] = {}
+    out: List[Any] = []
+
+    def joined(template: Any, columns: Dict[str, List[Any]], rows: int) -> Tuple[Any, Dict[str, List[Any]]]:
+        """``rows`` rows off the front of the group, and what is left of it."""
+        whole = {path: np.concatenate(column) for path, column in columns.items()}
+        batch = map_leaves(template, lambda path, _: whole[path][:rows])
+        return batch, {path: [array[rows:]] for path, array in whole.items()}
+
+    for batch in batches:
+        key = tuple(int(np.shape(leaf_at(batch, t.path))[t.axis]) for t in spec.targets)
+        template, columns, rows = open_groups.get(key, (batch, {}, 0))
+        for path, leaf in leaves(batch):
+            columns.setdefault(path, []).append(np.asarray(leaf))
+        rows += NUMPY.size(leaf_at(batch, spec.targets[0].path), 0)
+        while rows >= spec.batch_size:
+            full, columns = joined(template, columns, spec.batch_size)
+            out.append(full)
+            rows -= spec.batch_size
+        open_groups[key] = (template, columns, rows)
+    if spec.remainder != DROP:
+        out += [joined(template, columns, rows)[0] for template, columns, rows in open_groups.values() if rows]
+    # Dropping is done: what is left of the fix is per batch (pad the partial ones' rows).
+    remainder = None if spec.remainder == DROP else spec.remainder
+    return pydataset(out, len(out), NumpyFix((), spec.batch_size, remainder))
 
 
 def _stack(elements: List[Any]) -> Any:

@@ -13,7 +13,9 @@ import numpy as np
 from xla_keras.storms.fixes import (
     APPLIED_KINDS,
     BUCKET_BY_LENGTH,
+    BUCKET_BY_SIZE,
     CONSISTENT_STRUCTURE,
+    MAX_GROUP_AXES,
     PAD_TO_LENGTHS,
     REMAINDERS,
     STATIC_VALUE,
@@ -44,6 +46,19 @@ class Bucketing(NamedTuple):
     batch_size: int
     remainder: Optional[str]
     rank: Optional[int] = None  # the length leaf's rank in a batch, when the fix says (an example: one less)
+
+
+class Grouping(NamedTuple):
+    """A bucket_by_size fix: rows grouped by their sizes on ``targets``, each group batched to ``batch_size``."""
+
+    targets: Tuple[Target, ...]
+    batch_size: int
+    remainder: Optional[str]
+    sizes: Tuple[Tuple[int, ...], ...]  # the sizes the fix saw (each in the order of targets); may be empty
+
+
+# tf.data keys a group by one int64: at most MAX_GROUP_AXES sizes, each below this.
+GROUP_KEY_BASE = 1 << 20
 
 
 def check_rank(spec: Bucketing, rank: Optional[int]) -> None:
@@ -166,6 +181,44 @@ def refusal(kind: Any) -> ValueError:
             "it (it batches), instead of apply_fix."
         )
     return ValueError(f"The fix kind {kind!r} cannot be applied mechanically. " + ACCEPTED + ".")
+
+
+def grouping(fix: dict) -> Grouping:
+    """What a bucket_by_size fix asks for, checked."""
+    what = f"{BUCKET_BY_SIZE} fix"
+    targets = targets_of(fix, BUCKET_BY_SIZE, lengths=False, min_axis=1)
+    if not targets:
+        raise ValueError(f"The {what}'s 'targets' name no axis to group rows by.")
+    if len(targets) > MAX_GROUP_AXES:
+        raise ValueError(f"The {what} groups rows by the sizes of at most {MAX_GROUP_AXES} axes; got {len(targets)}.")
+    batch_size = count(required(fix, "batch_size", what), f"The {what}'s 'batch_size'")
+    remainder = checked_remainder(fix.get("remainder"))
+    sizes = fix.get("sizes") or ()
+    if not isinstance(sizes, (list, tuple)) or any(
+        not isinstance(s, (list, tuple)) or len(s) != len(targets) for s in sizes
+    ):
+        raise ValueError(f"The {what}'s 'sizes' must be a list of sizes, one per target each; got {sizes!r}.")
+    checked = tuple(tuple(count(n, f"each of the {what}'s sizes") for n in s) for s in sizes)
+    return Grouping(targets, batch_size, remainder, checked)
+
+
+def applied_lengths(fix: dict) -> Tuple[Tuple[str, int, Tuple[int, ...]], ...]:
+    """The lengths each target of a checked pad (or bucketing) fix takes after it: the advised ones.
+    Data longer than every one of them takes doubled lengths: no longer the fix's lengths exactly."""
+    lengths = fix.get("lengths")
+    out = []
+    for target in fix.get("targets") or ():
+        taken = target.get("lengths", lengths)
+        if "@" not in str(target["path"]) and isinstance(taken, (list, tuple)) and taken:
+            out.append((str(target["path"]), int(target["axis"]), tuple(sorted({int(n) for n in taken}))))
+    return tuple(out)
+
+
+def grouped_lengths(spec: Grouping) -> Tuple[Tuple[str, int, Tuple[int, ...]], ...]:
+    """The sizes each target of a bucket_by_size fix takes after it: the sizes the fix saw."""
+    if not spec.sizes:
+        return ()
+    return tuple((t.path, t.axis, tuple(sorted({s[i] for s in spec.sizes}))) for i, t in enumerate(spec.targets))
 
 
 def bucketing(fix: Any, batch_size: Optional[int]) -> Bucketing:

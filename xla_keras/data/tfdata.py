@@ -9,7 +9,7 @@ import sys
 from typing import Any, Callable, Optional, Tuple
 
 from xla_keras.data.batches import leaf_at, pad_lengths, pad_rows, rows
-from xla_keras.data.plan import INT32_MAX, Bucketing, Target, check_rank
+from xla_keras.data.plan import GROUP_KEY_BASE, INT32_MAX, Bucketing, Grouping, Target, check_rank
 from xla_keras.storms.fixes import DROP, PAD
 
 
@@ -142,3 +142,35 @@ def bucket_tf(ds: Any, spec: Bucketing) -> Any:
     if spec.remainder == PAD:
         ds = _tf_map(ds, lambda batch: pad_rows(batch, spec.batch_size, ops))
     return ds
+
+
+def group_tf(ds: Any, spec: Grouping) -> Any:
+    """Rows regrouped by their sizes on the fix's targets (``group_by_window`` over the unbatched rows),
+    each group batched to ``batch_size`` rows; then each group's last rows by the remainder rule."""
+    tf = _tf()
+    ops = TfOps(tf)
+    rows = ds.unbatch()
+
+    def key(element: Any) -> Any:
+        combined = tf.constant(0, tf.int64)
+        for target in spec.targets:
+            size = tf.cast(tf.shape(leaf_at(element, target.path))[target.axis - 1], tf.int64)
+            tf.debugging.assert_less(
+                size,
+                tf.constant(GROUP_KEY_BASE, tf.int64),
+                f"bucket_by_size keys groups by sizes below {GROUP_KEY_BASE}",
+            )
+            combined = combined * GROUP_KEY_BASE + size
+        return combined
+
+    def reduce(_: Any, window: Any) -> Any:
+        return window.batch(spec.batch_size, drop_remainder=spec.remainder == DROP)
+
+    grouped = rows.group_by_window(
+        key_func=_element_fn(rows, key),
+        window_size=spec.batch_size,
+        reduce_func=tf.autograph.experimental.do_not_convert(reduce),
+    )
+    if spec.remainder == PAD:
+        grouped = _tf_map(grouped, lambda batch: pad_rows(batch, spec.batch_size, ops))
+    return grouped

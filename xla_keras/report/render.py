@@ -28,7 +28,7 @@ from xla_keras.report.figures import (
 )
 from xla_keras.report.ledger_rows import cause_words, ledger_rows, steps_words
 from xla_keras.storms.detection import storm_cause, storm_what
-from xla_keras.storms.fixes import APPLIED_TYPES, cause_clause, fix_line, fix_value, recomputed_words
+from xla_keras.storms.fixes import APPLIED_TYPES, cause_clause, fix_line, fix_value, recomputed_words, values_words
 
 if TYPE_CHECKING:
     from xla_keras.report.model import XlaReport
@@ -147,6 +147,9 @@ def render(report: XlaReport, full: bool = False) -> str:
         else:
             lines.append(f"{head}{storm.count} {storm_what(storm)}; {storm_cause(storm)}")
             lines.append(f"      fix: {fix_line(storm.fix, f'report.storms[{i}].fix')}")
+            values = values_words(storm.fix, f"report.storms[{i}].fix")
+            if values:
+                lines.append(f"      {values}")
             if storm.fix_at_storm is not None:
                 lines.append(f"      {recomputed_words(storm.fix_at_storm, storm.fix)}")
             trimmed = True

@@ -2,15 +2,17 @@
 saves, measured on real lengths where the batches allow it.
 
 Pure (no TensorFlow). The fix is a typed record (``fixes.Fix``) that ``xla_keras.data.apply_fix``
-applies (``fix.code`` is the same call as one line). Real-length figures and the
-bucketing alternative: ``lengths``; the partial last batch:
-``fixes``; the compile budget: ``budget``; what the session asks (``StormAnalysis``): below.
+applies (``fix.code`` is the same call as one line). Padding is counted in elements over every axis a
+fix pads. Real-length figures and the bucketing alternative: ``lengths``; images, whose zero-padding
+changes the outputs: ``images``; the partial last batch: ``fixes``; the compile budget: ``budget``;
+what the session asks (``StormAnalysis``, with the facts of the call handed in: ``CallFacts``) and
+batches already fixed (``already_fixed``): below.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from xla_keras.core.phases import CallBase
 from xla_keras.core.signatures import InputSignature
@@ -28,6 +30,7 @@ from xla_keras.storms.detection import (
 )
 from xla_keras.storms.fixes import (
     REMAINDER,
+    AppliedLengths,
     ConsistentStructure,
     DropRemainder,
     Fix,
@@ -43,6 +46,7 @@ from xla_keras.storms.fixes import (
     fix_value,
     recomputed_words,
 )
+from xla_keras.storms.images import axes_words, by_size, changed_values, image_inputs, resize
 from xla_keras.storms.lengths import (
     Costs,
     SampleView,
@@ -54,14 +58,60 @@ if TYPE_CHECKING:
     from xla_keras.core.phases import PhaseStats
 
 
+def _padded_keys(a: VaryingAxis) -> List[Tuple[str, int]]:
+    """(path, axis) of the varying axis and of the axes that vary with it (another replica's view aside)."""
+    keys = [(a.path, a.axis)]
+    for other in a.also:
+        path, axis = other.rsplit(":", 1)
+        if "@" not in path:
+            keys.append((path, int(axis)))
+    return keys
+
+
+def _axis_index(axes: Sequence[VaryingAxis]) -> Dict[Tuple[str, int], int]:
+    """(path, axis) of every leaf axis a fix pads (co-varying ones too) -> the varying axis it follows."""
+    index: Dict[Tuple[str, int], int] = {}
+    for i, a in enumerate(axes):
+        for key in _padded_keys(a):
+            index.setdefault(key, i)
+    return index
+
+
+def _power(a: VaryingAxis) -> int:
+    """Axes of the leaf that take ``a``'s length together (an image's height and width: 2)."""
+    return 1 + sum(1 for other in a.also if other.rsplit(":", 1)[0] == a.path)
+
+
+def padded_elements(
+    axes: Sequence[VaryingAxis], signatures: Sequence[Tuple[InputSignature, int]], buckets: Sequence[Sequence[int]]
+) -> Tuple[int, int]:
+    """(elements as fed, elements once padded) of every leaf the fix pads, over the batches seen: the
+    padding of all its axes counted together (an image padded on height and width grows by the product)."""
+    index = _axis_index(axes)
+    real = padded = 0
+    for sig, n in signatures:
+        for leaf in sig:
+            hits = {axis: index[(leaf.path, axis)] for axis in range(len(leaf.shape)) if (leaf.path, axis) in index}
+            sizes = [size for size in leaf.shape if size is not None]
+            if not hits or len(sizes) < len(leaf.shape):
+                continue  # an unknown size: its elements cannot be counted
+            fed = grown = n
+            for axis, size in enumerate(sizes):
+                fed *= size
+                grown *= pad_to_boundary(size, buckets[hits[axis]]) if axis in hits else size
+            real, padded = real + fed, padded + grown
+    return real, padded
+
+
 def choose_buckets(
     axes: List[VaryingAxis], signatures: Sequence[Tuple[InputSignature, int]], max_compiles: int
 ) -> Tuple[List[List[int]], float, int]:
     """Bucket each varying axis so the joint number of padded signatures stays
     below ``max_compiles``: start with one bucket each and add buckets where
-    they save the most padding while padding is above the target."""
+    they save the most padding while padding is above the target. Padding is
+    counted in elements over every leaf and axis the fix pads, together."""
     ks = [1] * len(axes)
-    buckets = [best_buckets(a.known_values, 1)[0] for a in axes]
+    buckets = [best_buckets(a.known_values, 1, power=_power(a))[0] for a in axes]
 
     def joint(bk):
         combos = set()
@@ -77,17 +127,14 @@ def choose_buckets(
         return max(1, len(combos))
 
     def overhead(bk):
-        real = padded = 0
-        for a, b in zip(axes, bk):
-            real += sum(v * w for v, w in a.values.items() if v is not None)
-            padded += sum(pad_to_boundary(v, b) * w for v, w in a.values.items() if v is not None)
+        real, padded = padded_elements(axes, signatures, bk)
         return padded / real - 1 if real else 0.0
 
     while overhead(buckets) > TARGET_PADDING_OVERHEAD:
         options = []
         for i, a in enumerate(axes):
             trial = list(buckets)
-            trial[i] = best_buckets(a.known_values, ks[i] + 1)[0]
+            trial[i] = best_buckets(a.known_values, ks[i] + 1, power=_power(a))[0]
             if len(trial[i]) == len(buckets[i]):
                 continue  # no more distinct lengths to split on
             if joint(trial) < max_compiles:
@@ -109,10 +156,14 @@ def analyse(
     data: str = "tf.data",
     view: Optional[SampleView] = None,
     costs: Optional[Costs] = None,
+    layers: Sequence[str] = (),
+    applied: Sequence[AppliedLengths] = (),
 ) -> Tuple[List[Dict[str, Any]], str, Fix]:
     """Cause, advice and fix from everything the phase has seen. ``data``: "tf.data", or
     "arrays" (numpy arrays Keras batches itself, on either backend): the fix's code then
     needs no TensorFlow ("pydataset", "generator": likewise). ``view``: sampled batches to measure real lengths on.
+    ``layers``: the model's layer classes (empty: not read); ``applied``: the fixes ``xla_keras.data``
+    applied in this process.
 
     Returns (varying, advice text without the header line, fix)."""
     partial = partial_batch_signatures(history)
@@ -128,9 +179,8 @@ def analyse(
         batch_size = batch_rows(max(sigs, key=lambda t: t[1])[0])
     rows_fix = {"batch_size": batch_size, "remainder": REMAINDER[phase] if batch_size else None}
     if length_axes:
-        return varying, *_pad_advice(
-            phase, length_axes, batch_axes, sigs, threshold, data, view, rows_fix, partial_text, costs
-        )
+        facts = PadFacts(history, threshold, data, view, costs, tuple(layers), tuple(applied))
+        return varying, *_pad_advice(phase, length_axes, batch_axes, sigs, rows_fix, partial_text, facts)
     if batch_axes:
         a = batch_axes[0]
         d = a.describe()
@@ -185,18 +235,70 @@ def arrays_words(phase: str, batch_size: int, data: str) -> str:
     )
 
 
+class PadFacts(NamedTuple):
+    """What the pad advice reads besides the shapes' causes: the phase's history and settings, and the
+    facts handed in (the data's kind, the model's layer classes, the fixes applied in this process)."""
+
+    history: ShapeHistory
+    threshold: int
+    data: str
+    view: Optional[SampleView]
+    costs: Optional[Costs]
+    layers: Tuple[str, ...]
+    applied: Tuple[AppliedLengths, ...]
+
+
+def applied_fix(axes: Sequence[VaryingAxis], applied: Sequence[AppliedLengths]) -> Optional[AppliedLengths]:
+    """The latest fix applied in this process whose lengths every varying axis takes (each value one of
+    the lengths its target takes after that fix), or None: the shapes are that fix's output."""
+    for fix in reversed(applied):
+        tables = {(path, axis): set(lengths) for path, axis, lengths in fix.targets}
+        if all(
+            a.known_values and all(set(a.known_values) <= tables.get(key, set()) for key in _padded_keys(a))
+            for a in axes
+        ):
+            return fix
+    return None
+
+
+def _taken(fix: AppliedLengths, axes: Sequence[VaryingAxis]) -> str:
+    """An applied fix's lengths on the axes that vary here."""
+    varying = {key for a in axes for key in _padded_keys(a)}
+    return "; ".join(
+        f"'{path}' axis {axis}: {list(lengths)}" for path, axis, lengths in fix.targets if (path, axis) in varying
+    )
+
+
+def already_fixed(history: ShapeHistory, fix: Fix, applied: Sequence[AppliedLengths] = ()) -> bool:
+    """The batches are already what a pad fix would make of them: their lengths are those of a fix
+    applied in this process, or the fix would pad nothing and change no rows (its lengths are the
+    lengths seen, one batch size, no partial batch). Advice to apply it again is none."""
+    if not isinstance(fix, PadToLengths):
+        return False
+    partial = partial_batch_signatures(history)
+    sigs = [(sig, history.batches.get(fp, 1)) for fp, sig in history.signatures.items() if fp not in partial]
+    axes = varying_axes(sigs)
+    length_axes = [a for a in axes if a.axis != 0]
+    if not length_axes:
+        return False
+    if applied_fix(length_axes, applied) is not None:
+        return True
+    if partial or len(length_axes) < len(axes):
+        return False  # the fix would still change the rows
+    lengths = {(t["path"], t["axis"]): set(t["lengths"]) for t in fix.targets or []}
+    return all(set(a.known_values) <= lengths.get((a.path, a.axis), set()) for a in length_axes)
+
+
 def _pad_advice(
     phase: str,
     length_axes: List[VaryingAxis],
     batch_axes: List[VaryingAxis],
     sigs: Sequence[Tuple[InputSignature, int]],
-    threshold: int,
-    data: str,
-    view: Optional[SampleView],
     rows_fix: Dict[str, Any],
     partial_text: str,
-    costs: Optional[Costs] = None,
+    facts: PadFacts,
 ):
+    threshold, data = facts.threshold, facts.data
     buckets, overhead, compiles = choose_buckets(length_axes, sigs, threshold)
     first = length_axes[0]
     targets = []
@@ -241,7 +343,7 @@ def _pad_advice(
     real_fields, real_text = real_length_figures(
         first,
         buckets[0],
-        view,
+        facts.view,
         threshold,
         rows_fix["batch_size"],
         phase,
@@ -249,17 +351,34 @@ def _pad_advice(
         [t for t in targets if t["lengths"] == buckets[0]],
         bucketable,
         compiles,
-        costs,
+        facts.costs,
     )
     fix = dataclasses.replace(fix, **real_fields)
+    images = image_inputs(targets, sigs)
+    if images:
+        real_text = ""  # an image has no real length to count (its reason stays in the fix's real_lengths)
+    counted = f", counted in elements over {axes_words(targets)} together" if len(targets) > 1 else ""
     advice = (
         f"{names[0].upper()}{names[1:]}. Fix: {rows} and pad {pad_targets}: "
         f"`xla_keras.data.apply_fix(data, fix)` on the data as you batched it "
-        f"({compiles_words(compiles)} for the lengths seen so far, {overhead:.0%} more padding than those batches; "
-        f"longer data doubles the last length), or switch XLA off for this model.{partial_text}{real_text}"
+        f"({compiles_words(compiles)} for the lengths seen so far, {overhead:.0%} more padding than those "
+        f"batches{counted}; longer data doubles the last length), or switch XLA off for this model."
+        f"{partial_text}{real_text}"
     )
     if batch_axes:
         advice += " The batch size varies too: use a fixed batch size."
+    if images:
+        changed, changed_text = changed_values(images, targets, facts.layers)
+        exact, exact_text = by_size(phase, targets, facts.history, rows_fix["batch_size"], threshold, data)
+        resized, resize_text = resize(images, targets, sigs, data)
+        fix = dataclasses.replace(fix, padding_changes_values=changed, bucket_by_size=exact, resize=resized)
+        advice += changed_text + exact_text + resize_text
+    done = applied_fix(length_axes, facts.applied)
+    if done is not None:
+        advice = (
+            f"These batches already have the lengths of a {done.kind} fix that xla_keras.data applied in this "
+            f"process ({_taken(done, length_axes)}): their compiles are the ones it stated. {advice}"
+        )
     return advice, fix
 
 
@@ -268,6 +387,17 @@ def _pad_advice(
 
 MAX_PAST_ADVICE = 16  # budget advice kept from earlier calls (one per phase, kind of call and fix)
 NO_CALL_BASE = CallBase(0, 0.0, 0, 0, 0, 0, ({}, {}, 0))  # no call began: judged from the start
+
+
+@dataclasses.dataclass(frozen=True)
+class CallFacts:
+    """What the advice knows of the running call beyond its shapes, handed in by the session: the data's
+    kind (``storms.fixes.DATA_KINDS``: the fix's code), the model's layer classes (empty: not read), the
+    fixes ``xla_keras.data`` applied in this process."""
+
+    data: str = "tf.data"
+    layers: Tuple[str, ...] = ()
+    applied: Tuple[AppliedLengths, ...] = ()
 
 
 class StormAnalysis:
@@ -279,26 +409,28 @@ class StormAnalysis:
         self._cache: Dict[str, tuple] = {}  # phase -> (key, analysis)
         self.past_advice: List[PhaseAdvice] = []  # the compile budget's advice on the calls before (bounded)
 
-    def analyse(self, phase: str, stats: PhaseStats, data_kind: str) -> tuple:
+    def analyse(self, phase: str, stats: PhaseStats, facts: CallFacts) -> tuple:
         """(varying, advice, fix) from every shape the phase has seen so far; from the cause of the
         compiles at known signatures when they are most of the phase's (a value, JAX's context)."""
         if stats.last_known_cause is not None and 2 * stats.known_signature_compiles > stats.compile_count:
             return known_signature_analysis(stats)
         history, view = stats.history, stats.view
-        key = (len(history.signatures), history.runs, data_kind, view.version if view else None)
+        key = (len(history.signatures), history.runs, facts, view.version if view else None)
         cached = self._cache.get(phase)
         if cached is None or cached[0] != key:  # analyse reads only these (and the costs of that moment)
-            cached = self._cache[phase] = (
-                key,
-                analyse(phase, history, self.config.storm_threshold, data_kind, view, phase_costs(stats)),
-            )
+            cached = self._cache[phase] = (key, self._analysed(phase, history, stats, facts))
         return cached[1]
 
+    def _analysed(self, phase: str, history: ShapeHistory, stats: PhaseStats, facts: CallFacts) -> tuple:
+        threshold = self.config.storm_threshold
+        costs = phase_costs(stats)
+        return analyse(phase, history, threshold, facts.data, stats.view, costs, facts.layers, facts.applied)
+
     def storm(
-        self, phase: str, stats: PhaseStats, data_kind: str, step: int, count: int, window_start: int, action: str
+        self, phase: str, stats: PhaseStats, facts: CallFacts, step: int, count: int, window_start: int, action: str
     ) -> Storm:
         """A storm that opens now, with its cause and fix as far as the shapes tell yet."""
-        varying, advice, fix = self.analyse(phase, stats, data_kind)
+        varying, advice, fix = self.analyse(phase, stats, facts)
         return Storm(
             phase,
             step,
@@ -314,34 +446,34 @@ class StormAnalysis:
             cause=storm_cause_kind(stats),
         )
 
-    def refreshed(self, storm: Storm, stats: PhaseStats, data_kind: str) -> Storm:
+    def refreshed(self, storm: Storm, stats: PhaseStats, facts: CallFacts) -> Storm:
         """The storm with its cause and fix recomputed from every shape the phase has seen so far
         (more data than at the moment it opened); when its fix changed, ``fix_at_storm`` keeps the
         one the warning was computed with and the advice says what changed."""
-        varying, advice, fix = self.analyse(storm.phase, stats, data_kind)
+        varying, advice, fix = self.analyse(storm.phase, stats, facts)
         if (fix.kind, fix_value(fix)) == (storm.fix.kind, fix_value(storm.fix)):
             return dataclasses.replace(storm, varying=varying, advice=advice, fix=fix)
         advice = f"{advice} {recomputed_words(storm.fix, fix)}"
         return dataclasses.replace(storm, varying=varying, advice=advice, fix=fix, fix_at_storm=storm.fix)
 
     def call_ended(
-        self, phases: Dict[str, PhaseStats], storms: Sequence[Storm], data_kind: str, run: str, run_index: int
+        self, phases: Dict[str, PhaseStats], storms: Sequence[Storm], facts: CallFacts, run: str, run_index: int
     ) -> None:
         """The running call is over (the next begins): its budget advice is kept as it stands; the
         same advice for the same kind of call (an evaluate in a loop) once, the latest."""
-        for item in self.budget_advice(phases, storms, data_kind, run, run_index):
+        for item in self.budget_advice(phases, storms, facts, run, run_index):
             same = (item.phase, item.run, item.fix)
             kept = [a for a in self.past_advice if (a.phase, a.run, a.fix) != same]
             self.past_advice = (kept + [item])[-MAX_PAST_ADVICE:]
 
     def advice(
-        self, phases: Dict[str, PhaseStats], storms: Sequence[Storm], data_kind: str, run: str, run_index: int
+        self, phases: Dict[str, PhaseStats], storms: Sequence[Storm], facts: CallFacts, run: str, run_index: int
     ) -> Tuple[PhaseAdvice, ...]:
         """The compile budget's advice: on the calls before, then on the running (or last) call."""
-        return tuple(self.past_advice) + self.budget_advice(phases, storms, data_kind, run, run_index)
+        return tuple(self.past_advice) + self.budget_advice(phases, storms, facts, run, run_index)
 
     def budget_advice(
-        self, phases: Dict[str, PhaseStats], storms: Sequence[Storm], data_kind: str, run: str, run_index: int = 1
+        self, phases: Dict[str, PhaseStats], storms: Sequence[Storm], facts: CallFacts, run: str, run_index: int = 1
     ) -> Tuple[PhaseAdvice, ...]:
         """Phases of the running call (``run``: "fit", "evaluate" or "predict") whose recompiles in
         that call cost more than the compile budget, below the storm threshold: judged on the call
@@ -372,11 +504,11 @@ class StormAnalysis:
             if over is None:
                 continue
             history = stats.history.since(base.history)
-            varying, advice, fix = analyse(
-                phase, history, self.config.storm_threshold, data_kind, stats.view, phase_costs(stats)
-            )
+            varying, advice, fix = self._analysed(phase, history, stats, facts)
             if isinstance(fix, UnknownFix):
                 continue  # nothing in the shapes explains the compiles: no fix to offer
+            if already_fixed(history, fix, facts.applied):
+                continue  # the batches already are what the fix makes (a fix applied): no padding again
             item = PhaseAdvice(phase, compiles, seconds, *over, budget, varying, advice, fix, run, run_index)
             item.advice = budget_text(phase, item)
             out.append(item)

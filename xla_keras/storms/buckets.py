@@ -48,12 +48,17 @@ def _candidates(lengths: Dict[int, int], multiple: int) -> Dict[int, List[int]]:
         multiple *= 2
 
 
-def best_buckets(lengths: Dict[int, int], k: int, multiple: int = BOUNDARY_MULTIPLE) -> Tuple[List[int], float]:
+def best_buckets(
+    lengths: Dict[int, int], k: int, multiple: int = BOUNDARY_MULTIPLE, power: int = 1
+) -> Tuple[List[int], float]:
     """At most ``k`` lengths to pad to, minimising padding over the observed
     lengths (``{length: batches}``). Returns (sorted boundaries, overhead) with
     overhead = padded / real - 1. Exact dynamic programme over the candidate
-    boundaries (short lengths exact, longer ones rounded up to ``multiple``)."""
-    real = sum(v * w for v, w in lengths.items())
+    boundaries (short lengths exact, longer ones rounded up to ``multiple``).
+    ``power``: how many axes of a leaf take the length together (an image's
+    height and width: 2), so that the padding minimised is the elements'
+    (length ** power), not one axis's."""
+    real = sum(v**power * w for v, w in lengths.items())
     if not lengths or real <= 0:
         return [], 0.0
     rounded = _candidates(lengths, multiple)
@@ -62,14 +67,14 @@ def best_buckets(lengths: Dict[int, int], k: int, multiple: int = BOUNDARY_MULTI
     k = max(1, min(k, n))
     # Weight and token sums per candidate, prefix sums for O(1) group costs.
     w = [sum(lengths[v] for v in rounded[c]) for c in cands]
-    s = [sum(v * lengths[v] for v in rounded[c]) for c in cands]
+    s = [sum(v**power * lengths[v] for v in rounded[c]) for c in cands]
     pw, ps = [0], [0]
     for a, b in zip(w, s):
         pw.append(pw[-1] + a)
         ps.append(ps[-1] + b)
 
     def cost(i: int, j: int) -> int:  # candidates i..j padded to cands[j]
-        return cands[j] * (pw[j + 1] - pw[i]) - (ps[j + 1] - ps[i])
+        return cands[j] ** power * (pw[j + 1] - pw[i]) - (ps[j + 1] - ps[i])
 
     inf = float("inf")
     best = [[inf] * n for _ in range(k + 1)]
@@ -89,12 +94,12 @@ def best_buckets(lengths: Dict[int, int], k: int, multiple: int = BOUNDARY_MULTI
         j = back[b][j]
         b -= 1
     boundaries.sort()
-    return boundaries, best_cost_overhead(lengths, boundaries)
+    return boundaries, best_cost_overhead(lengths, boundaries, power)
 
 
-def best_cost_overhead(lengths: Dict[int, int], boundaries: Sequence[int]) -> float:
-    real = sum(v * w for v, w in lengths.items())
-    padded = sum(pad_to_boundary(v, boundaries) * w for v, w in lengths.items())
+def best_cost_overhead(lengths: Dict[int, int], boundaries: Sequence[int], power: int = 1) -> float:
+    real = sum(v**power * w for v, w in lengths.items())
+    padded = sum(pad_to_boundary(v, boundaries) ** power * w for v, w in lengths.items())
     return padded / real - 1 if real else 0.0
 
 

@@ -16,7 +16,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 from xla_keras.core.messages import WIDTH, shaped, within
 from xla_keras.core.plain_data import integer, known_fields, record_dict
 from xla_keras.core.signatures import InputSignature, diff, fingerprint
-from xla_keras.storms.fixes import Fix, UnknownFix, cause_clause, fix_from_dict, fix_line, so_far
+from xla_keras.storms.fixes import Fix, UnknownFix, cause_clause, fix_from_dict, fix_line, so_far, values_words
 
 ON_STORM = ("warn", "raise", "fallback")
 # Beyond this many distinct signatures per phase the history keeps counting
@@ -346,7 +346,9 @@ def storm_text(storm: Storm, index: int, log_dir: Optional[str] = None, data: st
         more if len(more) <= WIDTH else f"{then}More: print(monitor.report)",
         *((", the XLA tab", f", `xla-keras report {log_dir}`") if log_dir else ()),
     )
-    return shaped([headline, f"Cause: {storm_cause(storm)}", fix, more])
+    values = values_words(storm.fix)
+    cause = within(f"Cause: {storm_cause(storm)}", f"; {values}" if values else "")
+    return shaped([headline, cause, fix, more])
 
 
 def storm_what(storm: Storm) -> str:

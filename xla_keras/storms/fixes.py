@@ -13,7 +13,7 @@ import dataclasses
 import pprint
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar, Dict, Iterator, List, NoReturn, Optional, Union
+from typing import Any, ClassVar, Dict, Iterator, List, NamedTuple, NoReturn, Optional, Tuple, Union
 
 from xla_keras.core.plain_data import OMIT_NONE, known_fields, record_dict
 
@@ -23,22 +23,25 @@ DROP_REMAINDER = "drop_remainder"
 PAD_REMAINDER = "pad_remainder"
 # Also the key of the bucketing part that a pad_to_lengths fix may hold (a fix of this kind).
 BUCKET_BY_LENGTH = "bucket_by_length"
+# Also the key of the exact alternative a pad_to_lengths fix of images may hold (a fix of this kind).
+BUCKET_BY_SIZE = "bucket_by_size"
 CONSISTENT_STRUCTURE = "consistent_structure"
 STATIC_VALUE = "static_value"
 UNKNOWN = "unknown"
 
 # The kinds xla_keras.data.apply_fix applies; bucket_by_length has its own function (it needs unbatched data).
-APPLIED_KINDS = (PAD_TO_LENGTHS, FIXED_BATCH_SIZE, DROP_REMAINDER, PAD_REMAINDER)
+APPLIED_KINDS = (PAD_TO_LENGTHS, FIXED_BATCH_SIZE, DROP_REMAINDER, PAD_REMAINDER, BUCKET_BY_SIZE)
 """The fix kinds ``xla_keras.data.apply_fix`` applies (a storm's ``fix["kind"]``).
 
-The others: ``"bucket_by_length"`` has its own function (``xla_keras.data.bucket_by_length``, on
-unbatched examples); ``"consistent_structure"``, ``"static_value"`` and ``"unknown"`` are changes to make
-by hand, which the storm's advice names.
+``"bucket_by_size"`` is the exact alternative a ``pad_to_lengths`` fix of images holds
+(``fix["bucket_by_size"]``). The others: ``"bucket_by_length"`` has its own function
+(``xla_keras.data.bucket_by_length``, on unbatched examples); ``"consistent_structure"``, ``"static_value"``
+and ``"unknown"`` are changes to make by hand, which the storm's advice names.
 
 Example:
     ```pycon
     >>> xla_keras.data.APPLIED_KINDS
-    ('pad_to_lengths', 'fixed_batch_size', 'drop_remainder', 'pad_remainder')
+    ('pad_to_lengths', 'fixed_batch_size', 'drop_remainder', 'pad_remainder', 'bucket_by_size')
 
     ```
 """
@@ -99,6 +102,28 @@ class BucketByLength(FixRecord):
     code: Optional[str] = _held()
 
 
+# A bucket_by_size fix groups rows by their sizes on at most this many axes.
+MAX_GROUP_AXES = 3
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class BucketBySize(FixRecord):
+    """Regroup the rows of batches by their size on ``targets`` (an image's height and width), each
+    group batched to ``batch_size`` rows: one compile per size, nothing padded, every value exact."""
+
+    kind: ClassVar[str] = BUCKET_BY_SIZE
+    targets: Optional[List[Dict[str, Any]]] = _held()  # [{"path", "axis"}]: the axes whose sizes group rows
+    sizes: Optional[List[List[int]]] = _held()  # the sizes seen, one per group, in the order of ``targets``
+    batch_size: Optional[int] = None
+    remainder: Optional[str] = None
+    compiles: Optional[int] = _held()
+    examples_per_epoch: Optional[int] = _held()  # rows per epoch (run), or seen so far before one ended
+    dropped_per_epoch: Optional[int] = _held()
+    padded_rows_per_epoch: Optional[int] = _held()
+    code: Optional[str] = _held()
+    data: Optional[str] = _held()
+
+
 @dataclass(frozen=True, eq=False, repr=False)
 class PadToLengths(FixRecord):
     """Pad the varying axes to a few lengths (``targets``), batched to a fixed size."""
@@ -122,6 +147,11 @@ class PadToLengths(FixRecord):
     bucket_by_length: Optional[BucketByLength] = _held()  # bucketing offered instead
     compute_ratio: Optional[float] = _held()
     better_fix: Optional[str] = _held()
+    # Zero-padding changes what the model computes (float images padded on their spatial axes):
+    # {"inputs", "layers" (this model's layers that pool or normalise over the padded pixels), "reason"}.
+    padding_changes_values: Optional[Dict[str, Any]] = _held()
+    bucket_by_size: Optional[BucketBySize] = _held()  # the exact alternative: batches of one size each
+    resize: Optional[Dict[str, Any]] = _held()  # advice only: {"inputs", "size", "compiles", "code"}
 
 
 @dataclass(frozen=True, eq=False, repr=False)
@@ -197,6 +227,7 @@ Fix = Union[
     FixedBatchSize,
     DropRemainder,
     PadRemainder,
+    BucketBySize,
     BucketByLength,
     ConsistentStructure,
     StaticValue,
@@ -204,10 +235,18 @@ Fix = Union[
 ]
 """A storm's (or a compile budget advice's) fix: one record per kind."""
 
-APPLIED_TYPES = (PadToLengths, FixedBatchSize, DropRemainder, PadRemainder)  # the kinds of APPLIED_KINDS
+APPLIED_TYPES = (PadToLengths, FixedBatchSize, DropRemainder, PadRemainder, BucketBySize)  # of APPLIED_KINDS
 FIX_TYPES: Dict[str, type] = {
     cls.kind: cls for cls in (*APPLIED_TYPES, BucketByLength, ConsistentStructure, StaticValue, UnknownFix)
 }
+
+
+class AppliedLengths(NamedTuple):
+    """A fix ``xla_keras.data`` applied in this process, as the lengths its targets take after it: the
+    advice of a later fit recognises data whose shapes are exactly these (it does not pad them again)."""
+
+    kind: str
+    targets: Tuple[Tuple[str, int, Tuple[int, ...]], ...]  # (path, batched axis, the lengths it takes)
 
 
 def fix_from_dict(data: Any) -> Fix:
@@ -218,8 +257,9 @@ def fix_from_dict(data: Any) -> Fix:
     kind = (data or {}).get("kind")
     cls = FIX_TYPES.get(kind, UnknownFix) if isinstance(kind, str) else UnknownFix
     fields = known_fields(cls, data or {})
-    if isinstance(fields.get(BUCKET_BY_LENGTH), Mapping):
-        fields[BUCKET_BY_LENGTH] = fix_from_dict(fields[BUCKET_BY_LENGTH])
+    for nested in (BUCKET_BY_LENGTH, BUCKET_BY_SIZE):
+        if isinstance(fields.get(nested), Mapping):
+            fields[nested] = fix_from_dict(fields[nested])
     return cls(**fields)
 
 
@@ -242,6 +282,9 @@ def fix_value(fix: Fix) -> str:
             return "lengths " + "; ".join(lengths) + rows
         case DropRemainder() | PadRemainder():
             return f"batch size {fix.batch_size}" if fix.batch_size else ""
+        case BucketBySize():
+            rows = f", batch size {fix.batch_size}" if fix.batch_size else ""
+            return f"sizes {fix.sizes}{rows}" if fix.sizes else ""
         case BucketByLength() | ConsistentStructure() | StaticValue() | UnknownFix():
             return ""
         case _:
@@ -259,7 +302,7 @@ def fix_line(fix: Fix, where: str, data: str = "tf.data") -> str:
     e.g. ``monitor.report.storms[0].fix``; the data's kind: the fix's ``"data"``, else ``data``), or
     in words when no code applies it."""
     match fix:
-        case PadToLengths() | FixedBatchSize() | DropRemainder() | PadRemainder():
+        case PadToLengths() | FixedBatchSize() | DropRemainder() | PadRemainder() | BucketBySize():
             name = data_name(fix.data or data)
             return f"{name} = xla_keras.data.apply_fix({name}, {where})"
         case ConsistentStructure():
@@ -286,7 +329,9 @@ def cause_clause(varying: List[Dict[str, Any]], fix: Fix) -> str:
         case StaticValue():
             where = f" in layer {fix.layer!r}" if fix.layer else ""
             return f"{fix.op}'s {fix.input}{where} is computed from the data: XLA compiles once per value"
-        case PadToLengths() | BucketByLength() | UnknownFix():
+        case PadToLengths() | BucketBySize():
+            varying = sorted(varying, key=lambda v: v.get("axis") == 0)  # what it pads first, not the rows
+        case BucketByLength() | UnknownFix():
             pass
         case _:
             assert_never(fix)
@@ -298,6 +343,20 @@ def cause_clause(varying: List[Dict[str, Any]], fix: Fix) -> str:
     said = f"{what} of input '{first['path']}'" if what else leaf
     more = f" and {len(varying) - 1} more" if len(varying) > 1 else ""
     return f"{said} varies ({first['min']}..{first['max']}, {first['n_values']} values){more}"
+
+
+def values_words(fix: Fix, where: Optional[str] = None) -> Optional[str]:
+    """A pad fix of images in a few words, for a short message: zero-padding them changes the outputs,
+    and where the exact alternative is (``where``: the expression that holds the fix; None: not said);
+    None for any other fix."""
+    if not isinstance(fix, PadToLengths) or not fix.padding_changes_values:
+        return None
+    if where is None:
+        return "zero-padding changes the outputs"
+    said = "zero-padding images changes the outputs"
+    if fix.bucket_by_size is not None:
+        return f"{said}; exact: {where}.bucket_by_size"
+    return f"{said} (the advice says what keeps them)"
 
 
 def recomputed_words(at_storm: Fix, now: Fix) -> str:

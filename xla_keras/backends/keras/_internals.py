@@ -73,11 +73,19 @@ def outermost_layers(model: Any) -> Dict[str, str]:
 
 def layer_names(model: Any) -> List[str]:
     """The names of every layer of the model, nested ones included (what a node's name scopes name)."""
+    return [layer.name for layer in _flat_layers(model)]
+
+
+def layer_classes(model: Any) -> List[str]:
+    """The class names of every layer of the model, nested ones included (custom layers' sublayers too)."""
+    return [type(layer).__name__ for layer in _flat_layers(model)]
+
+
+def _flat_layers(model: Any) -> List[Any]:
     try:
-        layers = model._flatten_layers()
+        return list(model._flatten_layers())
     except AttributeError as e:
         raise InternalsMoved("keras Layer._flatten_layers", e) from e
-    return [layer.name for layer in layers]
 
 
 def layer_calls(layer: Any) -> int:
