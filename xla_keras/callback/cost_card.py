@@ -14,7 +14,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from xla_keras.backends.base import Backend
 from xla_keras.core.phases import PhaseStats
-from xla_keras.core.program_cost import ANALYSES_PER_CALL, ProgramCost, peak_flops_for, phase_rates
+from xla_keras.core.program_cost import ANALYSES_PER_CALL, ProgramCost, ProgramSteps, peak_flops_for, phase_rates
 from xla_keras.core.signatures import fingerprint
 from xla_keras.core.types import CallPlan, Notes, Scalar
 from xla_keras.tensorboard.metadata import TAG_FLOPS_PER_SECOND, TAG_MFU
@@ -103,24 +103,30 @@ class CostMeter:
                     self._peak = (table, f"the peak table for {kind} ({dtype})")
         return self._peak
 
-    def steady_program(self, phase: str, stats: PhaseStats) -> Optional[ProgramCost]:
-        """The cost of the program the phase's steady steps ran: its most frequent signature's (None when
-        that one has no figures: a rarer program's FLOPs over the steady median would be no rate)."""
-        batches = stats.history.batches
-        if not batches:
-            return None
-        dominant = max(batches, key=lambda fp: batches[fp])
-        cost = self._latest.get((phase, dominant))
-        return cost if cost is not None and cost.flops is not None else None
+    def programs(self, phase: str, stats: PhaseStats) -> List[ProgramSteps]:
+        """The programs the phase's steps ran, each with the steps that ran it (its signature's batches):
+        a signature never analysed, and the steps whose signature the phase did not keep, have no cost."""
+        history = stats.history
+        out = [ProgramSteps(self._latest.get((phase, fp)), n) for fp, n in history.batches.items() if n > 0]
+        if history.untracked:
+            out.append(ProgramSteps(None, history.untracked))
+        return out
 
     def rates(self, phases: Dict[str, PhaseStats]) -> Dict[str, Dict[str, Any]]:
-        """Per phase with a costed steady program: its achieved rates (``core.program_cost.phase_rates``)."""
+        """Per phase whose steps ran an analysed program: its achieved rates (``core.program_cost.phase_rates``):
+        each program's FLOPs times the steps that ran it, over the time of those steps."""
         out = {}
         for phase, stats in phases.items():
-            cost = self.steady_program(phase, stats)
-            if cost is not None:
+            programs = self.programs(phase, stats)
+            if any(p.cost is not None and p.cost.flops is not None for p in programs):
+                timing = stats.timing
                 out[phase] = phase_rates(
-                    cost, stats.timing.median_seconds, stats.timing.median_samples, self._peak, self._withheld(stats)
+                    programs,
+                    timing.median_seconds,
+                    timing.median_samples,
+                    self._peak,
+                    self._withheld(stats),
+                    timing.median_intervals,
                 )
         return out
 
