@@ -207,9 +207,9 @@ class KerasBackend:
         """The fix for ``found``, as code (or None) and in words. TensorFlow: its layers moved into the input
         pipeline where each is a preprocessing layer of the model's inputs, else auto-clustering, which
         compiles the rest of the step. JAX (no auto-clustering; a layer whose shapes follow the data has no
-        tf.data map to move to): static shapes, in words."""
+        tf.data map to move to): the fix for the error JAX raised, in words."""
         if "autoclustering" not in self.jit_modes:
-            return None, "give that layer static shapes (JAX's error says how), or keep jit_compile=False for it"
+            return None, found.fix_words or "give that layer static shapes, or keep jit_compile=False for it"
         layers: Sequence[str] = found.layers
         if found.input_dtype:  # the step's own input: the layers that take it move with it
             layers = layers_on_inputs(model, found.input_dtype)

@@ -55,6 +55,8 @@ class Unsupported:
         raised: the framework's own error, where the one the step raised wraps it (Keras re-raising JAX's).
         input_dtype: TensorFlow: the dtype of the step's own input XLA takes no tensor of (its op is
             ``_Arg``: a string input), or None.
+        fix_words: the fix for this kind of error in words, where the reading backend knows it (JAX: one
+            per trace error it raised), or None.
     """
 
     ops: Tuple[UnsupportedOp, ...]
@@ -63,6 +65,7 @@ class Unsupported:
     error: str
     why: str
     input_dtype: Optional[str] = None
+    fix_words: Optional[str] = None
     raised: Optional[BaseException] = field(default=None, compare=False, repr=False)  # the framework's own
 
     @property
