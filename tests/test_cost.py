@@ -288,6 +288,34 @@ def test_one_analysis_per_signature_capped_per_call_and_every_record_gets_its_fi
     assert backend.analysed[-1] == ("train", 50)
 
 
+def test_programs_past_the_cap_that_ran_again_are_analysed_and_the_rate_then_rests_on_every_step():
+    """A storm past the cap, then its shapes again (a second epoch): the programs that ran again get their
+    figures (most steps first, up to the cap once more), so the rate counts every step; those that ran once
+    stay unanalysed."""
+    backend, notes = FakeBackend(), Notes()
+    meter = CostMeter("auto", 1e12, backend, notes)
+    meter.call_began()
+    storm = list(range(10, 10 + ANALYSES_PER_CALL + 3))  # 3 programs past the cap
+    stats = _stats_with(storm)
+    _capture(meter, storm)
+    for size in storm:
+        stats.history.observe(_signature(size))
+    stats.timing.add_interval(0.01, 40)
+    meter.analyse(None, {"train": stats})
+    assert len(backend.analysed) == ANALYSES_PER_CALL  # the past-cap programs ran once: not analysed yet
+    rates = meter.rates({"train": stats})["train"]
+    assert rates["flops_per_second"] is None and rates["rates_withheld"].startswith("FLOPs unknown for 3 of 11 steps")
+    again = storm[-2:]  # two of the three past the cap run again, the last one most
+    for size in again + [storm[-1]]:
+        stats.history.observe(_signature(size))
+    meter.analyse(None, {"train": stats})
+    assert [spec for _, spec in backend.analysed[ANALYSES_PER_CALL:]] == [storm[-1], storm[-2]]
+    assert [r.cost.flops if r.cost else None for r in stats.records[-3:]] == [None, 1e6 * storm[-2], 1e6 * storm[-1]]
+    assert "only up to 8 that ran again get figures" in " ".join(notes.texts)
+    rates = meter.rates({"train": stats})["train"]  # still one step of a program never analysed
+    assert rates["rates_withheld"].startswith("FLOPs unknown for 1 of 14 steps")
+
+
 def test_a_failed_analysis_is_unavailable_with_the_reason_and_training_goes_on():
     meter, stats = _analysed(FakeBackend(fail=True))
     cost = stats.records[0].cost
