@@ -12,6 +12,7 @@ slow too.
 import gc
 import os
 import signal
+import sysconfig
 import warnings
 from typing import List
 
@@ -98,14 +99,29 @@ def pytest_collection_modifyitems(config, items):
 
 
 # Every XlaKerasWarning a test provokes (outside pytest.warns, which checks its own): at most 4 lines of
-# at most 100 characters, located at the caller's code, never at xla_keras's or a framework's own files.
-_NOT_USER_FILES = ("/xla_keras/", "/keras/", "/tensorflow/", "/jax/", "/tf_keras/")
+# at most 100 characters, located at the caller's code, never at xla_keras's, a framework's or any installed
+# package's own files (site-packages, dist-packages, the standard library).
+_NOT_USER_FILES = (
+    "/xla_keras/",
+    "/keras/",
+    "/keras_hub/",
+    "/tensorflow/",
+    "/jax/",
+    "/tf_keras/",
+    "/site-packages/",
+    "/dist-packages/",
+)
+_STDLIB = tuple(
+    os.path.realpath(sysconfig.get_paths()[key]).replace(os.sep, "/") + "/" for key in ("stdlib", "platstdlib")
+)
 
 
 def _bad_shape(caught: warnings.WarningMessage) -> bool:
     lines = str(caught.message).splitlines()
     where = caught.filename.replace(os.sep, "/")
-    return len(lines) > 4 or max(map(len, lines), default=0) > 100 or any(p in where for p in _NOT_USER_FILES)
+    library = any(p in where for p in _NOT_USER_FILES) or caught.filename.startswith("<frozen ")
+    library = library or os.path.realpath(caught.filename).replace(os.sep, "/").startswith(_STDLIB)
+    return len(lines) > 4 or max(map(len, lines), default=0) > 100 or library
 
 
 @pytest.fixture(autouse=True)

@@ -4,17 +4,25 @@ Run in a fresh subprocess by tests/test_cost_ground_truth.py (KERAS_BACKEND, and
 ``--xla_dump_to``, are set before Keras is imported):
 
     KERAS_BACKEND=jax XLA_FLAGS=--xla_dump_to=DIR python tests/cost_scenarios.py OUT.json
+    KERAS_BACKEND=jax python tests/cost_scenarios.py OUT.json mixed
 
 Per model (``dense``, ``conv``): the monitor's report of a fit with the default card, the analytic
 FLOPs of its train and test steps (computed here from the layer sizes, not from anything the monitor
 or XLA says), and the dump files that appeared during the fit (XLA's buffer assignment of each step
 module); then an evaluate with ``cost="off"`` of a new batch size (it compiles its test step), and a
 fit with ``cost="full"`` of new train and validation batch sizes, with the files dumped during it.
+
+``mixed`` (JAX): a fit whose batches come in two sizes (``MIXED_SIZES``, the small one the most frequent),
+and the test's own ground truth for its achieved rate: XLA's cost analysis of Keras's train step compiled
+here for each size (``jax.jit(model.train_step).lower(state, batch).compile().cost_analysis()``), the batches
+of each size the data fed (counted in the dataset's ``__getitem__``), and each epoch's wall time, the device
+drained at its end (a callback that blocks on a weight).
 """
 
 import json
 import os
 import sys
+import time
 
 import numpy as np
 
@@ -102,5 +110,98 @@ def main(out):
         json.dump(results, f)
 
 
+# (rows, batches an epoch): the small batch is the most frequent, the large one holds most of the FLOPs.
+MIXED_SIZES = ((512, 6), (64, 24))
+MIXED_WIDTH = 256
+MIXED_EPOCHS = 5
+
+
+def _xla_flops(analysis):
+    """XLA's FLOPs from ``cost_analysis()`` (a dict, or a list of one per device on older JAX)."""
+    if isinstance(analysis, (list, tuple)):
+        analysis = analysis[0]
+    return float(analysis["flops"])
+
+
+def mixed(out):
+    import jax
+    import keras
+
+    import xla_keras
+
+    rng = np.random.default_rng(1)
+    pattern = [rows for rows, n in MIXED_SIZES for _ in range(n)]
+    rng.shuffle(pattern)  # the sizes interleaved, the same order every epoch
+    fed = {}  # rows -> batches the data gave
+
+    class Mixed(keras.utils.PyDataset):
+        def __len__(self):
+            return len(pattern)
+
+        def __getitem__(self, i):
+            rows = pattern[i]
+            fed[rows] = fed.get(rows, 0) + 1
+            x = rng.random((rows, MIXED_WIDTH), dtype=np.float32)
+            return x, x[:, :1].copy()
+
+    epochs = []
+
+    class Wall(keras.callbacks.Callback):
+        """Each epoch's wall time, the device drained at its end (a weight read blocks on it); the batches
+        fed during it."""
+
+        def on_epoch_begin(self, epoch, logs=None):
+            epochs.append({"begin": time.perf_counter(), "fed_before": dict(fed)})
+
+        def on_epoch_end(self, epoch, logs=None):
+            keras.ops.convert_to_numpy(self.model.trainable_variables[0])
+            epochs[-1]["end"] = time.perf_counter()
+            epochs[-1]["fed"] = {r: fed.get(r, 0) - epochs[-1]["fed_before"].get(r, 0) for r in fed}
+
+    model = keras.Sequential(
+        [
+            keras.Input((MIXED_WIDTH,)),
+            keras.layers.Dense(1024, activation="relu"),
+            keras.layers.Dense(1024, activation="relu"),
+            keras.layers.Dense(1),
+        ]
+    )
+    model.compile("adam", "mse", jit_compile=True)
+    monitor = xla_keras.XlaMonitor(log_dir=None, verbose=0)
+    model.fit(Mixed(), epochs=MIXED_EPOCHS, verbose=0, shuffle=False, callbacks=[monitor, Wall()])
+    report = monitor.report.to_dict()
+    # XLA's own cost analysis of Keras's train step for each size, compiled here apart from the monitor.
+    state = tuple(
+        [v.value for v in variables]
+        for variables in (
+            model.trainable_variables,
+            model.non_trainable_variables,
+            model.optimizer.variables,
+            model.metrics_variables,
+        )
+    )
+    step = jax.jit(model.train_step, donate_argnums=0)
+    flops = {}
+    for rows, _ in MIXED_SIZES:
+        batch = (
+            jax.ShapeDtypeStruct((rows, MIXED_WIDTH), np.float32),
+            jax.ShapeDtypeStruct((rows, 1), np.float32),
+        )
+        flops[rows] = _xla_flops(step.lower(state, batch).compile().cost_analysis())
+    with open(out, "w") as f:
+        json.dump(
+            {
+                "report": report,
+                "xla_flops": {str(k): v for k, v in flops.items()},
+                "epochs": [{**e, "fed": {str(k): v for k, v in e["fed"].items()}, "fed_before": None} for e in epochs],
+                "iterations": int(keras.ops.convert_to_numpy(model.optimizer.iterations)),
+            },
+            f,
+        )
+
+
 if __name__ == "__main__":
-    main(sys.argv[1])
+    if sys.argv[2:] == ["mixed"]:
+        mixed(sys.argv[1])
+    else:
+        main(sys.argv[1])

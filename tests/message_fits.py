@@ -1,6 +1,11 @@
 """Real fits that make the monitor speak, one kind of message each, for tests/test_messages.py.
 
     python tests/message_fits.py KIND LOG_DIR     (KIND: one of KINDS, or "all")
+    python tests/message_fits.py keras_hub OUT.json
+
+``keras_hub``: a KerasHub task model (``BertTextClassifier`` on a one-layer ``BertBackbone`` of random
+weights, ``preprocessor=None``) fit on token ids of two lengths, a storm by ``storm_threshold=2``; its
+XlaKerasWarnings as Python located them (file, line), and this file's line that called ``fit``.
 
 Each fit runs with ``verbose=1`` (the default) and Keras's ``verbose=2`` (a line per epoch: the
 monitor speaks only when the fit's verbose allows it too); Python's warnings other than ours are
@@ -91,7 +96,51 @@ def main(kinds, log_dir):
         sys.stdout.flush()
 
 
+def keras_hub_fit(out):
+    import json
+
+    import keras
+    import keras_hub
+    import tensorflow as tf
+
+    import xla_keras
+
+    rows, lengths = 4, (5, 9)
+
+    def data():
+        rng = np.random.default_rng(0)
+        for n in lengths:
+            ids = rng.integers(1, 100, size=(rows, n)).astype("int32")
+            features = {"token_ids": ids, "segment_ids": np.zeros_like(ids), "padding_mask": np.ones_like(ids, bool)}
+            yield features, rng.integers(0, 2, size=(rows,))
+
+    ids = tf.TensorSpec((rows, None), tf.int32)
+    spec = ({"token_ids": ids, "segment_ids": ids, "padding_mask": tf.TensorSpec((rows, None), tf.bool)},)
+    dataset = tf.data.Dataset.from_generator(data, output_signature=spec + (tf.TensorSpec((rows,), tf.int64),))
+    backbone = keras_hub.models.BertBackbone(
+        vocabulary_size=100, num_layers=1, num_heads=2, hidden_dim=16, intermediate_dim=32, max_sequence_length=16
+    )
+    model = keras_hub.models.BertTextClassifier(backbone=backbone, num_classes=2, preprocessor=None)
+    model.compile(optimizer="sgd", loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    monitor = xla_keras.XlaMonitor(log_dir=None, jit="on", storm_threshold=2, verbose=0, profile=None)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        fit_line = sys._getframe().f_lineno + 1
+        model.fit(dataset, epochs=1, verbose=0, callbacks=[monitor])
+    said = [
+        {"file": w.filename, "line": w.lineno, "text": str(w.message)}
+        for w in caught
+        if issubclass(w.category, xla_keras.XlaKerasWarning)
+    ]
+    with open(out, "w") as f:
+        fit = {"file": __file__, "line": fit_line}
+        json.dump({"warnings": said, "fit": fit, "storms": len(monitor.report.storms)}, f)
+
+
 if __name__ == "__main__":
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     which = sys.argv[1]
-    main(KINDS if which == "all" else (which,), sys.argv[2])
+    if which == "keras_hub":
+        keras_hub_fit(sys.argv[2])
+    else:
+        main(KINDS if which == "all" else (which,), sys.argv[2])

@@ -1,6 +1,8 @@
 """The cost card, pure: sentinels, memory, the peak table, achieved rates, HLO counting, the meter."""
 
 import math
+import os
+import re
 from types import SimpleNamespace
 
 import pytest
@@ -9,7 +11,15 @@ from xla_keras.backends.tensorflow.cost import dot_conv_flops
 from xla_keras.callback.cost_card import CostMeter
 from xla_keras.config import MonitorConfig
 from xla_keras.core.phases import PhaseStats
-from xla_keras.core.program_cost import ANALYSES_PER_CALL, ProgramCost, figure, peak_flops_for, phase_rates
+from xla_keras.core.program_cost import (
+    ANALYSES_PER_CALL,
+    MIN_RATE_STEPS,
+    ProgramCost,
+    ProgramSteps,
+    figure,
+    peak_flops_for,
+    phase_rates,
+)
 from xla_keras.core.signatures import Leaf
 from xla_keras.core.types import CallPlan, Notes
 from xla_keras.report.model import Compilation
@@ -278,6 +288,34 @@ def test_one_analysis_per_signature_capped_per_call_and_every_record_gets_its_fi
     assert backend.analysed[-1] == ("train", 50)
 
 
+def test_programs_past_the_cap_that_ran_again_are_analysed_and_the_rate_then_rests_on_every_step():
+    """A storm past the cap, then its shapes again (a second epoch): the programs that ran again get their
+    figures (most steps first, up to the cap once more), so the rate counts every step; those that ran once
+    stay unanalysed."""
+    backend, notes = FakeBackend(), Notes()
+    meter = CostMeter("auto", 1e12, backend, notes)
+    meter.call_began()
+    storm = list(range(10, 10 + ANALYSES_PER_CALL + 3))  # 3 programs past the cap
+    stats = _stats_with(storm)
+    _capture(meter, storm)
+    for size in storm:
+        stats.history.observe(_signature(size))
+    stats.timing.add_interval(0.01, 40)
+    meter.analyse(None, {"train": stats})
+    assert len(backend.analysed) == ANALYSES_PER_CALL  # the past-cap programs ran once: not analysed yet
+    rates = meter.rates({"train": stats})["train"]
+    assert rates["flops_per_second"] is None and rates["rates_withheld"].startswith("FLOPs unknown for 3 of 11 steps")
+    again = storm[-2:]  # two of the three past the cap run again, the last one most
+    for size in again + [storm[-1]]:
+        stats.history.observe(_signature(size))
+    meter.analyse(None, {"train": stats})
+    assert [spec for _, spec in backend.analysed[ANALYSES_PER_CALL:]] == [storm[-1], storm[-2]]
+    assert [r.cost.flops if r.cost else None for r in stats.records[-3:]] == [None, 1e6 * storm[-2], 1e6 * storm[-1]]
+    assert "only up to 8 that ran again get figures" in " ".join(notes.texts)
+    rates = meter.rates({"train": stats})["train"]  # still one step of a program never analysed
+    assert rates["rates_withheld"].startswith("FLOPs unknown for 1 of 14 steps")
+
+
 def test_a_failed_analysis_is_unavailable_with_the_reason_and_training_goes_on():
     meter, stats = _analysed(FakeBackend(fail=True))
     cost = stats.records[0].cost
@@ -358,13 +396,116 @@ def test_a_rebuilt_function_is_another_program_and_its_records_get_its_own_figur
 
 
 def test_no_rate_from_a_program_the_steady_steps_did_not_run():
+    """Steps ran a program with no FLOPs (past the cap, say): the phase's FLOPs and rates are withheld with
+    the steps they miss, never the analysed program's FLOPs over every step's time."""
     meter, stats = _analysed(FakeBackend(), peak=1e12)
     for _ in range(50):
         stats.history.observe(_signature(16))  # the steady signature: never analysed (the cap, say)
     stats.history.observe(_signature(8))
     stats.timing.add_steady_run([0.01] * 50)
     stats.steps_run, stats.runs = 51, 1
-    assert meter.rates({"train": stats}) == {}
+    rates = meter.rates({"train": stats})["train"]
+    assert rates["flops_per_step"] is None and rates["flops_per_second"] is None and rates["mfu"] is None
+    assert rates["bytes_per_second"] is None and rates["programs"] == 2 and rates["program_steps"] == 51
+    assert rates["rates_withheld"].startswith("FLOPs unknown for 50 of 51 steps (1 of 2 programs")
+    assert meter.scalars("train", stats) == []  # withheld: no number written
+
+
+def _mixed(meter_sizes, fed, steady=(0.01, 40, 2), ends_in_wrapper=False):
+    """A meter that analysed one program per size in ``meter_sizes`` (FLOPs: 1e6 x size, the fake's), and a
+    phase whose steps fed ``fed`` ({size: batches}) with a steady step of ``steady`` (seconds, steps,
+    intervals; 0 intervals: steps timed one by one)."""
+    meter, stats = _analysed(FakeBackend(ends_calls_in_wrapper=ends_in_wrapper), sizes=meter_sizes, peak=1e12)
+    for size, batches in fed.items():
+        for _ in range(batches):
+            stats.history.observe(_signature(size))
+    seconds, steps, intervals = steady
+    if intervals:
+        for _ in range(intervals):
+            stats.timing.add_interval(seconds, steps // intervals)
+    else:
+        stats.timing.add_steady_run([seconds] * steps)
+    stats.steps_run, stats.runs = sum(fed.values()), max(1, intervals)
+    return meter, stats
+
+
+def test_with_several_shapes_the_rate_is_each_programs_flops_times_its_steps_over_their_time():
+    """30 steps of 8 MFLOP and 10 of 16 MFLOP in 40 steady steps of 10 ms: 400 MFLOP in 0.4 s is 1 GFLOP/s.
+    The most frequent program's FLOPs over the steady step (the old rate) said 0.8 GFLOP/s."""
+    meter, stats = _mixed((8, 16), {8: 30, 16: 10})
+    rates = meter.rates({"train": stats})["train"]
+    truth_flops = 30 * 8e6 + 10 * 16e6  # each program's FLOPs times the steps that ran it
+    truth_seconds = 40 * 0.01  # the time those steps took
+    assert math.isclose(rates["flops_per_second"], truth_flops / truth_seconds)
+    assert math.isclose(rates["flops_per_step"], truth_flops / 40) and math.isclose(rates["mfu"], 1e9 / 1e12)
+    assert not math.isclose(rates["flops_per_second"], 8e6 / 0.01)  # not the most frequent program's
+    assert rates["programs"] == 2 and rates["program_steps"] == 40 and rates["steady_steps"] == 40
+    assert rates["time_base"] == "the phase's steady step: the mean of 40 steps over 2 intervals"
+    assert rates["rates_withheld"] is None
+    tags = {s.tag: s.value for s in meter.scalars("train", stats)}
+    assert tags == {"xla/flops_per_second": rates["flops_per_second"], "xla/mfu": rates["mfu"]}
+
+
+def test_with_one_shape_the_rate_is_its_flops_over_the_steady_step():
+    meter, stats = _mixed((8,), {8: 40}, steady=(0.01, 40, 0))
+    rates = meter.rates({"train": stats})["train"]
+    assert math.isclose(rates["flops_per_second"], 8e6 / 0.01) and rates["programs"] == 1
+    assert rates["time_base"] == "the phase's steady step: the median of 40 steps timed one by one"
+
+
+def test_several_programs_wait_for_a_mean_time_not_a_median_of_steps():
+    """A median of steps of mixed programs is no time their steps took: withheld until a run's interval."""
+    meter, stats = _mixed((8, 16), {8: 30, 16: 10}, steady=(0.01, 40, 0))
+    rates = meter.rates({"train": stats})["train"]
+    assert rates["flops_per_second"] is None and rates["mfu"] is None and math.isclose(rates["flops_per_step"], 1e7)
+    assert rates["rates_withheld"].startswith("2 programs: the time of their steps is a run's")
+
+
+def test_steps_whose_signature_was_not_kept_withhold_the_rates():
+    meter, stats = _mixed((8,), {8: 40})
+    stats.history.untracked = 5  # past the signatures a phase keeps: their programs are unknown
+    rates = meter.rates({"train": stats})["train"]
+    assert rates["flops_per_second"] is None and rates["flops_per_step"] is None
+    assert rates["rates_withheld"].startswith("FLOPs unknown for 5 of 45 steps (1 of 2 programs")
+
+
+def test_memory_is_the_largest_programs_and_bytes_weigh_like_flops():
+    programs = [
+        ProgramSteps(
+            ProgramCost(flops=1e6, bytes_accessed=4e6, argument_bytes=10, output_bytes=5, alias_bytes=0, temp_bytes=5),
+            3,
+        ),
+        ProgramSteps(
+            ProgramCost(flops=3e6, bytes_accessed=8e6, argument_bytes=40, output_bytes=5, alias_bytes=5, temp_bytes=0),
+            1,
+        ),
+        ProgramSteps(None, 0),  # a program that ran no step counts nowhere
+    ]
+    rates = phase_rates(programs, 0.002, 20, None, intervals=2)
+    assert math.isclose(rates["flops_per_step"], 1.5e6) and math.isclose(rates["flops_per_second"], 7.5e8)
+    assert math.isclose(rates["bytes_per_second"], (3 * 4e6 + 8e6) / 4 / 0.002) and rates["peak_bytes"] == 40
+    assert rates["programs"] == 2 and rates["program_steps"] == 4
+
+
+@pytest.mark.parametrize("steps", [MIN_RATE_STEPS - 1, MIN_RATE_STEPS, 20])
+@pytest.mark.parametrize("ends_in_wrapper", [False, True])
+def test_rates_need_min_rate_steps_steady_steps_and_no_longer_runs(steps, ends_in_wrapper):
+    """The rule: rates rest on at least MIN_RATE_STEPS steady steps, on either backend. Under JAX a run of
+    20 steps (one interval between drains) gives them: no minimum run length applies."""
+    meter, stats = _mixed((8,), {8: steps}, steady=(0.01, steps, 1), ends_in_wrapper=ends_in_wrapper)
+    rates = meter.rates({"train": stats})["train"]
+    if steps < MIN_RATE_STEPS:
+        assert rates["flops_per_second"] is None
+        assert rates["rates_withheld"] == f"{steps} steady steps ({MIN_RATE_STEPS} needed)"
+    else:
+        assert rates["rates_withheld"] is None and math.isclose(rates["flops_per_second"], 8e6 / 0.01)
+
+
+def test_the_docs_state_the_code_rule_for_rates():
+    with open(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs", "cost.md")) as f:
+        text = " ".join(f.read().split())
+    assert f"fewer than {MIN_RATE_STEPS} steady steps (`MIN_RATE_STEPS`," in text
+    assert not re.search(r"at least \d+ steps on average", text)  # no minimum run length: the code has none
 
 
 def test_a_convolution_window_is_read_in_its_spatial_dims_order():

@@ -8,6 +8,7 @@ sizes are those of the scenario script, not of any other test or benchmark.
 
 import importlib.util
 import json
+import math
 import os
 import re
 import subprocess
@@ -39,8 +40,21 @@ def _run(tmp, backend):
         return json.load(f)
 
 
+def _run_mixed(tmp):
+    out = os.path.join(tmp, "cost_mixed.json")
+    env = dict(os.environ, KERAS_BACKEND="jax", CUDA_VISIBLE_DEVICES="", JAX_PLATFORMS="cpu")
+    env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
+    proc = subprocess.run([sys.executable, SCRIPT, out, "mixed"], env=env, capture_output=True, text=True, timeout=900)
+    if proc.returncode != 0:
+        raise failed("cost scenarios (mixed)", proc.stdout, proc.stderr)
+    with open(out) as f:
+        return json.load(f)
+
+
 def _cost_jobs(root):
-    return {backend: (lambda backend=backend: _run(str(root), backend)) for backend in BACKENDS}
+    jobs = {backend: (lambda backend=backend: _run(str(root), backend)) for backend in BACKENDS}
+    jobs["mixed"] = lambda: _run_mixed(str(root))
+    return jobs
 
 
 @pytest.fixture(scope="module")
@@ -198,3 +212,47 @@ def test_cost_off_analyses_nothing(runs, backend):
         assert report["compilation_count"]["test"] == 1  # the evaluate compiled its new shape...
         assert [c["cost"] for c in report["compilations"]] == [None]  # ...and nothing analysed it
         assert report["costs"] == {}
+
+
+# A fit of two batch sizes (tests/cost_scenarios.py ``mixed``): 6 batches of 512 rows and 24 of 64 an epoch.
+# The truth is the test's own: XLA's cost analysis of Keras's train step compiled apart for each size, times
+# the batches of that size the data fed, over the wall time of the epochs after the first (the device drained
+# at each epoch's end; the first epoch compiles).
+RATE_WITHIN = 0.20  # as the single-shape rate against the wall clock (tests/test_step_times.py)
+
+
+def _mixed_truth(run, epochs):
+    flops = {int(rows): f for rows, f in run["xla_flops"].items()}
+    ran = sum(flops[int(rows)] * n for e in epochs for rows, n in e["fed"].items())
+    steps = sum(n for e in epochs for n in e["fed"].values())
+    seconds = sum(e["end"] - e["begin"] for e in epochs)
+    return ran, steps, seconds
+
+
+@pytest.mark.skipif("jax" not in BACKENDS, reason="JAX is not installed")
+def test_with_two_shapes_flops_per_step_is_xlas_flops_weighed_by_the_batches_fed(runs):
+    run = runs["mixed"]
+    ran, steps, _ = _mixed_truth(run, run["epochs"])
+    rates = run["report"]["costs"]["train"]
+    assert steps == run["iterations"] == rates["program_steps"]  # every step fed, as the optimizer counts
+    assert rates["programs"] == 2 and abs(rates["flops_per_step"] / (ran / steps) - 1) <= 0.01, (rates, ran / steps)
+    # The time base, stated: the phase's steady step over its intervals between drains.
+    steady = run["report"]["steady_step_seconds_by_phase"]["train"]
+    assert rates["rates_withheld"] is None and math.isclose(rates["flops_per_second"], rates["flops_per_step"] / steady)
+    timing = run["report"]["step_timing"]["train"]
+    assert rates["steady_steps"] == timing["steps"] and rates["time_base"] == (
+        f"the phase's steady step: the mean of {timing['steps']} steps over {timing['intervals']} intervals"
+    )
+
+
+@pytest.mark.timed
+@pytest.mark.skipif("jax" not in BACKENDS, reason="JAX is not installed")
+def test_with_two_shapes_the_rate_is_the_flops_run_over_the_wall_time(runs):
+    run = runs["mixed"]
+    ran, _, seconds = _mixed_truth(run, run["epochs"][1:])
+    truth = ran / seconds
+    rates = run["report"]["costs"]["train"]
+    assert abs(rates["flops_per_second"] / truth - 1) <= RATE_WITHIN, (rates["flops_per_second"], truth)
+    # The scenario tells the rule apart: the most frequent program's FLOPs over the steady step is far off.
+    frequent = run["xla_flops"]["64"] / run["report"]["steady_step_seconds_by_phase"]["train"]
+    assert abs(frequent / truth - 1) > 2 * RATE_WITHIN, (frequent, truth)

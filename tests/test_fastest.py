@@ -7,6 +7,7 @@ time and is no steady step), ``check`` whenever the step reaches ``next_check``.
 
 import math
 import random
+import re
 
 import numpy as np
 import pytest
@@ -19,6 +20,7 @@ from xla_keras.jit.decision import (
     StormRule,
     expected_compiles,
     expected_new,
+    keep_default_reason,
     separated,
     spread,
 )
@@ -509,3 +511,64 @@ def test_under_jax_a_sample_is_an_interval_past_the_blocks_settling_steps():
     assert block.values == [0.002, 0.003] and block.steps == 10 and trial.steps_measured[True] == 10
     on = spread(trial.samples[True], trial.steps_measured[True])
     assert (on.n, on.steps) == (2, 10)  # the notch counts samples; the words count steps
+
+
+# ------------------------------------------------------------------ "too short": the words against the rule
+
+_NEEDED = re.compile(r"a decision needs at least (\d+) \(.*\): a fit of (\d+) train steps or more")
+
+
+def _gate(steps_left, one_time, step=1e-3, done=14):
+    return keep_default_reason(
+        Outlook(steps_left), StormRule(), False, one_time, step, MIN_STEPS_LEFT, fastest.TRIAL_BUDGET, done
+    )
+
+
+def _fewest_steps_the_rule_lets_decide(one_time, step=1e-3):
+    """The rule's own outcome, step by step: the fewest steps left it does not call too short."""
+    n = 0
+    while _gate(n, one_time, step) is not None:
+        n += 1
+    return n
+
+
+@pytest.mark.parametrize(
+    "one_time",
+    [
+        0.01,  # a cheap trial: the steps bind (1000)
+        0.036,  # 36 ms against 3% of 1 ms steps: 1200 steps left bind
+        1.25,  # 1.25 s: 41,667 steps left bind
+    ],
+)
+@pytest.mark.parametrize("steps_left", [999, 1000, 1100, 100_000])
+def test_too_short_words_give_the_steps_the_rule_needs(steps_left, one_time):
+    """Each fit the rule calls too short names the fewest steps left it would not: the steps and the trial's
+    share of the time left both, never one of them alone (1000 steps said, then a fit of 1,100 too short)."""
+    fewest = _fewest_steps_the_rule_lets_decide(one_time)
+    assert fewest >= MIN_STEPS_LEFT
+    reason = _gate(steps_left, one_time)
+    assert (reason is None) == (steps_left >= fewest)
+    if reason is None:
+        return
+    basis, words = reason
+    assert basis == "too_short" and f"too short to decide: {steps_left} train steps left after its first 14" in words
+    needed, fit = map(int, _NEEDED.search(words).groups())
+    assert needed == fewest and fit == 14 + fewest  # the figure that holds: the rule decides from there on
+    assert _gate(needed, one_time) is None and _gate(needed - 1, one_time) is not None
+    assert f"{MIN_STEPS_LEFT} or more" in words and "at most 3% of the time left at ~1 ms a step" in words  # both
+
+
+@pytest.mark.parametrize("first_off", [0.004, 0.5])  # one-time cost: 10 ms (the steps bind) or 1.25 s (the time)
+def test_a_fit_as_long_as_the_words_say_decides(first_off):
+    """The simulated fit, end to end: a fit of the length the too-short words give passes the gate (the trial
+    runs and decides on the measured steps); one step shorter is too short again."""
+    short = Fit(on=0.5e-3, off=1e-3, steps=1100, first_off=first_off, noise=0.0)
+    decision = short.run()
+    assert decision.basis == "too_short" if first_off == 0.5 else decision.basis == "measured"
+    if decision.basis != "too_short":
+        short = Fit(on=0.5e-3, off=1e-3, steps=999, first_off=first_off, noise=0.0)
+        decision = short.run()
+        assert decision.basis == "too_short"
+    total = int(_NEEDED.search(decision.why).group(2))
+    assert Fit(on=0.5e-3, off=1e-3, steps=total, first_off=first_off, noise=0.0).run().basis == "measured"
+    assert Fit(on=0.5e-3, off=1e-3, steps=total - 1, first_off=first_off, noise=0.0).run().basis == "too_short"

@@ -217,7 +217,97 @@ def test_jax_raise_names_the_layer_and_keeps_jaxs_own_error(jax_fits):
     assert jax_fits["raise"]["report"]["unsupported_ops"]["action"] == "raise"
 
 
+# Each trace error's own fix, as JAX's page of errors (docs.jax.dev/en/latest/errors.html) gives it: words the
+# fix must hold, and words of another error's fix it must not. A ConcretizationTypeError JAX raised at int()
+# ("The problem arose with the `int` function") is a value to keep a tensor, not a shape.
+JAX_FIXES = {
+    "TracerArrayConversionError": (("keras.ops", "jax.numpy", "instead of numpy"), ("static shapes",)),
+    "ConcretizationTypeError": (("static shapes", "size="), ("instead of numpy",)),
+    "conversion": (("keras.ops.cast", "instead of int()"), ("static shapes",)),
+    "TracerBoolConversionError": (("keras.ops.where", "jax.lax.cond", "Python if"), ("static shapes",)),
+    "NonConcreteBooleanIndexError": (("keras.ops.where", "boolean"), ("instead of numpy",)),
+    "TracerIntegerConversionError": (("keras.ops.take", "jax.lax.dynamic_slice"), ("static shapes",)),
+}
+
+
+def _jax_error(kind):
+    """The error JAX itself raised in the unmonitored fit (the innermost of jax.errors' classes in the chain
+    Keras raised), and which fix it calls for."""
+    import jax
+
+    chain = [(name, words) for name, words in zip(kind["jax_errors"], kind["jax_words"]) if hasattr(jax.errors, name)]
+    assert chain, kind["jax_errors"]
+    name, words = chain[-1]
+    return name, "conversion" if "The problem arose with the `int` function" in words else name
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "kind",
+    [
+        "TracerArrayConversionError",
+        "ConcretizationTypeError",
+        "ConcretizationTypeError-int",
+        "TracerBoolConversionError",
+        "NonConcreteBooleanIndexError",
+        "TracerIntegerConversionError",
+    ],
+)
+def test_jax_each_trace_error_gets_its_own_fix_and_the_fix_compiles(jax_fits, kind):
+    run = jax_fits["kinds"][kind]
+    name, fix = _jax_error(run)
+    assert name == kind.split("-")[0]  # the layer raises what it is meant to, by JAX's own error
+    monitored = run["monitored"]
+    found = monitored["report"]["unsupported_ops"]
+    assert found["ops"][0]["op"] == name and found["layers"] == ["odd"] and found["action"] == "fallback"
+    assert monitored["iterations"] == STEPS and monitored["report"]["jit_active"] is False
+    (warning,) = monitored["warnings"]
+    assert _shaped(warning)
+    (line,) = [ln for ln in warning.splitlines() if ln.startswith("Fix: ")]
+    words = line[len("Fix: ") :]
+    must, must_not = JAX_FIXES[fix]
+    assert all(w in words for w in must) and not any(w in words for w in must_not), (name, words)
+    assert f"Fix: {words}" in monitored["report"]["jit_reason"]
+    # The same layer written as the words say: one XLA program, every step under it, nothing said.
+    fixed = run["fixed"]
+    assert fixed["error"] is None and fixed["warnings"] == [] and fixed["iterations"] == STEPS
+    report = fixed["report"]
+    assert report["jit_active"] is True and report["unsupported_ops"] is None
+    assert report["compilation_count"]["train"] == 1
+
+
 # ------------------------------------------------------------------ no fit
+
+
+def test_jax_trace_errors_raised_in_process_get_their_own_fix():
+    """jax.jit's own errors, raised here without Keras, read into their fix."""
+    jax = pytest.importorskip("jax")
+    import jax.numpy as jnp
+
+    from xla_keras.backends.jax.jit import unsupported_op
+
+    def raised(function, *args):
+        try:
+            jax.jit(function)(*args)
+        except Exception as error:  # noqa: BLE001 - the error is what is read
+            return error
+        raise AssertionError("no error")
+
+    x = jnp.arange(4.0)
+    cases = {
+        "TracerArrayConversionError": raised(lambda v: np.asarray(v).sum(), x),
+        "ConcretizationTypeError": raised(lambda v: jnp.nonzero(v > 1)[0], x),
+        "conversion": raised(lambda v: v * int(v.sum()), x),
+        "TracerBoolConversionError": raised(lambda v: v * 2 if v.sum() > 0 else v, x),
+        "NonConcreteBooleanIndexError": raised(lambda v: v[v > 1], x),
+        "TracerIntegerConversionError": raised(lambda v: [1.0, 2.0, 3.0, 4.0][jnp.argmax(v)] * v, x),
+    }
+    for fix, error in cases.items():
+        found = unsupported_op(error, None)
+        assert found is not None and found.ops[0].op == (type(error).__name__), (fix, error)
+        must, must_not = JAX_FIXES[fix]
+        assert all(w in found.fix_words for w in must) and not any(w in found.fix_words for w in must_not), fix
+        assert len("Fix: " + found.fix_words) <= 100  # the warning's line, whole
 
 
 def test_on_unsupported_takes_fallback_or_raise():

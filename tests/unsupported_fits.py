@@ -11,7 +11,11 @@ layer (``StringToHashBucketFast``) whose fix is its move into ``dataset.map``, a
 
 BACKEND "jax": a layer whose output shape depends on the data while training (``jnp.nonzero`` without
 ``size``), unmonitored (``jit_compile=False``) and monitored (``jit="on"``, fallback); then one that pulls a
-traced value into numpy (``np.asarray``), under ``on_unsupported="raise"``.
+traced value into numpy (``np.asarray``), under ``on_unsupported="raise"``. Then, per kind of trace error
+(``KINDS``: numpy on a tracer, a shape that follows the data, a Python ``if`` / ``int()`` / list index on a
+tensor, a boolean index), the layer unmonitored with ``jit_compile=True`` (the error JAX itself raises: the
+classes of the chain Keras raised, and JAX's words), monitored with ``jit="on"`` (fallback), and the same
+layer written as the fix's words say, monitored with ``jit="on"``.
 
 Every run starts from the same weights, on the same batches, in order, with ``steps_per_execution=2``. The
 last line printed is ``XLA_KERAS_FITS <json>``.
@@ -25,6 +29,7 @@ import warnings
 
 EPOCHS = 2
 SPE = 2
+SCALES = [1.0, 2.0, 3.0, 4.0]
 
 
 def dumped(dump):
@@ -247,6 +252,10 @@ def jax_main(dump, log_dir):
                 return x
             return x + float(np.asarray(x).sum()) * 0.0
 
+    kinds = _jax_kinds(NonZero, ToNumpy)
+
+    kinds = _jax_kinds(NonZero, ToNumpy)
+
     rng = np.random.default_rng(0)
     x = rng.normal(size=(64, 4)).astype("float32")
     y = rng.normal(size=(64, 1)).astype("float32")
@@ -288,7 +297,85 @@ def jax_main(dump, log_dir):
         model, lambda callbacks: fit(model, callbacks), xla_keras, jit="on", on_unsupported="raise", log_dir=None
     )
     out["raise"] = {"report": monitor.report.to_dict(), "warnings": said, "error": error_facts(error)}
+    out["kinds"] = {}
+    for name, (broken, fixed) in kinds.items():
+        model = model_of(broken)
+        model.jit_compile = True  # unmonitored: the error JAX itself raises
+        try:
+            fit(model)
+            raised = None
+        except Exception as caught:  # noqa: BLE001 - the error is the ground truth
+            raised = caught
+        chain = []
+        while raised is not None and raised not in chain:
+            chain.append(raised)
+            raised = raised.__cause__ or raised.__context__
+        kind = {"jax_errors": [type(e).__name__ for e in chain], "jax_words": [str(e) for e in chain]}
+        for label, layer in (("monitored", broken), ("fixed", fixed)):
+            model = model_of(layer)
+            monitor, said, error = monitored(
+                model, lambda callbacks, model=model: fit(model, callbacks), xla_keras, jit="on", log_dir=None
+            )
+            kind[label] = {
+                "report": monitor.report.to_dict(),
+                "warnings": said,
+                "error": error_facts(error),
+                "iterations": int(model.optimizer.iterations.numpy()),
+            }
+        out["kinds"][name] = kind
     return out
+
+
+def _jax_kinds(non_zero, to_numpy):
+    """Per kind of trace error: (a layer that raises it while training, the same layer written as the fix's
+    words say). Each layer's output is its input (scaled)."""
+    import jax.numpy as jnp
+    import keras
+
+    def layer(body):
+        class Odd(keras.layers.Layer):
+            def compute_output_shape(self, shape):
+                return shape
+
+            def call(self, x, training=False):
+                return body(x) if training else x
+
+        return Odd
+
+    def python_if(x):
+        if keras.ops.sum(x) > 0:  # a Python if on a tensor
+            return x * 2.0
+        return x
+
+    def scale_of(x):
+        return SCALES[keras.ops.argmax(x[0])]  # a list indexed by a tensor
+
+    positive = lambda x: x[:, 0] > 0  # noqa: E731
+    return {
+        "TracerArrayConversionError": (to_numpy, layer(lambda x: x + keras.ops.sum(x) * 0.0)),
+        "ConcretizationTypeError": (
+            non_zero,
+            layer(lambda x: x + 0.0 * jnp.sum(jnp.nonzero(positive(x), size=x.shape[0], fill_value=-1)[0] >= 0)),
+        ),
+        "TracerBoolConversionError": (
+            layer(python_if),
+            layer(lambda x: keras.ops.where(keras.ops.sum(x) > 0, x * 2.0, x)),
+        ),
+        "ConcretizationTypeError-int": (
+            layer(lambda x: x + 0.0 * int(keras.ops.sum(keras.ops.cast(positive(x), "int32")))),
+            layer(lambda x: x + 0.0 * keras.ops.cast(keras.ops.sum(keras.ops.cast(positive(x), "int32")), x.dtype)),
+        ),
+        "NonConcreteBooleanIndexError": (
+            layer(lambda x: x + 0.0 * keras.ops.sum(x[positive(x)])),
+            layer(lambda x: x + 0.0 * keras.ops.sum(keras.ops.where(positive(x)[:, None], x, 0.0))),
+        ),
+        "TracerIntegerConversionError": (
+            layer(lambda x: x * scale_of(x)),
+            layer(
+                lambda x: x * keras.ops.take(keras.ops.convert_to_tensor([1.0, 2.0, 3.0, 4.0]), keras.ops.argmax(x[0]))
+            ),
+        ),
+    }
 
 
 if __name__ == "__main__":

@@ -230,10 +230,10 @@ class KerasBackend:
         """The fix for ``found``, as code (or None) and in words (not where the code is: the caller says). TensorFlow:
         its layers moved into the input pipeline where each is a preprocessing layer of the model's inputs (a layer the
         user put in the model, with the layers it holds), else auto-clustering, which compiles the rest of the step.
-        JAX (no auto-clustering; a layer whose shapes follow the data has no tf.data map to move to): static shapes,
-        in words."""
+        JAX (no auto-clustering; a layer whose shapes follow the data has no tf.data map to move to): the fix for
+        the error JAX raised, in words."""
         if "autoclustering" not in self.jit_modes:
-            return None, "give that layer static shapes (JAX's error says how), or keep jit_compile=False for it"
+            return None, found.fix_words or "give that layer static shapes, or keep jit_compile=False for it"
         if found.kind == "compile" and found.input:  # the likely cause: a value XLA needs as a constant
             return None, static_words(found.ops[0].op, found.input)
         if found.kind == "compile":

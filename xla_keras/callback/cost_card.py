@@ -4,8 +4,10 @@ At a call with a new signature the step path keeps the batch's shapes (``capture
 ``cost_spec``, never the values); at an epoch end and at the end of a call the backend analyses each
 kept program once (``analyse``: ``program_cost``) and the ledger's records of that signature get the
 figures. At most one analysis per distinct signature and ``ANALYSES_PER_CALL`` per phase of a fit (a storm's
-programs past the first few are not analysed, and a note says so). An analysis that fails leaves the
-figures unavailable, with the reason: it never stops training.
+programs past the first few are not analysed, and a note says so), and ``ANALYSES_PER_CALL`` more among the
+programs past that cap that ran again: the steps the achieved rates rest on ran them, and a rate is withheld
+while a program that ran steps has no FLOPs. An analysis that fails leaves the figures unavailable, with the
+reason: it never stops training.
 """
 
 from __future__ import annotations
@@ -15,15 +17,17 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from xla_keras.backends.base import Backend
 from xla_keras.core.phases import PhaseStats
-from xla_keras.core.program_cost import ANALYSES_PER_CALL, ProgramCost, peak_flops_for, phase_rates
+from xla_keras.core.program_cost import ANALYSES_PER_CALL, ProgramCost, ProgramSteps, peak_flops_for, phase_rates
 from xla_keras.core.signatures import fingerprint
 from xla_keras.core.types import CallPlan, Notes, Scalar
 from xla_keras.tensorboard.metadata import TAG_FLOPS_PER_SECOND, TAG_MFU
 
 CAPPED = (
-    "cost card: {cap} {phase} programs analysed in this call (the cap); the {phase} programs compiled after "
-    "them have no figures (their report.compilations[i].cost is None)"
+    "cost card: {cap} {phase} programs analysed in this call (the cap); of the {phase} programs compiled after "
+    "them, only up to {cap} that ran again get figures (the others' report.compilations[i].cost is None)"
 )
+# Programs past the cap whose batch shapes are kept, in case they run again (bounded: shapes only).
+KEPT_PAST_CAP = 64
 
 
 class CostMeter:
@@ -41,11 +45,13 @@ class CostMeter:
         self._costs: Dict[Tuple[str, int, int], ProgramCost] = {}  # program -> its cost
         self._latest: Dict[Tuple[str, int], ProgramCost] = {}  # (phase, fingerprint) -> its last program's cost
         self._spent: Dict[str, int] = {}  # phase -> analyses (done or pending) in this call
+        self._past_cap: Dict[Tuple[str, int, int], Any] = {}  # program past the cap -> the batch's shapes
+        self._again: Dict[str, int] = {}  # phase -> programs past the cap analysed in this call (they ran again)
         self._attached: Dict[str, int] = {}  # phase -> records given their figures (records only grow)
 
     def call_began(self) -> None:
         """A fit (or a standalone evaluate / predict) began: its own budget of analyses per phase."""
-        self._spent = {}
+        self._spent, self._again = {}, {}
         for phase, _, _ in self._pending:
             self._spent[phase] = self._spent.get(phase, 0) + 1
 
@@ -56,11 +62,16 @@ class CostMeter:
             return
         for index, _, signature in plan.new:
             key = (phase, fingerprint(signature), id(function))
-            if key in self._costs or key in self._pending:
+            if key in self._costs or key in self._pending or key in self._past_cap:
                 continue
             if self._spent.get(phase, 0) >= ANALYSES_PER_CALL:
                 self.notes.add_once(f"cost-capped-{phase}", CAPPED.format(cap=ANALYSES_PER_CALL, phase=phase))
-                return
+                if len(self._past_cap) < KEPT_PAST_CAP:  # analysed only if it runs again
+                    try:
+                        self._past_cap[key] = self.backend.cost_spec(batches[index])
+                    except Exception:  # noqa: BLE001 - a batch the backend cannot describe: no figures
+                        pass
+                continue
             self._spent[phase] = self._spent.get(phase, 0) + 1
             try:
                 self._pending[key] = self.backend.cost_spec(batches[index])
@@ -94,6 +105,29 @@ class CostMeter:
                 if record.cost is None:
                     record.cost = self._latest.get((phase, fingerprint(record.signature)))
             self._attached[phase] = len(records)
+        self._analyse_ran_again(model, phases)
+
+    def _analyse_ran_again(self, model: Any, phases: Dict[str, PhaseStats]) -> None:
+        """The programs past the cap that ran again (most steps first), up to ``ANALYSES_PER_CALL`` per phase
+        and call: the steady steps ran them. Their records, passed over before, get the figures."""
+        for phase, stats in phases.items():
+            batches = stats.history.batches
+            again = [key for key in self._past_cap if key[0] == phase and batches.get(key[1], 0) >= 2]
+            again.sort(key=lambda key: -batches[key[1]])
+            left = ANALYSES_PER_CALL - self._again.get(phase, 0)
+            analysed: Dict[int, ProgramCost] = {}
+            for key in again[: max(0, left)]:
+                spec = self._past_cap.pop(key)
+                try:
+                    cost = self.backend.program_cost(model, phase, spec, self.mode, self.notes)
+                except Exception as error:  # noqa: BLE001 - never from here: the figures are unavailable
+                    cost = ProgramCost(source=self.backend.cost_source, unavailable=_failed(error))
+                self._costs[key] = self._latest[key[:2]] = analysed[key[1]] = cost
+                self._again[phase] = self._again.get(phase, 0) + 1
+            if analysed:
+                for record in stats.records:
+                    if record.cost is None:
+                        record.cost = analysed.get(fingerprint(record.signature))
 
     def peak(self, model: Any) -> Optional[Tuple[float, str]]:
         """One device's peak FLOP/s for the model's compute dtype, and where it comes from; None: unknown."""
@@ -108,24 +142,30 @@ class CostMeter:
                     self._peak = (table, f"the peak table for {kind} ({dtype})")
         return self._peak
 
-    def steady_program(self, phase: str, stats: PhaseStats) -> Optional[ProgramCost]:
-        """The cost of the program the phase's steady steps ran: its most frequent signature's (None when
-        that one has no figures: a rarer program's FLOPs over the steady median would be no rate)."""
-        batches = stats.history.batches
-        if not batches:
-            return None
-        dominant = max(batches, key=lambda fp: batches[fp])
-        cost = self._latest.get((phase, dominant))
-        return cost if cost is not None and cost.flops is not None else None
+    def programs(self, phase: str, stats: PhaseStats) -> List[ProgramSteps]:
+        """The programs the phase's steps ran, each with the steps that ran it (its signature's batches):
+        a signature never analysed, and the steps whose signature the phase did not keep, have no cost."""
+        history = stats.history
+        out = [ProgramSteps(self._latest.get((phase, fp)), n) for fp, n in history.batches.items() if n > 0]
+        if history.untracked:
+            out.append(ProgramSteps(None, history.untracked))
+        return out
 
     def rates(self, phases: Dict[str, PhaseStats]) -> Dict[str, Dict[str, Any]]:
-        """Per phase with a costed steady program: its achieved rates (``core.program_cost.phase_rates``)."""
+        """Per phase whose steps ran an analysed program: its achieved rates (``core.program_cost.phase_rates``):
+        each program's FLOPs times the steps that ran it, over the time of those steps."""
         out = {}
         for phase, stats in phases.items():
-            cost = self.steady_program(phase, stats)
-            if cost is not None:
+            programs = self.programs(phase, stats)
+            if any(p.cost is not None and p.cost.flops is not None for p in programs):
+                timing = stats.timing
                 out[phase] = phase_rates(
-                    cost, stats.timing.median_seconds, stats.timing.median_samples, self._peak, self._withheld(stats)
+                    programs,
+                    timing.median_seconds,
+                    timing.median_samples,
+                    self._peak,
+                    self._withheld(stats),
+                    timing.median_intervals,
                 )
         return out
 

@@ -1,5 +1,6 @@
 """How the monitor speaks on the console: at most ``LINES`` lines of at most ``WIDTH`` characters,
-and a warning located at the user's code (the line that called ``fit``), not at ours.
+and a warning located at the user's code (the line that called ``fit``), not at ours nor at any installed
+package's (a KerasHub task model's ``fit`` wraps Keras's: the user's line is below both).
 
 The full text of every finding stays in the report, the XLA tab and ``xla-keras report``; a
 console message is its headline, cause, fix and where to read the rest. Pure (no framework import).
@@ -8,10 +9,13 @@ console message is its headline, cause, fix and where to read the rest. Pure (no
 from __future__ import annotations
 
 import io
+import os
 import sys
+import sysconfig
 import textwrap
 import tokenize
 import warnings
+from functools import lru_cache
 from types import FrameType
 from typing import Iterable, List, Optional, Type
 
@@ -21,9 +25,30 @@ WIDTH = 100
 LINES = 4
 
 # Frames of these top-level modules are never the user's code: ours, the frameworks that call our
-# callback, and the standard-library wrappers between them. Python 3.10 has no
-# warnings.warn(skip_file_prefixes=...), so the stack level is counted here.
-_NOT_USER = {"xla_keras", "keras", "tf_keras", "tensorflow", "jax", "jaxlib", "contextlib", "functools"}
+# callback (installed from source too, where their files are in no site-packages), and the standard-library
+# wrappers between them. Python 3.10 has no warnings.warn(skip_file_prefixes=...), so the stack level is
+# counted here.
+_NOT_USER = {
+    "xla_keras",
+    "keras",
+    "tf_keras",
+    "keras_hub",
+    "keras_nlp",
+    "keras_cv",
+    "tensorflow",
+    "jax",
+    "jaxlib",
+    "contextlib",
+    "functools",
+}
+# Nor are the files of any installed package: in a site-packages or dist-packages directory (a venv's, the
+# user's site, Debian's), the standard library, or xla_keras itself.
+_PACKAGE_DIRS = ("site-packages", "dist-packages")
+_LIBRARY_DIRS = tuple(
+    dict.fromkeys(
+        os.path.realpath(sysconfig.get_paths()[key]) + os.sep for key in ("stdlib", "platstdlib", "purelib", "platlib")
+    )
+) + (os.path.dirname(os.path.dirname(os.path.realpath(__file__))) + os.sep,)
 
 
 def shaped(lines: Iterable[str]) -> str:
@@ -76,15 +101,35 @@ def within(base: str, *extras: str) -> str:
     return line
 
 
+@lru_cache(maxsize=4096)
+def library_file(filename: str) -> bool:
+    """Whether ``filename`` (a code object's) is an installed package's, never the user's: in a
+    site-packages or dist-packages directory, the standard library (a frozen module too) or xla_keras.
+    A file Python names in angle brackets other than a frozen module (``<stdin>``, ``<string>``) is the
+    user's: code typed or run by hand.
+
+    Example:
+        >>> library_file("/venv/lib/python3.11/site-packages/keras_hub/src/utils/pipeline_model.py")
+        True
+        >>> library_file("/home/me/train.py"), library_file("<stdin>")
+        (False, False)
+    """
+    if filename.startswith("<"):
+        return filename.startswith("<frozen ")
+    if any(part in _PACKAGE_DIRS for part in filename.replace("\\", "/").split("/")):
+        return True
+    return os.path.realpath(filename).startswith(_LIBRARY_DIRS)
+
+
 def _is_user(frame: FrameType) -> bool:
     module = frame.f_globals.get("__name__", "") or ""
-    return module.split(".")[0] not in _NOT_USER
+    return module.split(".")[0] not in _NOT_USER and not library_file(frame.f_code.co_filename)
 
 
 def user_stacklevel(start: Optional[FrameType] = None) -> int:
     """The ``stacklevel`` for ``warnings.warn`` called from the frame ``start`` (default: the
-    caller's) that names the nearest frame outside xla_keras and the frameworks; 1 when the whole
-    stack is theirs (a thread of their own)."""
+    caller's) that names the nearest frame outside xla_keras, the frameworks and every installed
+    package (``library_file``); 1 when the whole stack is theirs (a thread of their own)."""
     frame: Optional[FrameType] = start if start is not None else sys._getframe(1)
     level = 1
     while frame is not None and not _is_user(frame):

@@ -10,10 +10,15 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
-from typing import Any, Dict, Mapping, Optional, Tuple
+from typing import Any, Dict, Mapping, Optional, Sequence, Tuple, Union
 
 from xla_keras.core.plain_data import known_fields
 from xla_keras.core.timing import MIN_STEADY_SAMPLES
+
+# A rate rests on the phase's steady step: it is withheld below the steady steps a steady figure needs.
+# Under JAX the steady step is measured between drains (core/timing.py), the device's own time, so a short
+# run (an epoch of 20 steps) gives rates as soon as one interval closed; no minimum run length applies.
+MIN_RATE_STEPS = MIN_STEADY_SAMPLES
 
 # A bounded number of analyses per phase of a fit (or of a standalone evaluate / predict): one per
 # distinct signature, and during a storm only the first few programs (each storm compile is one more).
@@ -189,47 +194,114 @@ def peak_flops_for(device_kind: str, dtype: str) -> Optional[float]:
     return None
 
 
+@dataclass(frozen=True)
+class ProgramSteps:
+    """One program a phase ran and the steps that ran it (``cost`` None: a program never analysed, or
+    steps whose signature the phase could not keep)."""
+
+    cost: Optional[ProgramCost]
+    steps: int
+
+
+def rate_steps_words(steady_steps: int) -> str:
+    """Why a rate is withheld below ``MIN_RATE_STEPS`` steady steps."""
+    return f"{steady_steps} steady steps ({MIN_RATE_STEPS} needed)"
+
+
 def phase_rates(
-    cost: ProgramCost,
+    programs: Union[ProgramCost, Sequence[ProgramSteps]],
     steady_seconds: Optional[float],
     steady_steps: int,
     peak: Optional[Tuple[float, str]],
     withheld: Optional[str] = None,
+    intervals: int = 0,
 ) -> Dict[str, Any]:
-    """A phase's achieved rates at steady state, from its steady program's cost and steady step time.
+    """A phase's achieved rates at steady state: the FLOPs its steps ran over the time they took.
+
+    Each program's FLOPs count once per step that ran it: ``flops_per_step`` is their mean over the
+    phase's steps, and the time base is the phase's steady step (the monitor keeps no time per
+    signature), so ``flops_per_second`` = sum(FLOPs x steps) / (steps x steady step). A steady step
+    that is a median of steps timed one by one (``intervals`` 0) is no mean time: with several programs
+    the rates then wait for an interval (a run's end). When steps ran a program whose FLOPs are unknown
+    the FLOPs and the rates are withheld, with the reason.
 
     Args:
-        cost: the cost of the program the phase's steady steps ran.
-        steady_seconds: the phase's steady median step, or None (not measured).
-        steady_steps: the steady steps that median rests on.
+        programs: the programs the phase ran, each with the steps that ran it; a single ``ProgramCost``:
+            the one program every step ran.
+        steady_seconds: the phase's steady step, or None (not measured).
+        steady_steps: the steady steps it rests on.
         peak: (FLOP/s of one device, where that figure comes from), or None when unknown. XLA's
             figures are those of one device's program (under data parallelism each device runs one),
             so the rates are per device too.
         withheld: why the rates cannot rest on the steady step here (then they are None), or None.
+        intervals: the intervals the steady step is the mean of (0: the median of steps timed one by one).
 
     Returns:
-        ``flops_per_step``, ``peak_bytes`` (the program's memory), ``flops_per_second``,
-        ``bytes_per_second`` and ``mfu`` (each None when it cannot be said; the rates also when fewer
-        than ``MIN_STEADY_SAMPLES`` steady steps measured them), ``steady_steps``, ``peak_flops``,
-        ``peak_source``.
+        ``flops_per_step`` (the mean over the steps that ran), ``peak_bytes`` (the largest program's
+        memory), ``flops_per_second``, ``bytes_per_second`` and ``mfu`` (each None when it cannot be said;
+        the rates also below ``MIN_RATE_STEPS`` steady steps), ``steady_steps``, ``programs`` and
+        ``program_steps`` (the programs and steps the FLOPs weigh), ``time_base`` (in words),
+        ``peak_flops``, ``peak_source``, ``rates_withheld``.
     """
-    # A rate rests on the steady median: withheld (None) below the steps a steady figure needs.
-    if withheld is None and not (steady_seconds and steady_steps >= MIN_STEADY_SAMPLES):
-        withheld = f"{steady_steps} steady steps ({MIN_STEADY_SAMPLES} needed)"
+    if isinstance(programs, ProgramCost):
+        programs = (ProgramSteps(programs, max(1, steady_steps)),)
+    ran = [program for program in programs if program.steps > 0]
+    total = sum(program.steps for program in ran)
+    flops_per_step = _mean_per_step(ran, "flops", total)
+    bytes_per_step = _mean_per_step(ran, "bytes_accessed", total)
+    peaks = [program.cost.peak_bytes for program in ran if program.cost is not None]
+    known = [peak for peak in peaks if peak is not None]
+    peak_bytes = max(known) if known and len(known) == len(ran) else None  # the largest program's, if all known
+    if withheld is None and flops_per_step is None and ran:
+        unknown = [program for program in ran if program.cost is None or program.cost.flops is None]
+        withheld = (
+            f"FLOPs unknown for {sum(p.steps for p in unknown)} of {total} steps ({len(unknown)} of {len(ran)} "
+            "programs not analysed: past the cap, unavailable, or not kept)"
+        )
+    # A rate rests on the steady step: withheld (None) below the steps a steady figure needs.
+    if withheld is None and not (steady_seconds and steady_steps >= MIN_RATE_STEPS):
+        withheld = rate_steps_words(steady_steps)
+    if withheld is None and len(ran) > 1 and not intervals:
+        withheld = (
+            f"{len(ran)} programs: the time of their steps is a run's (the steady step is the median of "
+            f"{steady_steps} steps timed one by one until a run ends)"
+        )
     seconds = None if withheld else steady_seconds
-    flops_per_second = cost.flops / seconds if seconds and cost.flops is not None else None
-    bytes_per_second = cost.bytes_accessed / seconds if seconds and cost.bytes_accessed is not None else None
+    flops_per_second = flops_per_step / seconds if seconds and flops_per_step is not None else None
+    bytes_per_second = bytes_per_step / seconds if seconds and bytes_per_step is not None else None
     mfu = None
     if flops_per_second is not None and peak is not None and peak[0] > 0:
         mfu = flops_per_second / peak[0]
     return {
-        "flops_per_step": cost.flops,
-        "peak_bytes": cost.peak_bytes,
+        "flops_per_step": flops_per_step,
+        "peak_bytes": peak_bytes,
         "flops_per_second": flops_per_second,
         "bytes_per_second": bytes_per_second,
         "mfu": mfu,
         "steady_steps": steady_steps,
+        "programs": len(ran),
+        "program_steps": total,
+        "time_base": time_base_words(steady_steps, intervals),
         "peak_flops": None if peak is None else peak[0],
         "peak_source": None if peak is None else peak[1],
         "rates_withheld": withheld,
     }
+
+
+def time_base_words(steady_steps: int, intervals: int) -> str:
+    """The time the rates divide by, in words."""
+    if intervals:
+        return f"the phase's steady step: the mean of {steady_steps} steps over {intervals} intervals"
+    return f"the phase's steady step: the median of {steady_steps} steps timed one by one"
+
+
+def _mean_per_step(ran: Sequence[ProgramSteps], name: str, total: int) -> Optional[float]:
+    """The figure's mean over the steps that ran (each program's once per step that ran it), or None
+    when one of the programs lacks it."""
+    summed = 0.0
+    for program in ran:
+        value = None if program.cost is None else getattr(program.cost, name)
+        if value is None:
+            return None
+        summed += value * program.steps
+    return summed / total if ran and total else None

@@ -13,6 +13,7 @@ runs for the rest of the fit.
 from __future__ import annotations
 
 import math
+import sys
 from collections import deque
 from dataclasses import dataclass, field, replace
 from statistics import median
@@ -346,14 +347,20 @@ SHAPES_SHARE = 0.5  # XLA's expected compiles, at most this share of the time le
 # every step just to repay them)
 
 
-def time_left(default: Optional[Spread], outlook: Outlook) -> Optional[float]:
-    """The fit's time left: its wall time per step (callbacks and Keras's loop around it included)."""
-    step_seconds = max(
+def step_seconds(default: Optional[Spread], outlook: Outlook) -> Optional[float]:
+    """The fit's wall time per step: its default mode's median or its wall clock's, the larger (callbacks
+    and Keras's loop around the step included), or None while neither is known."""
+    return max(
         (t for t in (default.median if default else None, outlook.wall_step_seconds) if t is not None), default=None
     )
-    if outlook.steps_left is None or step_seconds is None:
+
+
+def time_left(default: Optional[Spread], outlook: Outlook) -> Optional[float]:
+    """The fit's time left: its steps left at its wall time per step (``step_seconds``)."""
+    step = step_seconds(default, outlook)
+    if outlook.steps_left is None or step is None:
         return None
-    return outlook.steps_left * step_seconds
+    return outlook.steps_left * step
 
 
 def storm_ahead(outlook: Outlook, rule: StormRule) -> Optional[str]:
@@ -393,44 +400,87 @@ def shapes_vary(
     )
 
 
+def trial_fits(steps_left: int, budget: float, one_time: Optional[float], step: Optional[float]) -> bool:
+    """The other mode's one-time cost (``one_time`` seconds) is at most ``budget`` of the time ``steps_left``
+    steps of ``step`` seconds take (True where either is unknown: nothing to hold against)."""
+    if one_time is None or step is None or math.isinf(budget):
+        return True
+    return one_time <= budget * (steps_left * step)
+
+
+def steps_needed(min_steps_left: int, budget: float, one_time: Optional[float], step: Optional[float]) -> int:
+    """The fewest train steps left after warm-up that let the trial run: at least ``min_steps_left``, and
+    ``trial_fits`` (the one-time cost within ``budget`` of their time at ``step`` seconds each)."""
+    if trial_fits(min_steps_left, budget, one_time, step):
+        return min_steps_left
+    assert one_time is not None and step is not None  # trial_fits holds where either is unknown
+    if budget <= 0 or step <= 0:
+        return sys.maxsize  # no fit is long enough
+    needed = max(min_steps_left, math.ceil(one_time / (budget * step)))
+    while not trial_fits(needed, budget, one_time, step):  # the float division's last bit: the figure holds
+        needed += 1
+    while needed > min_steps_left and trial_fits(needed - 1, budget, one_time, step):
+        needed -= 1
+    return needed
+
+
+def too_short_words(
+    steps_left: int,
+    steps_done: int,
+    needed: int,
+    min_steps_left: int,
+    budget: float,
+    one_time: Optional[float],
+    step: Optional[float],
+    default_on: bool,
+) -> str:
+    """Why a fit is too short to decide, with the figure that holds: the steps left a decision needs (the
+    steps and the trial's share of the time left both), this fit's, and the fit length that is enough."""
+    if one_time is not None and step is not None:
+        rule = (
+            f"{min_steps_left} or more, and enough that trying XLA {mode_word(not default_on)}, ~{ms_text(one_time)} "
+            f"once for its first call ({'trace, compile' if not default_on else 'trace'}), is at most {budget:.0%} "
+            f"of the time left at ~{ms_text(step)} a step"
+        )
+    else:
+        rule = f"{min_steps_left} or more"
+    return (
+        f"the fit is too short to decide: {steps_left} train steps left after its first {steps_done}, and a "
+        f"decision needs at least {needed} ({rule}): a fit of {steps_done + needed} train steps or more"
+    )
+
+
 def keep_default_reason(
     outlook: Outlook,
     rule: StormRule,
     default_on: bool,
     one_time: Optional[float],
-    left: Optional[float],
+    step: Optional[float],
     min_steps_left: int,
     budget: float,
+    steps_done: int = 0,
 ) -> Optional[Tuple[str, str]]:
     """Why the trial keeps the default without trying the other mode, as (basis, words); None: try it.
-    ``one_time`` is the other mode's estimated first call, ``left`` the fit's time left."""
+    ``one_time`` is the other mode's estimated first call, ``step`` the fit's wall time per step
+    (``step_seconds``), ``steps_done`` the train steps this fit ran before the gate. Too short: fewer
+    steps left than ``steps_needed`` (at least ``min_steps_left``, and a one-time cost within ``budget``
+    of the time left)."""
     steps_left = outlook.steps_left
     if steps_left is None:
         return (
             "length_unknown",
             "the fit's length is unknown (data without a length, one epoch): a trial could cost more than it saves",
         )
+    needed = steps_needed(min_steps_left, budget, one_time, step)
+    words = too_short_words(steps_left, steps_done, needed, min_steps_left, budget, one_time, step, default_on)
     if steps_left < min_steps_left:
-        return (
-            "too_short",
-            (
-                f"the fit is too short to decide: {steps_left} train steps left after warm-up, and a decision "
-                f"needs at least {min_steps_left}"
-            ),
-        )
-    words = None if default_on else shapes_vary(outlook, rule, left, one_time, measured=False)
-    if words is not None:
-        return "shapes_vary", words
-    if left is not None and one_time is not None and one_time > budget * left:
-        return (
-            "too_short",
-            (
-                f"the fit is too short to decide: trying XLA {mode_word(not default_on)} would cost ~"
-                f"{ms_text(one_time)} once (its first call: trace{', compile' if not default_on else ''}), more "
-                f"than {budget:.0%} of the ~{ms_text(left)} left; a decision needs a fit of at least "
-                f"~{ms_text(one_time / budget)} at this step time"
-            ),
-        )
+        return "too_short", words
+    left = steps_left * step if step is not None else None
+    vary = None if default_on else shapes_vary(outlook, rule, left, one_time, measured=False)
+    if vary is not None:
+        return "shapes_vary", vary
+    if not trial_fits(steps_left, budget, one_time, step):  # fewer steps left than ``needed``
+        return "too_short", words
     return None
 
 

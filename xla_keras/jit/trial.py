@@ -57,6 +57,7 @@ from xla_keras.jit.decision import (
     separated,
     shapes_vary,
     spread,
+    step_seconds,
     time_left,
 )
 
@@ -339,8 +340,11 @@ class Trial:
             (t for t in (self.first_call[self.default_on], self.known_first_call) if t is not None), default=None
         )
         one_time = self.one_time_factor * first if first is not None else None
-        left = self._time_left(outlook)
-        reason = keep_default_reason(outlook, self.storm, self.default_on, one_time, left, MIN_STEPS_LEFT, TRIAL_BUDGET)
+        step_time = step_seconds(spread(self.samples[self.default_on]), outlook)
+        done = step - self.start_step
+        reason = keep_default_reason(
+            outlook, self.storm, self.default_on, one_time, step_time, MIN_STEPS_LEFT, TRIAL_BUDGET, done
+        )
         if reason is not None:
             return self._keep_default(step, reason[0], outlook, reason[1])
         default = spread(self.samples[self.default_on])

@@ -17,7 +17,7 @@ import textwrap
 from dataclasses import asdict, dataclass, field
 from typing import Any, Dict, Iterable, Optional, Tuple
 
-from xla_keras.core.messages import WIDTH, within
+from xla_keras.core.messages import WIDTH, library_file, within
 
 ON_UNSUPPORTED = ("fallback", "raise")
 # What XLA refused (``Unsupported.kind``): an op with no XLA kernel, an input it needs as a compile-time
@@ -63,6 +63,8 @@ class Unsupported:
             its data: ``input`` names it), ``"compile"`` (XLA failed to compile the step for another reason,
             in its own words).
         input: for ``"constant"``: the op's input XLA needs as a constant (``"limit"``, or ``"input 1"``).
+        fix_words: the fix for this kind of error in words, where the reading backend knows it (JAX: one
+            per trace error it raised), or None.
     """
 
     ops: Tuple[UnsupportedOp, ...]
@@ -71,6 +73,7 @@ class Unsupported:
     error: str
     why: str
     input_dtype: Optional[str] = None
+    fix_words: Optional[str] = None
     raised: Optional[BaseException] = field(default=None, compare=False, repr=False)  # the framework's own
     kind: str = "op"
     input: Optional[str] = None
@@ -142,12 +145,6 @@ def layer_named(components: Any, names: Any) -> Optional[str]:
     return None
 
 
-_LIBRARIES = tuple(
-    os.path.realpath(path) + os.sep
-    for path in {sysconfig.get_paths()[key] for key in ("stdlib", "platstdlib", "purelib", "platlib")}
-) + (os.path.dirname(os.path.dirname(os.path.realpath(__file__))) + os.sep,)  # ours too
-
-
 def quoted_root(paths: Iterable[str]) -> Optional[str]:
     """The prefix TensorFlow cut from the paths of a stack it quotes (their common directory: ``/`` when
     they share nothing else, ``/tmp/`` for a clone and a venv both under /tmp), found from a quoted path
@@ -171,9 +168,7 @@ def user_line(frames: Iterable[Tuple[str, int, str]], root: Optional[str] = None
         path = filename
         if root and not os.path.isabs(path) and os.path.exists(os.path.join(root, path)):
             path = os.path.join(root, path)
-        if path.startswith("<") or "site-packages" in path or "dist-packages" in path:
-            continue
-        if os.path.realpath(path).startswith(_LIBRARIES):
+        if path.startswith("<") or library_file(path):
             continue
         return f"{path}:{line} in {function}"
     return None

@@ -276,14 +276,20 @@ def quantity(value: Optional[float], unit: str) -> str:
 
 
 def cost_words(report: XlaReport) -> Optional[str]:
-    """Per phase with a costed steady program: its FLOPs per step, memory, and achieved rates with the
-    steady steps they rest on (``report.costs``); None when no program was analysed."""
+    """Per phase whose steps ran an analysed program: its FLOPs per step (their mean over the steps, with
+    several programs), memory, and achieved rates with the steady steps they rest on (``report.costs``);
+    None when no program was analysed."""
     parts = []
     for phase in PHASES:
         rates = report.costs.get(phase)
         if not rates:
             continue
-        words = f"{phase} {quantity(rates['flops_per_step'], 'FLOP')}/step"
+        if rates.get("flops_per_step") is None:
+            words = f"{phase} FLOPs unknown"
+        else:
+            words = f"{phase} {quantity(rates['flops_per_step'], 'FLOP')}/step"
+            if (rates.get("programs") or 1) > 1:  # the mean over the steps: each program once per step it ran
+                words += f" (mean of {rates['programs']} programs)"
         if rates.get("peak_bytes") is not None:
             words += f", {quantity(rates['peak_bytes'], 'B')} peak memory"
         if rates.get("flops_per_second") is not None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import linecache
 import os
+import re
 import traceback
 from typing import Any, List, Optional
 
@@ -194,6 +195,30 @@ _TRACE_ERRORS = {
     "TracerBoolConversionError": "Python control flow reads a traced value (jax.jit traces abstract values)",
     "TracerIntegerConversionError": "a traced value is used as a Python int (jax.jit traces abstract values)",
 }
+# The fix for each, in words (a warning's "Fix:" line: at most 95 characters). Each names what the layer's
+# call does instead, as JAX's own page of errors advises (docs.jax.dev/en/latest/errors.html).
+_TRACE_FIXES = {
+    "NonConcreteBooleanIndexError": "mask instead of indexing with a boolean tensor: keras.ops.where(mask, x, 0)",
+    "ConcretizationTypeError": "give that layer static shapes: jnp.nonzero(..., size=n), a mask (keras.ops.where)",
+    "TracerArrayConversionError": "use keras.ops (or jax.numpy) instead of numpy in that layer's call",
+    "TracerBoolConversionError": "use keras.ops.where (values) or jax.lax.cond (branches), not a Python if on a tensor",
+    "TracerIntegerConversionError": (
+        "index a tensor with it (keras.ops.take, jax.lax.dynamic_slice), not a list or range"
+    ),
+}
+# A ConcretizationTypeError JAX raised at a Python scalar conversion ("The problem arose with the `int`
+# function"): no shape depends on the data, the value only has to stay a tensor.
+_CONVERSION = re.compile(r"The problem arose with the `(int|float|complex)` function")
+_CONVERSION_FIX = "keep it a tensor: keras.ops.cast(x, dtype) instead of {function}() in that layer's call"
+
+
+def trace_fix(name: str, message: str) -> str:
+    """The fix for the trace error JAX raised (``name``: its class, one of ``_TRACE_ERRORS``; ``message``:
+    its words), in words."""
+    conversion = _CONVERSION.search(message) if name == "ConcretizationTypeError" else None
+    if conversion is not None:
+        return _CONVERSION_FIX.format(function=conversion.group(1))
+    return _TRACE_FIXES[name]
 
 
 def unsupported_op(error: BaseException, model: Any) -> Optional[Unsupported]:
@@ -234,7 +259,8 @@ def unsupported_op(error: BaseException, model: Any) -> Optional[Unsupported]:
         path, _, rest = line.rpartition(":")
         source = linecache.getline(path, int(rest.split(" ", 1)[0])).strip()
     name = next(klass.__name__ for klass in kind.__mro__ if klass.__name__ in _TRACE_ERRORS)
-    first = (str(raised).strip().splitlines() or [""])[0] if raised is not None else f"(raising it failed: {error})"
+    words = str(raised) if raised is not None else ""
+    first = (words.strip().splitlines() or [""])[0] if raised is not None else f"(raising it failed: {error})"
     return Unsupported(
         ops=(UnsupportedOp(kind.__name__, layer, source or kind.__name__),),
         device=JAX_DEVICE,
@@ -242,4 +268,5 @@ def unsupported_op(error: BaseException, model: Any) -> Optional[Unsupported]:
         error=quote(f"{kind.__name__}: {first}"),
         why=_TRACE_ERRORS[name],
         raised=raised,
+        fix_words=trace_fix(name, words),
     )
