@@ -246,6 +246,29 @@ def test_a_saved_trace_window_reads_back_its_op_kernels_as_name_and_type(tmp_pat
     assert _internals.trace_window_events(str(tmp_path)) == []  # no xplane.pb: nothing
 
 
+def test_graph_collection_keeps_the_graph_a_function_runs_and_leaves_the_users_trace_alone():
+    """Auto-clustering's coverage names its nodes from the step's graph as TensorFlow's executor runs it,
+    kept by the eager context's graph collection while the step is built: every node, the cheap kernels
+    the profiler never traces (Squeeze) included, with the dtype its op works on."""
+
+    @tf.function
+    def f(a):
+        return tf.squeeze(tf.math.square(a), axis=1)
+
+    assert _internals.start_graph_collection()
+    f(tf.ones((3, 1)))
+    graphs = _internals.stop_graph_collection()
+    nodes = [node for graph in graphs for node in graph]
+    assert {"Square", "Squeeze", "_Arg", "_Retval"} <= {op for _, op, _, _ in nodes}, nodes
+    assert [(declustered, dtype) for _, op, declustered, dtype in nodes if op == "Squeeze"] == [(False, "float32")]
+    assert _internals.stop_graph_collection() == []  # off: nothing more kept
+    tf.summary.trace_on(graph=True)  # the user's own collection: theirs, untouched
+    try:
+        assert not _internals.start_graph_collection()
+    finally:
+        tf.summary.trace_off()
+
+
 def test_probe_lines_stay_out_of_stderr_and_others_lines_stay_in(capfd):
     session = _internals.start_probe()
     print("user line during the probe", file=sys.stderr, flush=True)

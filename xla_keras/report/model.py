@@ -254,13 +254,16 @@ class XlaReport:
         unsupported_ops: XLA could not compile an op of the step (``on_unsupported``): ``{"phase", "step",
             "action" ("fallback" or "raise"), "device", "ops" (each ``{"op", "layer", "node"}``), "layers",
             "line" (the user's source line), "why", "error" (the framework's words), "fix"}``; else None.
-        coverage: auto-clustering (TensorFlow): what XLA's clusters held of the train step, from the steady
-            trace window: ``{"phase", "steps", "clusters", "share_inside" (of the op kernels' time),
-            "inside_seconds_per_step", "outside_seconds_per_step", "nodes_outside", "ops_outside" (each
-            ``{"op", "nodes", "layers", "seconds_per_step", "share", "reason"}``, by time), "advice" (the op
-            outside with the most time that has a known fix: ``{"op", "fix", "code"}``, code or None),
-            "counted", "other_phases" (why test and predict have none), "withheld" (on a GPU or TPU: why the
-            times are null)}``; else None.
+        coverage: auto-clustering (TensorFlow): what XLA's clusters held of the train step, its nodes from
+            the step's graph as TensorFlow runs it, their times from the steady trace window: ``{"phase",
+            "steps", "clusters", "share_inside" (of the op kernels' time), "inside_seconds_per_step",
+            "outside_seconds_per_step", "nodes_outside", "ops_outside" (each ``{"op", "nodes", "nodes_timed"
+            (those the window traced), "layers", "seconds_per_step", "share", "reason"}``, by time), "advice"
+            (the op outside with the most time that has a known fix, at least 1% of the op time: ``{"op",
+            "fix", "code" (or None), "effect" (what the fix does for the op)}``), "no_advice" (why there is
+            none, or None), "nodes_from" ("graph", or "trace" when the graph was not kept), "counted",
+            "other_phases" (why test and predict have none), "withheld" (on a GPU or TPU: why the times are
+            null)}``; else None.
         compilations: the compiles, each a ``Compilation`` (at most ``max_records`` per phase).
         compilation_count: compiles per phase, exact.
         compilations_dropped: compile records beyond the ``max_records`` cap (counted, not kept).

@@ -71,8 +71,8 @@ def _coverage_lines(coverage: Optional[Dict[str, Any]], full: bool) -> List[str]
     if len(ops) > 4 and not full:
         lines.append(f"      + {len(ops) - 4} more op types outside: report.coverage['ops_outside']")
     advice = coverage.get("advice")
-    if advice:
-        lines.append(f"  coverage fix    : {advice['fix']} (brings {advice['op']} into XLA)")
+    if advice:  # what the fix does, in the advice's words (a move into dataset.map takes the op out of the step)
+        lines.append(f"  coverage fix    : {advice['fix']} ({advice.get('effect') or 'for ' + advice['op']})")
     return lines
 
 

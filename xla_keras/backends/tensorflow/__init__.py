@@ -25,7 +25,7 @@ from xla_keras.core.program_cost import ProgramCost
 from xla_keras.core.signatures import InputSignature, signature_of
 from xla_keras.core.types import Notes
 from xla_keras.core.versions import keras_unsupported
-from xla_keras.jit.coverage import trace_coverage
+from xla_keras.jit.coverage import GraphNode, step_graph, trace_coverage
 from xla_keras.jit.modes import MODES
 from xla_keras.jit.unsupported import layer_named, user_line
 from xla_keras.jit.value_keys import ValueKey
@@ -66,6 +66,8 @@ class TensorFlowBackend(KerasBackend):
         super().__init__(JitController(jit_mode))
         self._gatherer: Optional[Tuple[Any, int]] = None  # MultiWorkerMirroredStrategy: (strategy, worker)
         self._traced: Dict[str, Tuple[int, int]] = {}  # phase -> (id of the step fn, tracing count) last read
+        # The step graphs the probes kept (auto-clustering: a train call with a new signature builds one).
+        self._step_graphs: List[Any] = []
 
     def prepare(self, owner: StepObserver) -> None:
         """At monitor construction: the owner of the wrappers; the CPU global-jit flag while it can still be set."""
@@ -79,10 +81,13 @@ class TensorFlowBackend(KerasBackend):
 
     def trace_coverage(self, session_dir: str, layer_names: Sequence[str], steps: int) -> Optional[dict]:
         """Auto-clustering's coverage of the train step, from the steady trace window TensorFlow saved
-        (``steps`` train steps)."""
-        events = _internals.trace_window_events(session_dir)
-        events_seen = ((e.name, e.duration_ps) for e in events)
-        return trace_coverage(events_seen, layer_names, steps, op_time=not has_accelerator())
+        (``steps`` train steps): its nodes from the step's graph the probe kept when the step was built,
+        their times from the window."""
+        events = [(e.name, e.duration_ps) for e in _internals.trace_window_events(session_dir)]
+        graphs = [[GraphNode(*node) for node in graph] for graph in self._step_graphs]
+        return trace_coverage(
+            events, layer_names, steps, op_time=not has_accelerator(), graph=step_graph(graphs, events)
+        )
 
     def foreign_model(self, model: Any) -> Optional[str]:
         if is_keras3_model(model):
@@ -164,7 +169,7 @@ class TensorFlowBackend(KerasBackend):
     def probe(self, notes: Notes, model: Any, multi_worker: bool) -> TensorFlowProbe:
         """This report's compile probe (it learns whether XLA's compiler can be seen here)."""
         model_ref = weakref.ref(model)
-        probe = TensorFlowProbe(notes, lambda phase: self.step_function(model_ref(), phase))
+        probe = TensorFlowProbe(notes, lambda phase: self.step_function(model_ref(), phase), self._step_graphs)
         probe.configure(persistent_cache(), multi_worker)
         return probe
 

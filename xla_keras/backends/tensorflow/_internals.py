@@ -11,7 +11,7 @@ Tested on TensorFlow 2.16-2.21 with Keras 3.7-3.15 (the README's matrix).
 from __future__ import annotations
 
 import os
-from typing import Any, List, Optional
+from typing import Any, List, Optional, Tuple
 
 from xla_keras.backends.base import ProfilerBusy
 from xla_keras.backends.chain import unwrap, wrap_marker  # noqa: F401 - our own markers, re-exported for the helpers below
@@ -510,6 +510,58 @@ def trace_window_events(session_dir: str) -> List[TraceEvent]:
                     for e in line.events
                 )
     return events
+
+
+# --------------------------------------------------------------------------
+# The graph a function runs, as TensorFlow built it (auto-clustering's coverage names its nodes).
+
+# The attributes naming the dtype a node's op works on, first found first (a lookup's keys are its Tin).
+_DTYPE_ATTRS = ("Tin", "T", "dtype", "key_dtype")
+# Set by partial declustering on a node XLA's clustering had taken and a later pass gave back.
+_DECLUSTERED = "_XlaAlreadyClustered"
+
+
+def start_graph_collection() -> bool:
+    """Ask TensorFlow to keep the graph of each function it instantiates from now on: the graph its
+    executor runs, after grappler and XLA's clustering passes (the eager context's graph collection).
+    False, and nothing started, while ``tf.summary.trace_on`` collects: that run metadata is the user's."""
+    try:
+        from tensorflow.python.eager import context
+        from tensorflow.python.ops import summary_ops_v2
+    except ImportError as e:
+        raise InternalsMoved("tensorflow.python.eager.context / tensorflow.python.ops.summary_ops_v2", e) from e
+    if getattr(summary_ops_v2, "_current_trace_context", None) is not None:
+        return False
+    context.context().enable_graph_collection()
+    return True
+
+
+def stop_graph_collection() -> List[List[Tuple[str, str, bool, Optional[str]]]]:
+    """Stop collecting; the graphs TensorFlow built meanwhile, one list per graph its executor runs: each
+    node's (name, op type, declustered, dtype), declustered when XLA's clustering had taken the node and a
+    later pass gave it back, dtype the one its op works on (a lookup's keys), or None."""
+    from tensorflow.python.eager import context
+
+    ctx = context.context()
+    try:
+        metadata = ctx.export_run_metadata()
+    finally:
+        ctx.disable_graph_collection()
+    if metadata is None:
+        return []
+    import tensorflow as tf
+
+    def dtype(node: Any) -> Optional[str]:
+        for key in _DTYPE_ATTRS:
+            if key in node.attr and node.attr[key].type:
+                return tf.dtypes.as_dtype(node.attr[key].type).name
+        return None
+
+    return [
+        [(n.name, n.op, _DECLUSTERED in n.attr, dtype(n)) for n in graph.node]
+        for function in metadata.function_graphs
+        for graph in function.partition_graphs
+    ]
 
 
 def abandon_probe(probe: Probe) -> None:

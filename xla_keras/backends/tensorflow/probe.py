@@ -17,12 +17,16 @@ shapes). What a probe returns, in order of preference:
 If nothing can be timed, the observation says so and the session estimates
 from step time. Only one profiler session may run per process: a busy
 profiler is noted once and the call goes unprobed.
+
+Under auto-clustering a train call with a new signature is the one that builds the step's graph: the probe
+also keeps that graph, as TensorFlow's executor runs it (``step_graphs``: auto-clustering's coverage names
+its nodes from it, whatever the trace window saw).
 """
 
 from __future__ import annotations
 
 import os
-from typing import Any, Optional
+from typing import Any, List, Optional
 
 from xla_keras.backends.base import ProfilerBusy
 from xla_keras.backends.tensorflow import _internals
@@ -39,6 +43,7 @@ from xla_keras.core.types import CallPlan, CompileObservation, Notes
 from xla_keras.jit.modes import JitState, ProbeFacts
 
 CACHE_ENTRY_PREFIX = "xla_compile_cache__"
+MAX_STEP_GRAPHS = 16  # a storm under auto-clustering builds a graph per signature: the latest are kept
 
 
 def cache_entries(cache_dir: str) -> int:
@@ -61,20 +66,24 @@ def blind_note(how: str) -> str:
 
 
 class _Handle:
-    __slots__ = ("session", "cache_entries", "tracing_before")
+    __slots__ = ("session", "cache_entries", "tracing_before", "graphs")
 
-    def __init__(self, session, cache_entries_before, tracing_before):
+    def __init__(self, session, cache_entries_before, tracing_before, graphs=False):
         self.session = session
         self.cache_entries = cache_entries_before
         self.tracing_before = tracing_before
+        self.graphs = graphs  # TensorFlow keeps the graphs this call builds (auto-clustering's coverage)
 
 
 class TensorFlowProbe:
     """Probes one report's calls; knows whether XLA's compiler can be seen here."""
 
-    def __init__(self, notes: Notes, step_function: Any = lambda phase: None):
+    def __init__(self, notes: Notes, step_function: Any = lambda phase: None, step_graphs: Optional[List] = None):
         self.notes = notes
         self._step_function = step_function  # phase -> the tf.function that runs (tracing counts)
+        # The graphs that train calls with a new signature built under auto-clustering, as the executor runs
+        # them (_internals.stop_graph_collection's lists), the latest last.
+        self.step_graphs: List = [] if step_graphs is None else step_graphs
         self.cache: Optional[dict] = None  # the effective persistent cache: {"dir", "effective"}
         self.off = ""
         self.used = self.busy = self.blind = self.xla_ops_seen = False
@@ -123,16 +132,43 @@ class TensorFlowProbe:
                 "not be probed",
             )
             return None
-        return _Handle(session, entries, tracing)
+        return _Handle(session, entries, tracing, self._collect_graphs(plan, jit))
 
     def abandon(self, handle: Optional[_Handle]) -> None:
         if handle is not None and handle.session is not None:
             session, handle.session = handle.session, None
+            self._keep_graphs(handle, keep=False)
             _internals.abandon_probe(session)
+
+    def _collect_graphs(self, plan: CallPlan, jit: JitState) -> bool:
+        """A train call with a new signature under auto-clustering builds the step's graph: keep it."""
+        if not (plan.new and plan.phase == "train" and jit.autoclustering):
+            return False
+        try:
+            return _internals.start_graph_collection()
+        except Exception as error:  # noqa: BLE001 - the coverage then names the nodes from its trace window
+            self.notes.add_once("step-graph", f"the step's graph could not be kept: {error!r}")
+            return False
+
+    def _keep_graphs(self, handle: _Handle, keep: bool = True) -> None:
+        if not handle.graphs:
+            return
+        handle.graphs = False
+        try:
+            graphs = _internals.stop_graph_collection()
+        except Exception as error:  # noqa: BLE001 - the coverage then names the nodes from its trace window
+            self.notes.add_once("step-graph", f"the step's graph could not be kept: {error!r}")
+            return
+        if keep:
+            self.step_graphs.extend(graphs)
+            del self.step_graphs[:-MAX_STEP_GRAPHS]
 
     def stop(self, handle: _Handle, plan: CallPlan, jit: JitState) -> CompileObservation:
         session, handle.session = handle.session, None
-        events = _internals.stop_probe(session)
+        try:
+            events = _internals.stop_probe(session)
+        finally:
+            self._keep_graphs(handle)
         self.used = True
         after = tracing_count(self._step_function(plan.phase))
         traced = after is not None and after != handle.tracing_before

@@ -375,8 +375,11 @@ function coverageCard(c) {
       el('thead', {}, el('tr', {}, ['op outside XLA', 'nodes', 'layers', 'op time', 'why'].map((h) => el('th', {}, h)))),
       el('tbody', {}, rows)]),
     el('p', {class: 'muted'}, `Counted: ${c.counted}.`)];
-  if (c.advice && c.advice.code) children.push(codeBlock(`Fix: bring ${c.advice.op} into XLA`, c.advice.code));
-  else if (c.advice) children.push(el('p', {class: 'cause'}, `Fix (${c.advice.op}): ${c.advice.fix}`));
+  // The advice's own words for what its fix does: a move into dataset.map takes the op out of the step.
+  const effect = c.advice && (c.advice.effect || `for ${c.advice.op}`);
+  if (c.advice && c.advice.code) children.push(codeBlock(`Fix: ${effect}`, c.advice.code));
+  else if (c.advice) children.push(el('p', {class: 'cause'}, `Fix (${effect}): ${c.advice.fix}`));
+  else if (c.no_advice) children.push(el('p', {class: 'muted'}, `No fix advised: ${c.no_advice}.`));
   return el('section', {id: 'coverage'}, [el('h3', {}, 'What XLA compiled of the step (auto-clustering)'),
     el('div', {class: 'coverage card'}, children)]);
 }
