@@ -7,7 +7,8 @@ the end of ``fit``: 2 epochs of 10 steps of 32 rows. The monitored child adds
 cost card, the report file written). Children run interleaved, bare then monitored, for ``--rounds`` rounds
 per backend; reported: each side's median, and the monitored median minus the bare one (the fixed cost,
 whatever the fit's length). A child's framework import and its model's build are outside the timed span
-(the same for both).
+(the same for both). The children may write bytecode (``PYTHONDONTWRITEBYTECODE`` unset), as a package pip
+installed has: a first child per backend warms the caches and is not counted.
 
     python benchmarks/fixed_cost.py [--rounds 5] [--backend tensorflow|jax|both] [--quick]
 """
@@ -46,6 +47,7 @@ def child(mode: str, log_dir: str) -> None:
 
 def run(mode: str, backend: str) -> float:
     env = dict(os.environ, KERAS_BACKEND=backend, CUDA_VISIBLE_DEVICES="", TF_CPP_MIN_LOG_LEVEL="2")
+    env.pop("PYTHONDONTWRITEBYTECODE", None)  # an installed package's modules are compiled once, at install
     env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
     with tempfile.TemporaryDirectory() as log_dir:
         proc = subprocess.run(
@@ -59,6 +61,7 @@ def run(mode: str, backend: str) -> float:
 
 def measure(backend: str, rounds: int) -> dict:
     times = {"bare": [], "monitored": []}
+    run("monitored", backend)  # warms the bytecode caches: not counted
     for _ in range(rounds):
         for mode in ("bare", "monitored"):
             times[mode].append(run(mode, backend))

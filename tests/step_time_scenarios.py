@@ -169,9 +169,10 @@ def dataset_for(spec, delayed):
     return Delayed(), None
 
 
-def wall_clock(runs, begins):
-    """The ground truth's callback: each run's wall time, the device drained at its end; and every train
-    batch's begin on the wall clock (``begins``)."""
+def wall_clock(runs, begins, periods):
+    """The ground truth's callback: each run's wall time, the device drained at its end; every train
+    batch's begin on the wall clock (``begins``); and per phase each call's batch begin with its run
+    (``periods``: TensorFlow's step period, one batch begin to the next)."""
     import keras
 
     class Wall(keras.callbacks.Callback):
@@ -185,6 +186,13 @@ def wall_clock(runs, begins):
             # Keras calls batch begins on its loop's thread, at every call: the gaps between them are the
             # loop's own time on each step, the test's own view of a stall (one float a step).
             begins.append(time.time())
+            periods["train"].append((len(runs["train"]), begins[-1]))
+
+        def on_test_batch_begin(self, batch, logs=None):
+            periods["test"].append((len(runs["test"]), time.time()))
+
+        def on_predict_batch_begin(self, batch, logs=None):
+            periods["predict"].append((len(runs["predict"]), time.time()))
 
         def _begin(self, phase):
             runs[phase].append({"begin": time.time()})
@@ -246,8 +254,9 @@ def run(spec, jax_lines):
         )
     runs = {"train": [], "test": [], "predict": []}
     delayed, begins = [], []
+    periods = {"train": [], "test": [], "predict": []}
     monitor = xla_keras.XlaMonitor(log_dir=None, jit=spec.get("jit", "on"), verbose=0)
-    callbacks = [monitor, wall_clock(runs, begins)]
+    callbacks = [monitor, wall_clock(runs, begins, periods)]
     x, y = dataset_for(spec, delayed)
     validation = data_for(spec["model"], spec.get("validation", 0) * BATCH, seed=2) if spec.get("validation") else None
     fit_args = dict(epochs=spec.get("epochs", 4), verbose=spec.get("verbose", 0), callbacks=callbacks)
@@ -270,7 +279,14 @@ def run(spec, jax_lines):
         for phase_runs in runs.values():
             for r in phase_runs:
                 r["compile_seconds"] = sum(s for t, s in jax_lines.lines if r["begin"] <= t <= r["end"])
-    return {"spec": spec, "report": monitor.report.to_dict(), "runs": runs, "delayed": delayed, "begins": begins}
+    return {
+        "spec": spec,
+        "report": monitor.report.to_dict(),
+        "runs": runs,
+        "delayed": delayed,
+        "begins": begins,
+        "periods": periods,
+    }
 
 
 def main(out_path, specs):

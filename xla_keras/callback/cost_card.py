@@ -30,6 +30,15 @@ CAPPED = (
 KEPT_PAST_CAP = 64
 
 
+# ``cost="auto"``: the analyses together take at most this share of the monitored time (TensorFlow lowers the
+# step again for each program: 0.05-0.3 s each, measured; a storm's dozens of programs would cost seconds).
+COST_SHARE = 0.05
+BUDGET = (
+    "cost card: programs left without figures: analysing them (~{each:.2f} s each) would pass {share:.0%} of the "
+    "monitored time; XlaMonitor(cost='full') analyses every program"
+)
+
+
 class CostMeter:
     """One model's program costs (``XlaMonitor(cost=...)``)."""
 
@@ -48,6 +57,8 @@ class CostMeter:
         self._past_cap: Dict[Tuple[str, int, int], Any] = {}  # program past the cap -> the batch's shapes
         self._again: Dict[str, int] = {}  # phase -> programs past the cap analysed in this call (they ran again)
         self._attached: Dict[str, int] = {}  # phase -> records given their figures (records only grow)
+        self.analysis_seconds = 0.0  # the analyses' time so far (the budget: COST_SHARE of the monitored time)
+        self._analyses = 0
 
     def call_began(self) -> None:
         """A fit (or a standalone evaluate / predict) began: its own budget of analyses per phase."""
@@ -79,10 +90,18 @@ class CostMeter:
                 cost = ProgramCost(source=self.backend.cost_source, unavailable=_failed(error))
                 self._costs[key] = self._latest[key[:2]] = cost
 
-    def analyse(self, model: Any, phases: Dict[str, PhaseStats], budget: Optional[float] = None) -> None:
-        """Off the step path (an epoch end, a call's end): analyse the kept programs, and give each
-        ledger record of their signatures the figures. ``budget``: seconds this may take (an epoch end:
-        a small share of the epoch); the programs left wait for the next time (a call's end: no budget)."""
+    def analyse(
+        self,
+        model: Any,
+        phases: Dict[str, PhaseStats],
+        budget: Optional[float] = None,
+        monitored_seconds: Optional[float] = None,
+    ) -> None:
+        """Off the step path (an epoch end, a call's end): analyse the kept programs, the most-run first, and
+        give each ledger record of their signatures the figures. ``budget``: the seconds this may take (an
+        epoch end: a small share of the epoch); ``monitored_seconds``: the time monitored so far, of which all
+        the analyses together take at most ``COST_SHARE`` (``cost="auto"``). An analysis runs when the time
+        the ones before took says it fits (the first always); the programs left wait for the next time."""
         if not self._pending and not self._costs:
             return
         began = time.perf_counter()
@@ -90,14 +109,25 @@ class CostMeter:
             self.peak(model)
         except Exception as error:  # noqa: BLE001 - no peak: no MFU, the rest of the card goes on
             self.notes.add_once("cost-peak", f"cost card: no MFU, the device's peak is unknown ({_failed(error)})")
-        for key, spec in list(self._pending.items()):
-            if budget is not None and time.perf_counter() - began >= budget:
+        left = budget
+        if monitored_seconds is not None and self.mode != "full":
+            share = COST_SHARE * monitored_seconds - self.analysis_seconds
+            left = share if left is None else min(left, share)
+        runs = {phase: stats.history.batches for phase, stats in phases.items()}
+        for key, spec in sorted(self._pending.items(), key=lambda item: -runs.get(item[0][0], {}).get(item[0][1], 0)):
+            if left is not None and self._analyses and time.perf_counter() - began + self._estimate() > left:
+                self.notes.add_once(
+                    "cost-budget",
+                    BUDGET.format(share=COST_SHARE, each=self._estimate()),
+                )
                 break
             del self._pending[key]
+            started = time.perf_counter()
             try:
                 cost = self.backend.program_cost(model, key[0], spec, self.mode, self.notes)
             except Exception as error:  # noqa: BLE001 - never from here: the figures are unavailable
                 cost = ProgramCost(source=self.backend.cost_source, unavailable=_failed(error))
+            self._took(time.perf_counter() - started)
             self._costs[key] = self._latest[key[:2]] = cost
         for phase, stats in phases.items():
             records = stats.records
@@ -118,16 +148,26 @@ class CostMeter:
             analysed: Dict[int, ProgramCost] = {}
             for key in again[: max(0, left)]:
                 spec = self._past_cap.pop(key)
+                started = time.perf_counter()
                 try:
                     cost = self.backend.program_cost(model, phase, spec, self.mode, self.notes)
                 except Exception as error:  # noqa: BLE001 - never from here: the figures are unavailable
                     cost = ProgramCost(source=self.backend.cost_source, unavailable=_failed(error))
+                self._took(time.perf_counter() - started)
                 self._costs[key] = self._latest[key[:2]] = analysed[key[1]] = cost
                 self._again[phase] = self._again.get(phase, 0) + 1
             if analysed:
                 for record in stats.records:
                     if record.cost is None:
                         record.cost = analysed.get(fingerprint(record.signature))
+
+    def _took(self, seconds: float) -> None:
+        self.analysis_seconds += seconds
+        self._analyses += 1
+
+    def _estimate(self) -> float:
+        """What the next analysis will take: the mean of those before."""
+        return self.analysis_seconds / self._analyses if self._analyses else 0.0
 
     def peak(self, model: Any) -> Optional[Tuple[float, str]]:
         """One device's peak FLOP/s for the model's compute dtype, and where it comes from; None: unknown."""

@@ -17,9 +17,9 @@ from xla_keras.callback.step_path import StepPath
 from xla_keras.core.cache import CompileTimes, model_key
 from xla_keras.core.messages import say, warn
 from xla_keras.core.types import PHASES
-from xla_keras.data.applied import applied as applied_fixes
 from xla_keras.errors import LogDirError
 from xla_keras.jit.trial import Trial, trial_words
+from xla_keras.storms.applied import applied as applied_fixes
 
 # The model's step functions as the monitor sees them: install its wrapper, read back what runs, restore the use
 
@@ -319,7 +319,7 @@ class Lifecycle:
         costs, session = state.current.costs, state.session
         began = session.clock()
         try:
-            costs.analyse(state.model, session.phases, budget)
+            costs.analyse(state.model, session.phases, budget, session.wall.seconds())
             for phase in phases:
                 state.sink.scalars(costs.scalars(phase, session.phases[phase]))
         except Exception as error:  # noqa: BLE001 - the cost card is a detail: the rest of the monitor goes on

@@ -37,7 +37,8 @@ from __future__ import annotations
 
 from typing import Any, Dict, Optional, Union
 
-from xla_keras.data import applied, arrays, plan, tfdata
+from xla_keras.data import arrays, plan, tfdata
+from xla_keras.storms import applied  # xla_keras.data.applied: the fixes applied in this process
 from xla_keras.storms.fixes import (
     APPLIED_KINDS,
     BUCKET_BY_LENGTH,

@@ -42,6 +42,9 @@ def compile_time_words(report: XlaReport) -> Tuple[str, str, str]:
     return ms_text(total), share_words, detail
 
 
+STEADY_WINDOW = 1024  # core.timing.PhaseTiming's window: the steps a median is taken over, the latest
+
+
 def steady_words(report: XlaReport, phase: str) -> Optional[str]:
     """A phase's steady step with how it was measured and the steps it rests on, e.g. ``"1.06 ms (81 steps,
     2 runs)"``, ``"33.1 ms (between drains: 380 steps, 12 intervals)"``, ``"1.02 ms (median of 40 steps)"``
@@ -61,7 +64,8 @@ def steady_words(report: XlaReport, phase: str) -> Optional[str]:
         return f"{ms_text(seconds)} (a dispatch time, not a step time: JAX report of xla_keras before 0.4)"
     if not count:
         return ms_text(seconds)
-    return f"{ms_text(seconds)} (" + ("1 step" if count == 1 else f"median of {count} steps") + ")"
+    last = "the last " if count >= STEADY_WINDOW else ""  # a long fit: the median of its latest steps
+    return f"{ms_text(seconds)} (" + ("1 step" if count == 1 else f"median of {last}{count} steps") + ")"
 
 
 def dispatch_timed(report: XlaReport) -> bool:

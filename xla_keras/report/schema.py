@@ -42,6 +42,12 @@ Report schema versions (``xla_report.json``, ``XlaReport.to_dict()``; the curren
   train step, from the steady trace window (the op time inside XLA's clusters, each op type outside with
   its nodes, layers, time and reason, the advice); a fallback's ``cause`` ("storm", or "unsupported");
   older reports read with null (and a fallback without a cause was a storm's).
+* 13 - why each compile happened: a compile's ``cause`` and ``why``, a storm's ``cause``; fix kinds
+  "static_value" and "bucket_by_size", a pad fix's ``padding_changes_values`` and ``resize``;
+  ``unsupported_ops``' ``kind`` and ``input``; ``waits`` and ``own_seconds``; a slow step's ``where``,
+  ``input_seconds`` and ``between_seconds``; ``coverage``'s ``nodes_from``, ``no_advice``, ``advice.effect``
+  and ``ops_outside[].nodes_timed``; ``costs``' ``programs``, ``program_steps``, ``time_base``. Older reports
+  read with null causes and empty ``waits`` / ``own_seconds``.
 """
 
 from __future__ import annotations
