@@ -364,3 +364,12 @@ def test_the_ledger_carries_each_programs_cost_or_says_why_not():
     )
     assert [(r["flops"], r["peak_bytes"]) for r in rows] == [(1.2e6, 1600), (3e6, None), (None, None)]
     assert [r["cost_note"] for r in rows] == ["", "bytes accessed and memory: not given", "not analysed"]
+
+
+def test_the_status_strip_counts_the_modules_outside_the_steps_program():
+    report = {**full_report(), "compilation_count": {"train": 7}}
+    report["outside_step_compilations"] = {"train": {"count": 1, "seconds": 0.09}}
+    status = views.status(report)
+    assert status["outside_step_compilations"] == {"train": {"count": 1, "seconds": 0.09}}
+    assert status["total_compilations"] == 7  # the initialiser's module is an XLA compile too
+    assert views.status(full_report())["outside_step_compilations"] == {}

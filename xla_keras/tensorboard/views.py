@@ -188,6 +188,7 @@ def status(report: Dict[str, Any]) -> Dict[str, Any]:
         "run_state": report.get("run_state"),
         "backend": report.get("backend") or "tensorflow",
         "other_compilations": report.get("other_compilations") or {},
+        "outside_step_compilations": report.get("outside_step_compilations") or {},
         "processes_words": processes_words(said) or "",
     }
 

@@ -172,12 +172,16 @@ function statusStrip(s) {
   const backend = s.backend === 'jax' ? 'JAX' : 'TensorFlow';
   const other = Object.entries(s.other_compilations || {})
     .map(([where, v]) => `${v.count} ${where.replace('_', ' ')} (${seconds(v.seconds)})`).join(' · ');
+  // modules of TensorFlow's one-off variable initialiser: in the counts above, not the step's program
+  const outside = Object.entries(s.outside_step_compilations || {})
+    .map(([phase, v]) => `${phase} ${v.count} (${seconds(v.seconds)})`).join(' · ');
   const breakEven = s.break_even_steps === null ?
     'unknown: no non-XLA baseline here (compare() measures one)' : `${Math.round(s.break_even_steps)} steps`;
   return el('section', {id: 'status', class: 'strip'}, [
     card('JIT', `${backend} · requested ${s.jit_mode} · XLA ${active(s.jit_active)}`, s.jit_reason, 'jit'),
     card('Compiles', `${s.total_compilations}: ${counts}`, `distinct signatures: ${signatures}` +
          (other ? ` · not step programs: ${other}` : '') +
+         (outside ? ` · outside the step's program (a one-off initialiser): ${outside}` : '') +
          (s.processes_words ? ` · processes: ${s.processes_words}` : ''), 'compiles'),
     card('Compile time', s.compile_time_words || `${seconds(s.compile_seconds)} of ${seconds(s.wall_seconds)} wall${share}`,
          s.cache_saved_seconds ? `the persistent cache saved ${seconds(s.cache_saved_seconds)}` :
