@@ -209,6 +209,32 @@ def test_probe_sees_a_compile_as_this_version_is_known_to_show_it_and_reports_bu
         tf.profiler.experimental.stop()
 
 
+def test_tensorflows_variable_initialiser_is_traced_as_a_function_call_of_its_own():
+    """A tf.function whose first trace creates a variable (Keras's optimizer slots, built inside the step's
+    first trace) makes TensorFlow run a one-off function, ``initialize_variables``, before it: the probe
+    tells the modules compiled in it from the step's by this traced call (trace_events.ONE_OFF_FUNCTIONS)."""
+    from xla_keras.backends.tensorflow.trace_events import ONE_OFF_FUNCTIONS, function_calls
+
+    made = []
+
+    @tf.function
+    def makes_a_variable(a):
+        if not made:
+            made.append(tf.Variable(lambda: tf.zeros((3,))))
+        return a + made[0]
+
+    session = _internals.start_probe()
+    makes_a_variable(tf.ones((3,)))
+    events = _internals.stop_probe(session)
+    calls = function_calls(events)
+    names = [name for _, _, name in calls]
+    assert "initialize_variables" in ONE_OFF_FUNCTIONS
+    assert "initialize_variables" in names and "makes_a_variable" in names, sorted({e.name for e in events})[:60]
+    init = next(c for c in calls if c[2] == "initialize_variables")
+    step = next(c for c in calls if c[2] == "makes_a_variable")
+    assert init[1] <= step[0] or step[1] <= init[0]  # two calls, one after the other
+
+
 def test_step_kernels_and_xla_compile_ops_are_traced_under_their_names():
     """The op spans a probe falls back to when XLA's compiler emits no events: the step
     function's kernel (one per batch Keras runs) and, under auto-clustering, _XlaCompile."""

@@ -28,6 +28,7 @@ COMPILATION_KEYS = [
     "cause",  # schema 13
     "why",  # schema 13
     "cost",  # schema 9 (the cost card)
+    "outside_step",  # a one-off program's module (TensorFlow's variable initialiser), not the step's
 ]
 SLOW_STEP_KEYS = ["phase", "step", "seconds", "steady_seconds", "signature", "basis"]  # basis: schema 10
 SLOW_STEP_KEYS += ["where", "input_seconds", "between_seconds"]  # schema 13
@@ -71,6 +72,7 @@ REPORT_KEYS = [
     "costs",  # schema 9 (the cost card: achieved rates per phase)
     "waits",  # schema 13 (the input pipeline's wait, runs' starts)
     "own_seconds",  # schema 13 (the monitor's own work)
+    "outside_step_compilations",  # modules of one-off programs, per phase
 ]
 SIGNATURE_ITEM_KEYS = ["path", "dtype", "shape"]
 

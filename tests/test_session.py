@@ -471,3 +471,60 @@ def test_a_fit_on_a_fixs_output_is_not_advised_to_pad_again():
     # The exact alternative's output (batches of one size each) is the same shapes: recognised as applied.
     by_size = AppliedLengths("bucket_by_size", (("x", 1, (24, 28, 32, 40)), ("x", 2, (24, 28, 32, 40))))
     assert budget_advice([24, 28, 32, 40], (by_size,)) == ()
+
+
+def _autoclustered_fit(s, clock, epochs=2):
+    """A fit under auto-clustering of 3 full batches of 32 rows and a partial one of 4, per epoch: the first
+    step compiles TensorFlow's variable initialiser (one module, a one-off program) and 3 clusters; the
+    partial batch compiles the 3 clusters again; then nothing compiles."""
+    s.call_segment_began("fit")
+    first = CompileObservation((0.06, 0.9, 0.4, 0.3), "profiler", programs=("initialize_variables", None, None, None))
+    for epoch in range(epochs):
+        for i, rows in enumerate((32, 32, 32, 4)):
+            observation = None
+            if epoch == 0 and i == 0:
+                observation = first
+            elif epoch == 0 and i == 3:
+                observation = CompileObservation((0.5, 0.35, 0.25), "profiler")
+            elif epoch == 0:
+                observation = CompileObservation(())  # auto-clustering probes the first occurrences
+            step(s, clock, sig(rows), 0.002 if observation is None else 0.5, jit=AUTO, observation=observation)
+        s.end_of_run("train")
+
+
+def test_the_compile_budget_counts_only_the_compiles_past_the_first_signature_and_only_the_steps():
+    """Every module of the call's first signature is the first compile (auto-clustering compiles one per
+    cluster), and a one-off program's module is no step compile: the budget weighs the partial batch's 3
+    modules (1.1 s), not 2.85 s (every module but the first record, as it did before)."""
+    clock = Clock()
+    s = session(clock, compile_budget=0.01, compile_budget_floor=0.0)
+    _autoclustered_fit(s, clock)
+    stats = s.phases["train"]
+    assert stats.compile_count == 7 and (stats.outside_compiles, stats.outside_seconds) == (1, 0.06)
+    (advice,) = s.snapshot().advice
+    assert (advice.compiles, advice.recompiles) == (6, 3)
+    assert advice.compile_seconds == pytest.approx(2.7)
+    assert advice.recompile_seconds == pytest.approx(1.1)
+    assert advice.advice.startswith(
+        "Compile budget (train, fit 1): training compiled 6 XLA modules (3 for its first signature), 1.10 s "
+        "for the 3 past it = "
+    )
+    report = build_report(s.snapshot(), ReportContext("autoclustering", AUTO, ProbeFacts(used=True)))
+    assert report.compilation_count["train"] == 7  # every module XLA compiled, the initialiser's too
+    assert report.outside_step_compilations == {"train": {"count": 1, "seconds": 0.06}}
+    assert [c.outside_step for c in report.compilations] == ["initialize_variables"] + [None] * 6
+    assert [c.step for c in report.compilations] == [1, 1, 1, 1, 4, 4, 4]
+    assert "outside the step: train 1 module (60 ms): TensorFlow's one-off initialiser" in str(report)
+
+
+def test_a_call_whose_compiles_are_all_at_its_first_signature_is_never_over_budget():
+    clock = Clock()
+    s = session(clock, compile_budget=0.01, compile_budget_floor=0.0)
+    s.call_segment_began("fit")
+    first = CompileObservation((0.06, 0.9, 0.4), "profiler", programs=("initialize_variables", None, None))
+    step(s, clock, sig(32), 0.5, jit=AUTO, observation=first)
+    step(s, clock, sig(32), 0.3, jit=AUTO, observation=CompileObservation((0.3,), "profiler"))  # a lazy cluster
+    for _ in range(5):
+        step(s, clock, sig(32), 0.002, jit=AUTO)
+    assert s.phases["train"].compile_count == 4
+    assert s.snapshot().advice == ()

@@ -22,6 +22,7 @@ from test_tensorboard import _sequences  # noqa: E402  (storm data: padded batch
 import xla_keras
 from xla_keras.core.signatures import describe, from_jsonable
 from xla_keras.report.figures import quantity
+from xla_keras.report.ledger_rows import cause_words, ledger_rows
 from xla_keras.report.schema import REPORT_FILE
 from xla_keras.tensorboard.metadata import PLUGIN_NAME, TAG_STEP_TIME
 
@@ -436,6 +437,19 @@ def test_the_xla_tab_in_headless_chromium(tab_server):
             ]
             assert card.locator(".fix-code").inner_text().strip() == coverage["advice"]["code"]
             _findings_lead_and_code_fits(frame, "#coverage")
+            # auto-clustering compiles a module per cluster: a signature's modules in one ledger row with their
+            # count, as str(report) groups them (report/ledger_rows.py), and one timeline mark per row
+            grouped = ledger_rows(reports["coverage/as_built"]["compilations"])
+            assert grouped and max(g["compiles"] for g in grouped) > 1
+            assert frame.locator("#ledger tbody tr").count() == len(grouped)
+            for i, g in enumerate(grouped, 1):
+                row = frame.locator(f"#ledger tr[data-index='{i}']")
+                assert row.locator("td.modules").get_attribute("data-modules") == str(g["compiles"])
+                assert row.locator("td.modules").inner_text() == f"{g['compiles']} module{'s' * (g['compiles'] != 1)}"
+                seconds = float(row.locator("td[data-seconds]").get_attribute("data-seconds"))
+                assert seconds == pytest.approx(g["seconds"], rel=1e-9)
+                assert row.locator("td.cause").inner_text() == cause_words(g["cause"], g["why"])
+            assert frame.locator(".compile-mark").count() == len(grouped)
 
             # the interrupted fit renders what it logged
             _select(frame, "interrupted")

@@ -37,7 +37,7 @@ def test_what_changed_is_said_in_words(old, new, last_batch, text):
     assert views.change_text(old, new, last_batch) == text
 
 
-def compile_row(phase, step, signature, seconds=0.25, source="profiler", cached=False, last_batch=False):
+def compile_row(phase, step, signature, seconds=0.25, source="profiler", cached=False, last_batch=False, **more):
     return {
         "phase": phase,
         "step": step,
@@ -46,6 +46,7 @@ def compile_row(phase, step, signature, seconds=0.25, source="profiler", cached=
         "source": source,
         "cached": cached,
         "last_batch": last_batch,
+        **more,
     }
 
 
@@ -53,7 +54,7 @@ def test_the_ledger_compares_each_row_with_the_previous_distinct_signature_of_it
     rows = views.ledger(
         [
             compile_row("train", 1, xy(8, 84)),
-            compile_row("train", 1, xy(8, 84)),  # auto-clustering: a second module, same signature
+            compile_row("train", 1, xy(8, 84), seconds=0.5),  # auto-clustering: a second module, one row
             compile_row("test", 1, xy(8, 70)),  # its own phase: first signature there
             compile_row("train", 3, xy(8, 90)),
             compile_row("train", 6, xy(4, 90), last_batch=True),
@@ -62,16 +63,67 @@ def test_the_ledger_compares_each_row_with_the_previous_distinct_signature_of_it
     )
     assert [r["changed"] for r in rows] == [
         "first signature",
-        "same signature, another module",
         "first signature",
         "x axis 1: 84 → 90",
         "batch 8 → 4 (last batch)",
         "x axis 1: 70 → 77",
     ]
-    assert [r["index"] for r in rows] == [1, 2, 3, 4, 5, 6]
-    assert rows[3]["signature"] == "x:int32[8,90] y:float32[8,1]"
-    assert rows[5]["source"] == "timing" and rows[5]["cached"] is None
-    assert rows[4]["last_batch"] is True and rows[0]["last_batch"] is False
+    assert [r["index"] for r in rows] == [1, 2, 3, 4, 5]
+    assert [r["first_record"] for r in rows] == [1, 3, 4, 5, 6]
+    assert [r["modules"] for r in rows] == [2, 1, 1, 1, 1]
+    assert [r["modules_words"] for r in rows] == ["2 modules", "1 module", "1 module", "1 module", "1 module"]
+    assert rows[0]["seconds"] == pytest.approx(0.75) and rows[0]["steps"] == "step 1"
+    assert rows[2]["signature"] == "x:int32[8,90] y:float32[8,1]"
+    assert rows[4]["source"] == "timing" and rows[4]["cached"] is None
+    assert rows[3]["last_batch"] is True and rows[0]["last_batch"] is False
+
+
+def test_the_tabs_ledger_groups_as_the_printed_report_does():
+    """Auto-clustering's modules of one signature in one row with their count; a one-off program's modules
+    (TensorFlow's variable initialiser) in a row of their own; compiles a value causes at a known signature,
+    over several steps, in one row with the cause in words: the rows and counts of report/ledger_rows.py."""
+    from xla_keras.report.ledger_rows import cause_words, ledger_rows
+
+    why = "tf.math.top_k's k in layer 'pick' (your line: model.py:12) is computed from the batch"
+    records = [
+        compile_row("train", 1, xy(8, 84), 0.06, outside_step="initialize_variables", cause="signature"),
+        *[compile_row("train", 1, xy(8, 84), 0.4, cause="signature") for _ in range(3)],
+        *[compile_row("train", 4, xy(4, 84), 0.5, last_batch=True, cause="signature") for _ in range(3)],
+        *[compile_row("train", step, xy(8, 84), 0.2, cause="value", why=why) for step in (5, 6, 7)],
+    ]
+    rows = views.ledger(records)
+    grouped = ledger_rows(records)
+    assert len(rows) == len(grouped) == 4
+    assert [r["modules"] for r in rows] == [g["compiles"] for g in grouped] == [1, 3, 3, 3]
+    assert sum(r["modules"] for r in rows) == len(records)
+    assert [r["seconds"] for r in rows] == pytest.approx([0.06, 1.2, 1.5, 0.6])
+    assert [(r["step"], r["last_step"], r["steps"]) for r in rows] == [
+        (1, 1, "step 1"),
+        (1, 1, "step 1"),
+        (4, 4, "step 4"),
+        (5, 7, "steps 5-7"),
+    ]
+    assert rows[0]["outside_step"] == "initialize_variables"
+    assert rows[0]["cause"].startswith("outside the step's program: TensorFlow's one-off initialiser of the variables")
+    assert [r["cause"] for r in rows[1:]] == ["", "", cause_words("value", why)]
+    assert rows[3]["cause"].startswith("new values of tf.math.top_k's k in layer 'pick'")
+    assert [r["changed"] for r in rows] == [
+        "first signature",
+        "first signature",
+        "batch 8 → 4 (last batch)",
+        "batch 4 → 8",
+    ]
+    assert [r["first_record"] for r in rows] == [1, 2, 5, 8]
+
+
+def test_a_baseline_is_compared_row_by_row():
+    """Against a baseline: the run's rows whose signature the baseline never compiled, by row index; the
+    baseline's signatures the run never compiled, each once."""
+    run = [compile_row("train", 1, xy(8, 84)) for _ in range(3)] + [compile_row("train", 4, xy(4, 84))] * 2
+    base = [compile_row("train", 1, xy(8, 84))] * 2 + [compile_row("train", 5, xy(2, 84))] * 2
+    against = views.against_baseline(views.ledger(run), "main", {"compilations": base})
+    assert against["new"] == [2]  # the row of the 4-row batch (its 2 modules)
+    assert against["gone"] == [{"phase": "train", "signature": "x:int32[2,84] y:float32[2,1]"}]
 
 
 @pytest.mark.parametrize(
@@ -312,3 +364,12 @@ def test_the_ledger_carries_each_programs_cost_or_says_why_not():
     )
     assert [(r["flops"], r["peak_bytes"]) for r in rows] == [(1.2e6, 1600), (3e6, None), (None, None)]
     assert [r["cost_note"] for r in rows] == ["", "bytes accessed and memory: not given", "not analysed"]
+
+
+def test_the_status_strip_counts_the_modules_outside_the_steps_program():
+    report = {**full_report(), "compilation_count": {"train": 7}}
+    report["outside_step_compilations"] = {"train": {"count": 1, "seconds": 0.09}}
+    status = views.status(report)
+    assert status["outside_step_compilations"] == {"train": {"count": 1, "seconds": 0.09}}
+    assert status["total_compilations"] == 7  # the initialiser's module is an XLA compile too
+    assert views.status(full_report())["outside_step_compilations"] == {}

@@ -67,6 +67,10 @@ class PhaseStats:
         self.known_signature_compiles = 0  # compiles at a known signature, whatever their cause
         self.last_known_cause: Optional[Tuple[str, Optional[str]]] = None  # (cause, words) of the last one
         self.measured_seconds = 0.0  # compiles timed by a probe
+        # Modules of a one-off program, not the step's (``Compilation.outside_step``): counted in
+        # compile_count and measured_seconds too (a probe always times them).
+        self.outside_compiles = 0
+        self.outside_seconds = 0.0
         self.timing_step_share = 0.0  # sum of step_seconds / call_compiles of timing estimates
         self.timing_batch_share = 0.0  # sum of call_batches / call_compiles of timing estimates
         self.records: List[Compilation] = []
@@ -117,10 +121,15 @@ class PhaseStats:
             len(self.records),
             self.records_dropped,
             self.history.mark(),
+            self.outside_compiles,
+            self.outside_seconds,
         )
 
     def add_record(self, record: Compilation) -> None:
         self.compile_count += 1
+        if record.outside_step is not None:
+            self.outside_compiles += 1
+            self.outside_seconds += record.seconds
         if record.source in MEASURED:
             self.measured_seconds += record.seconds
         else:
@@ -210,6 +219,8 @@ class PhaseStats:
             self.steady_withheld(between_drains),
             self.value_keys,
             dataclasses.replace(self.waits),
+            self.outside_compiles,
+            self.outside_seconds,
         )
 
 
@@ -224,6 +235,8 @@ class CallBase:
     records: int
     records_dropped: int
     history: Tuple[Dict[int, int], Dict[int, int], int]  # ShapeHistory.mark()
+    outside_compiles: int = 0
+    outside_seconds: float = 0.0
 
 
 @dataclass
@@ -346,6 +359,8 @@ class PhaseSnapshot:
     steady_withheld: Optional[str] = None  # why there is no steady step though steps ran
     value_keys: Tuple[ValueKey, ...] = ()  # inputs XLA takes as constants whose values the step computes
     waits: Optional[Waits] = None
+    outside_compiles: int = 0  # modules of one-off programs, not the step's (in compile_count too)
+    outside_seconds: float = 0.0
 
 
 @dataclass(frozen=True)

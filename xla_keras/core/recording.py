@@ -106,9 +106,12 @@ class StepRecorder:
             cause, why = known_signature_cause(call, stats, observation)
             owners = [(step, sig, cause)]
             if cause == "value":
-                stats.value_compiles += len(modules)
+                stats.value_compiles += sum(1 for i in range(len(modules)) if observation.program(i) is None)
+        steps_own = 0  # the step's own modules so far: they map to the call's new signatures in order
         for i, module_seconds in enumerate(modules):
-            step, sig, cause = owners[min(i, len(owners) - 1)]
+            program = observation.program(i)
+            step, sig, cause = owners[min(steps_own, len(owners) - 1)]
+            steps_own += program is None
             self.compiled(
                 phase,
                 Compilation(
@@ -124,6 +127,7 @@ class StepRecorder:
                     call_compiles=len(modules),
                     cause=cause,
                     why=why,
+                    outside_step=program,
                 ),
                 outcome,
             )
@@ -137,7 +141,7 @@ class StepRecorder:
         if stats.repeats:
             stats.repeats[-1][2] = False
         cause, why = known_signature_cause(call, stats, observation)
-        for module_seconds in observation.modules:
+        for i, module_seconds in enumerate(observation.modules):
             self.compiled(
                 phase,
                 Compilation(
@@ -151,6 +155,7 @@ class StepRecorder:
                     call_compiles=len(observation.modules),
                     cause=cause,
                     why=why,
+                    outside_step=observation.program(i),
                 ),
                 outcome,
             )

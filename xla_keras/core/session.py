@@ -243,7 +243,7 @@ class Session:
         storm as new signatures do: each is a compile of its own."""
         stats = self.phases[phase]
         for record in outcome.compiles:
-            if record.cause in KNOWN_SIGNATURE_CAUSES:
+            if record.cause in KNOWN_SIGNATURE_CAUSES and record.outside_step is None:
                 stats.known_signature_compiles += 1
                 stats.last_known_cause = (record.cause, record.why)
                 self._count_new(phase, record.step)

@@ -60,7 +60,9 @@ class CompileObservation:
     ``measured``: False when the probe ran but could not time the compiles
     (they are then estimated from step time, like an unprobed call).
     ``cause``, ``why``: what the probe knows of why a known signature compiled (JAX: the tracing
-    context or the arrays' placement changed), else None."""
+    context or the arrays' placement changed), else None.
+    ``programs``: per module, the one-off function it was compiled for, outside the step's program
+    (TensorFlow's ``"initialize_variables"``), None for the step's own; () when every one is the step's."""
 
     modules: Tuple[float, ...] = ()
     source: str = "profiler"
@@ -69,6 +71,11 @@ class CompileObservation:
     measured: bool = True
     cause: Optional[str] = None  # the probe's own reading of why a known signature compiled (``CAUSES``)
     why: Optional[str] = None  # that cause in words
+    programs: Tuple[Optional[str], ...] = ()
+
+    def program(self, index: int) -> Optional[str]:
+        """The one-off function module ``index`` was compiled for, or None (the step's own program)."""
+        return self.programs[index] if index < len(self.programs) else None
 
 
 class CallPlan(NamedTuple):

@@ -53,6 +53,8 @@ def build_report(snapshot: SessionSnapshot, context: ReportContext) -> XlaReport
         report.slow_steps.extend(phase.slow)
         report.slow_step_count += phase.slow_count
         report.compilations_dropped += phase.records_dropped
+        if phase.outside_compiles:
+            report.outside_step_compilations[name] = {"count": phase.outside_compiles, "seconds": phase.outside_seconds}
     report.compilations = sorted(records, key=lambda c: (PHASES.index(c.phase), c.step))
     report.distinct_signatures = dict(snapshot.distinct_signatures)
     report.steady_step_seconds = report.steady_step_seconds_by_phase["train"]

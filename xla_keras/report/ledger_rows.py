@@ -13,9 +13,12 @@ from xla_keras.core.types import KNOWN_SIGNATURE_CAUSES
 
 def ledger_rows(compilations: Sequence[Dict[str, Any]]) -> List[Dict[str, Any]]:
     """Consecutive compiles of one phase and signature grouped into one row: those of one step (the
-    modules of one call), and those at a known signature with the same cause (a value, JAX's context).
+    modules of one call), and those at a known signature with the same cause (a value, JAX's context);
+    a one-off program's modules (``outside_step``: TensorFlow's variable initialiser) in a row of their own.
     Each row: ``{"phase", "first_step", "last_step", "signature", "compiles", "seconds", "cause", "why",
-    "estimated", "cached", "last_batch", "first"}`` (``first``: the index of its first record)."""
+    "estimated", "cached", "last_batch", "first", "source", "cost", "outside_step"}`` (``first``: the index
+    of its first record; ``source``: the records' own, or "mixed"; ``cost``: the first record's that has
+    one, else None)."""
     rows: List[Dict[str, Any]] = []
     for index, c in enumerate(compilations):
         last = rows[-1] if rows else None
@@ -25,6 +28,7 @@ def ledger_rows(compilations: Sequence[Dict[str, Any]]) -> List[Dict[str, Any]]:
             and last["phase"] == c.get("phase")
             and last["signature"] == c.get("signature")
             and last["cause"] == cause
+            and last["outside_step"] == c.get("outside_step")
             and (last["last_step"] == c.get("step") or cause in KNOWN_SIGNATURE_CAUSES)
         ):
             last["last_step"] = c.get("step")
@@ -33,6 +37,8 @@ def ledger_rows(compilations: Sequence[Dict[str, Any]]) -> List[Dict[str, Any]]:
             last["estimated"] = last["estimated"] or c.get("source") == "timing"
             last["cached"] = last["cached"] if last["cached"] == c.get("cached") else None
             last["last_batch"] = last["last_batch"] or bool(c.get("last_batch"))
+            last["source"] = last["source"] if last["source"] == c.get("source") else "mixed"
+            last["cost"] = last["cost"] or c.get("cost")
             continue
         rows.append(
             {
@@ -48,9 +54,26 @@ def ledger_rows(compilations: Sequence[Dict[str, Any]]) -> List[Dict[str, Any]]:
                 "cached": c.get("cached"),
                 "last_batch": bool(c.get("last_batch")),
                 "first": index,
+                "source": c.get("source"),
+                "cost": c.get("cost"),
+                "outside_step": c.get("outside_step"),
             }
         )
     return rows
+
+
+# The one-off programs a compile may belong to instead of the step's (``Compilation.outside_step``), in words.
+OUTSIDE_STEP_WORDS = {
+    "initialize_variables": "TensorFlow's one-off initialiser of the variables the step created, such as "
+    "the optimizer's slots",
+}
+
+
+def program_words(program: Optional[str]) -> str:
+    """A one-off program's compiles as a clause for a ledger row ("" for the step's own program)."""
+    if not program:
+        return ""
+    return f"outside the step's program: {OUTSIDE_STEP_WORDS.get(program, program)}"
 
 
 def steps_words(row: Dict[str, Any]) -> str:

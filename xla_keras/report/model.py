@@ -93,6 +93,12 @@ class Compilation:
         why: the cause in words, for a compile at a known signature (the op, the input, the layer and the
             user's line for a value; JAX's own words for a context); None for a new signature (the
             signature says it).
+        outside_step: the one-off program the module was compiled for when it is not the step's own:
+            ``"initialize_variables"`` (TensorFlow's initialiser of the variables the step's first trace
+            created, such as the optimizer's slots: under auto-clustering its clusters compile at the
+            first step, and it runs once). Such a module counts in ``compilation_count`` and
+            ``compile_seconds`` (XLA compiled it), not in the compile budget; the ledger shows it apart.
+            None for the step's own program (and in older reports).
 
     Example:
         `monitor`: the monitor of XlaMonitor's example, after its fit of 2 batches of 32.
@@ -122,6 +128,7 @@ class Compilation:
     cost: Optional[ProgramCost] = field(metadata=converters(plain, ProgramCost.from_dict), default=None)
     cause: Optional[str] = None
     why: Optional[str] = None
+    outside_step: Optional[str] = None
 
     def to_dict(self) -> Dict[str, Any]:
         """This compile as the report's JSON holds it.
@@ -329,6 +336,10 @@ class XlaReport:
             trace windows started, stopped and saved), ``"writes"`` (event files and the report file),
             ``"cost"`` (the cost card's analyses), ``"probes"`` (compile probes started and stopped),
             ``"total"}``.
+        outside_step_compilations: per phase with any, the modules compiled for a one-off program, not the
+            step's (``Compilation.outside_step``: TensorFlow's variable initialiser under auto-clustering), as
+            ``{"count", "seconds"}``; they are in ``compilation_count`` and ``compile_seconds`` too, not in
+            the compile budget.
 
     Example:
         `monitor`: the monitor of XlaMonitor's example, after its fit of 2 batches of 32.
@@ -387,6 +398,7 @@ class XlaReport:
     costs: Dict[str, Dict[str, Any]] = field(default_factory=dict)
     waits: Dict[str, Dict[str, float]] = field(default_factory=dict)
     own_seconds: Dict[str, float] = field(default_factory=dict)
+    outside_step_compilations: Dict[str, Dict[str, float]] = field(default_factory=dict)
 
     @property
     def total_compilations(self) -> int:

@@ -26,7 +26,7 @@ from xla_keras.report.figures import (
     wait_findings,
     waits_words,
 )
-from xla_keras.report.ledger_rows import cause_words, ledger_rows, steps_words
+from xla_keras.report.ledger_rows import OUTSIDE_STEP_WORDS, cause_words, ledger_rows, program_words, steps_words
 from xla_keras.storms.detection import storm_cause, storm_what
 from xla_keras.storms.fixes import APPLIED_TYPES, cause_clause, fix_line, fix_value, recomputed_words, values_words
 
@@ -118,6 +118,9 @@ def render(report: XlaReport, full: bool = False) -> str:
         )
     for line in _other_compile_lines(report):
         lines.append(f"  other compiles  : {line}")
+    outside = outside_step_words(report)
+    if outside:
+        lines.append(f"  outside the step: {outside}")
     processes = processes_words(report)
     if processes:
         lines.append(f"  processes       : {processes}")
@@ -157,8 +160,14 @@ def render(report: XlaReport, full: bool = False) -> str:
         if full:
             lines.append(f"  ADVICE ({item.phase}, {item.call}): {item.advice}")
         else:
+            past = item.recompiles
+            beyond = (
+                f"{item.compiles} modules; the {past} past the first signature took"
+                if past is not None and past != item.compiles - 1
+                else f"{item.compiles} compiles; those beyond the first took"
+            )
             lines.append(
-                f"  ADVICE ({item.phase}, {item.call}): {item.compiles} compiles; those beyond the first took "
+                f"  ADVICE ({item.phase}, {item.call}): {beyond} "
                 f"{ms_text(item.recompile_seconds)} = {item.share:.0%} of the phase (budget {item.budget:.0%}); "
                 f"{cause_clause(item.varying, item.fix)}"
             )
@@ -180,7 +189,7 @@ def render(report: XlaReport, full: bool = False) -> str:
         shown = rows[:8]
         for row in shown:
             count = f"{row['compiles']} compiles, " if row["compiles"] > 1 else ""
-            cause = cause_words(row["cause"], row["why"])
+            cause = program_words(row["outside_step"]) or cause_words(row["cause"], row["why"])
             lines.append(
                 f"    {row['phase']} {steps_words(row)}: {describe(from_jsonable(row['signature']))}  "
                 f"{count}{ms_text(row['seconds'])}"
@@ -227,6 +236,22 @@ _OTHER_WORDS = {
 }
 
 
+def outside_step_words(report: XlaReport) -> str:
+    """The modules compiled for a one-off program, not the step's (``report.outside_step_compilations``),
+    e.g. ``"train 1 module (62 ms): TensorFlow's initialiser of ... run once; in the compile counts, not in
+    the compile budget"``; "" when there are none."""
+    parts = [
+        f"{p} {int(v.get('count', 0))} module{'s' * (int(v.get('count', 0)) != 1)} ({ms_text(v.get('seconds', 0.0))})"
+        for p, v in report.outside_step_compilations.items()
+        if v.get("count")
+    ]
+    if not parts:
+        return ""
+    programs = sorted({c.outside_step for c in report.compilations if c.outside_step})
+    what = "; ".join(OUTSIDE_STEP_WORDS.get(p, p) for p in programs) or "a one-off program"
+    return f"{', '.join(parts)}: {what}; in the compile counts, not in the compile budget"
+
+
 def _other_compile_lines(report: XlaReport) -> List[str]:
     """Compiles kept out of the step ledger, one line per kind (JAX)."""
     return [
@@ -264,6 +289,9 @@ def render_markdown(report: XlaReport) -> str:
     out += ["", f"**break-even:** {break_even_words(report)}"]
     for line in _other_compile_lines(report):
         out += ["", f"**other compiles:** {line}"]
+    outside = outside_step_words(report)
+    if outside:
+        out += ["", f"**outside the step:** {outside}"]
     processes = processes_words(report)
     if processes:
         out += ["", f"**processes:** {processes}"]

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, NamedTuple, Optional, Sequenc
 
 from xla_keras.core.phases import CallBase
 from xla_keras.core.signatures import InputSignature
-from xla_keras.core.types import MEASURED
+from xla_keras.core.types import KNOWN_SIGNATURE_CAUSES, MEASURED
 from xla_keras.storms.buckets import TARGET_PADDING_OVERHEAD, best_buckets, pad_to_boundary
 from xla_keras.storms.budget import PhaseAdvice, budget_text, over_budget
 from xla_keras.storms.detection import (
@@ -486,12 +486,10 @@ class StormAnalysis:
             base = stats.call_base or NO_CALL_BASE
             if any(s.phase == phase and s.step > base.step for s in storms):
                 continue  # a storm of this call says it all
-            compiles = stats.compile_count - base.compiles
-            seconds = stats.compile_seconds() - base.compile_seconds
-            first = None
-            if stats.records_dropped == base.records_dropped and len(stats.records) > base.records:
-                record = stats.records[base.records]  # the call's first compile, when kept
-                first = record.seconds if record.source in MEASURED else None
+            # The step's own modules: a one-off program's (TensorFlow's variable initialiser) is no step compile.
+            compiles = stats.compile_count - base.compiles - (stats.outside_compiles - base.outside_compiles)
+            seconds = stats.compile_seconds() - base.compile_seconds - (stats.outside_seconds - base.outside_seconds)
+            first, recompiles = first_signature_split(stats, base)
             over = over_budget(
                 compiles,
                 seconds,
@@ -500,6 +498,7 @@ class StormAnalysis:
                 budget,
                 first,
                 self.config.compile_budget_floor,
+                recompiles,
             )
             if over is None:
                 continue
@@ -509,10 +508,29 @@ class StormAnalysis:
                 continue  # nothing in the shapes explains the compiles: no fix to offer
             if already_fixed(history, fix, facts.applied):
                 continue  # the batches already are what the fix makes (a fix applied): no padding again
-            item = PhaseAdvice(phase, compiles, seconds, *over, budget, varying, advice, fix, run, run_index)
+            item = PhaseAdvice(
+                phase, compiles, seconds, *over, budget, varying, advice, fix, run, run_index, recompiles=recompiles
+            )
             item.advice = budget_text(phase, item)
             out.append(item)
         return tuple(out)
+
+
+def first_signature_split(stats: PhaseStats, base: CallBase) -> Tuple[Optional[float], Optional[int]]:
+    """(seconds of the call's first compile, the step's modules compiled past it) from the call's records.
+    The first compile is every module of the call's first signature new to the step function (auto-clustering
+    compiles one per cluster, some lazily at a later step): the price of XLA itself, never a recompile.
+    Modules of a one-off program (``Compilation.outside_step``) are neither. Seconds are None when one of
+    those modules was estimated from step time; both None when the call's records were capped."""
+    if stats.records_dropped != base.records_dropped or len(stats.records) <= base.records:
+        return None, None
+    own = [r for r in stats.records[base.records :] if r.outside_step is None]
+    if not own:
+        return None, None
+    signature = own[0].signature
+    first = [r for r in own if r.signature == signature and r.cause not in KNOWN_SIGNATURE_CAUSES]
+    seconds = sum(r.seconds for r in first) if all(r.source in MEASURED for r in first) else None
+    return seconds, len(own) - len(first)
 
 
 def phase_costs(stats: PhaseStats) -> Costs:

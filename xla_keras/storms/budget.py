@@ -29,6 +29,12 @@ class PhaseAdvice:
         fix: the machine-readable fix, as in a ``Storm`` (``xla_keras.data.apply_fix`` applies it).
         run: the call it judges: "fit", "evaluate" or "predict" (each call is judged alone).
         run_index: which of the monitor's calls of that kind, from 1 (``"fit 2"``: the second fit).
+        recompiles: the compiles past the call's first signature (auto-clustering compiles one XLA module
+            per cluster: every module of the first signature is the first compile); None when not known
+            (the call's records were capped, or a report older than this field).
+
+    ``compiles`` and the seconds count the step's own modules: a one-off program's (TensorFlow's variable
+    initialiser, ``Compilation.outside_step``) is left out.
 
     Example:
         Two compiles of a phase whose last batch was short (``report.advice[0]`` after such a fit):
@@ -58,6 +64,7 @@ class PhaseAdvice:
     fix: Fix = field(default_factory=UnknownFix)
     run: str = "fit"
     run_index: int = 1
+    recompiles: Optional[int] = None
 
     @property
     def call(self) -> str:
@@ -96,20 +103,23 @@ def over_budget(
     budget: Optional[float],
     first_compile_seconds: Optional[float] = None,
     floor: float = 0.0,
+    recompiles: Optional[int] = None,
 ) -> Optional[Tuple[float, float, float]]:
     """(recompile seconds, wall seconds, share) when a phase's compiles beyond its first cost more
     than ``budget`` of its time and at least ``floor`` seconds, else None (``first_compile_seconds``:
-    measured, when recorded).
+    measured, when recorded; ``recompiles``: how many compiles are past the first, when known: several
+    modules may make the first compile under auto-clustering).
     The first compile is the price of XLA itself; the others are what stable shapes would save.
     Wall time = compiles + steps at the steady step time
     (the same on both backends, where a JAX step's own end is not observable)."""
-    if budget is None or compiles < 2 or compile_seconds <= 0:
+    past = compiles - 1 if recompiles is None else recompiles
+    if budget is None or compiles < 2 or past < 1 or compile_seconds <= 0:
         return None
     recompile = (
         compile_seconds - first_compile_seconds
         if first_compile_seconds is not None
-        else compile_seconds * (compiles - 1) / compiles
-    )  # the mean, when the first is not recorded
+        else compile_seconds * past / compiles
+    )  # the mean per compile, when the first is not recorded
     wall = compile_seconds + steps * (steady_seconds or 0.0)
     share = recompile / wall
     return (recompile, wall, share) if share > budget and recompile >= floor else None
@@ -122,9 +132,16 @@ def budget_text(phase: str, item: PhaseAdvice) -> str:
     weighed = ""
     if isinstance(item.fix, PadToLengths):
         weighed = "; compiles are paid once, padding at every " + ("epoch" if item.run == "fit" else item.run)
+    past = item.recompiles
+    if past is not None and past != item.compiles - 1:  # several modules for the first signature
+        compiled = (
+            f"{subject} compiled {item.compiles} XLA modules ({item.compiles - past} for its first signature), "
+            f"{item.recompile_seconds:.2f} s for the {past} past it"
+        )
+    else:
+        compiled = f"{subject} compiled {item.compiles} times, {item.recompile_seconds:.2f} s beyond the first compile"
     return (
-        f"Compile budget ({phase}, {item.call}): {subject} compiled {item.compiles} times, "
-        f"{item.recompile_seconds:.2f} s beyond the first compile = {item.share:.0%} of its "
+        f"Compile budget ({phase}, {item.call}): {compiled} = {item.share:.0%} of its "
         f"{item.wall_seconds:.2f} s (budget {item.budget:.0%}; below the storm threshold, so no storm; judged "
         f"on {item.call}'s time alone{weighed}). {item.advice}"
     )

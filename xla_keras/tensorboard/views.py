@@ -23,6 +23,7 @@ from xla_keras.report.figures import (
     processes_words,
     steady_words,
 )
+from xla_keras.report.ledger_rows import cause_words, ledger_rows, program_words, steps_words
 from xla_keras.report.model import Compilation, XlaReport
 from xla_keras.report.schema import ParsedReport, parse_report
 from xla_keras.storms.budget import PhaseAdvice
@@ -90,34 +91,45 @@ def _dim(size: Any) -> str:
 
 
 def ledger(compilations: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
-    """One row per compile, in the order they happened, with what changed since the previous
-    *distinct* signature of its phase (auto-clustering compiles several modules for one signature:
-    those rows say "same signature, another module")."""
+    """One row per group of compiles, in the order they happened, grouped as the printed report groups them
+    (``report/ledger_rows.py``: a signature's modules of one call, as auto-clustering compiles one per
+    cluster; a run of compiles at a known signature with one cause; a one-off program's modules), each with
+    its count of modules, its cause in words, and what changed since the previous *distinct* signature of
+    its phase (a one-off program's row leaves that to the step's rows)."""
     previous: Dict[str, list] = {}
-    rows = []
-    for index, c in enumerate(compilations):
-        phase, signature = c.get("phase"), c.get("signature") or []
+    out = []
+    for index, row in enumerate(ledger_rows(compilations)):
+        phase, signature = row["phase"], row["signature"] or []
         before = previous.get(str(phase))
         if before is not None and before == signature:
-            changed = "same signature, another module"
+            changed = "same signature"
         else:
-            changed = change_text(before, signature, bool(c.get("last_batch")))
-            previous[str(phase)] = signature
-        rows.append(
+            changed = change_text(before, signature, row["last_batch"])
+            if not row["outside_step"]:
+                previous[str(phase)] = signature
+        modules = row["compiles"]
+        out.append(
             {
                 "index": index + 1,
                 "phase": phase,
-                "step": c.get("step"),
-                "seconds": c.get("seconds"),
-                "source": c.get("source"),
-                "cached": c.get("cached"),
-                "last_batch": bool(c.get("last_batch")),
+                "step": row["first_step"],
+                "last_step": row["last_step"],
+                "steps": steps_words(row),
+                "modules": modules,
+                "modules_words": f"{modules} module{'s' * (modules != 1)}",
+                "cause": program_words(row["outside_step"]) or cause_words(row["cause"], row["why"]),
+                "outside_step": row["outside_step"],
+                "seconds": row["seconds"],
+                "source": row["source"],
+                "cached": row["cached"],
+                "last_batch": row["last_batch"],
                 "signature": describe(from_jsonable(signature)),
                 "changed": changed,
-                **_cost_cells(c.get("cost")),
+                "first_record": row["first"] + 1,
+                **_cost_cells(row["cost"]),
             }
         )
-    return rows
+    return out
 
 
 def _cost_cells(cost: Optional[Dict[str, Any]]) -> Dict[str, Any]:
@@ -176,6 +188,7 @@ def status(report: Dict[str, Any]) -> Dict[str, Any]:
         "run_state": report.get("run_state"),
         "backend": report.get("backend") or "tensorflow",
         "other_compilations": report.get("other_compilations") or {},
+        "outside_step_compilations": report.get("outside_step_compilations") or {},
         "processes_words": processes_words(said) or "",
     }
 

@@ -7,7 +7,7 @@ shapes). What a probe returns, in order of preference:
 
 * XLA's compiler events (TensorFlow 2.18+): one duration per compiled module,
   from the op that triggered the compile to the end of its last compiler event
-  (``compiles.compile_seconds_from_trace``), ``source="profiler"``;
+  (``trace_events.compiled_modules``), ``source="profiler"``;
 * where the compiler emits no events (2.16/2.17 on CPU, known from the version
   or found out at a step that must have compiled): the span of the op that
   triggered each compile (``source="op_span"``);
@@ -26,7 +26,7 @@ its nodes from it, whatever the trace window saw).
 from __future__ import annotations
 
 import os
-from typing import Any, List, Optional
+from typing import Any, List, Optional, Tuple
 
 from xla_keras.backends.base import ProfilerBusy
 from xla_keras.backends.tensorflow import _internals
@@ -34,10 +34,10 @@ from xla_keras.backends.tensorflow.flags import tracing_count
 from xla_keras.backends.tensorflow.trace_events import (
     STEP_KERNEL_COMPILE_MIN_SECONDS,
     cache_loads_from_trace,
-    compile_seconds_from_trace,
+    compiled_modules,
     has_compiler_events,
     step_kernel_seconds,
-    xla_compile_op_seconds,
+    xla_compile_ops,
 )
 from xla_keras.core.types import CallPlan, CompileObservation, Notes
 from xla_keras.jit.modes import JitState, ProbeFacts
@@ -177,9 +177,11 @@ class TensorFlowProbe:
             if handle.cache_entries is None or self.cache is None
             else max(0, cache_entries(self.cache["dir"]) - handle.cache_entries)
         )
-        modules = compile_seconds_from_trace(events)
+        modules = compiled_modules(events)
         if modules:
-            return CompileObservation(tuple(modules), "profiler", False, traced)
+            return CompileObservation(
+                tuple(seconds for seconds, _ in modules), "profiler", False, traced, programs=_programs(modules)
+            )
         if (
             self._sees_compiler is None
             and not self.blind
@@ -202,7 +204,9 @@ class TensorFlowProbe:
                 cached = False if not (self.cache and self.cache.get("read_only")) else None
             else:
                 cached = True if fresh == 0 else False if fresh >= len(spans) else None
-            return CompileObservation(tuple(spans), "op_span", cached, traced)
+            return CompileObservation(
+                tuple(seconds for seconds, _ in spans), "op_span", cached, traced, programs=_programs(spans)
+            )
         if plan.new and self.cache:
             loads = cache_loads_from_trace(events)
             if loads:
@@ -219,7 +223,13 @@ class TensorFlowProbe:
                 return None  # cannot map kernels to batches: step timing estimates these compiles
             floor = max(STEP_KERNEL_COMPILE_MIN_SECONDS, 3 * (plan.steady_seconds or 0.0))
             candidates = plan.new_indices or (range(plan.batches) if plan.value_probe else ())
-            return [kernels[i] for i in candidates if kernels[i] >= floor]
-        compiled, ops = xla_compile_op_seconds(events)
+            return [(kernels[i], None) for i in candidates if kernels[i] >= floor]
+        compiled, ops = xla_compile_ops(events)
         self.xla_ops_seen = self.xla_ops_seen or ops > 0
         return compiled
+
+
+def _programs(modules: List[Tuple[float, Optional[str]]]) -> Tuple[Optional[str], ...]:
+    """Each module's program, or () when every one is the step's own."""
+    programs = tuple(program for _, program in modules)
+    return programs if any(programs) else ()

@@ -172,12 +172,16 @@ function statusStrip(s) {
   const backend = s.backend === 'jax' ? 'JAX' : 'TensorFlow';
   const other = Object.entries(s.other_compilations || {})
     .map(([where, v]) => `${v.count} ${where.replace('_', ' ')} (${seconds(v.seconds)})`).join(' · ');
+  // modules of TensorFlow's one-off variable initialiser: in the counts above, not the step's program
+  const outside = Object.entries(s.outside_step_compilations || {})
+    .map(([phase, v]) => `${phase} ${v.count} (${seconds(v.seconds)})`).join(' · ');
   const breakEven = s.break_even_steps === null ?
     'unknown: no non-XLA baseline here (compare() measures one)' : `${Math.round(s.break_even_steps)} steps`;
   return el('section', {id: 'status', class: 'strip'}, [
     card('JIT', `${backend} · requested ${s.jit_mode} · XLA ${active(s.jit_active)}`, s.jit_reason, 'jit'),
     card('Compiles', `${s.total_compilations}: ${counts}`, `distinct signatures: ${signatures}` +
          (other ? ` · not step programs: ${other}` : '') +
+         (outside ? ` · outside the step's program (a one-off initialiser): ${outside}` : '') +
          (s.processes_words ? ` · processes: ${s.processes_words}` : ''), 'compiles'),
     card('Compile time', s.compile_time_words || `${seconds(s.compile_seconds)} of ${seconds(s.wall_seconds)} wall${share}`,
          s.cache_saved_seconds ? `the persistent cache saved ${seconds(s.cache_saved_seconds)}` :
@@ -213,7 +217,8 @@ const SVG = 'http://www.w3.org/2000/svg';
 function timeline(view, steps) {
   const section = el('section', {id: 'timeline'}, [el('h3', {}, 'Timeline'),
     el('div', {class: 'muted'}, 'Step time per phase on its step axis (test steps count over the ' +
-       'monitor\'s lifetime), each compile marked at its step. Hover a mark for its signature and seconds.'),
+       'monitor\'s lifetime), each ledger row (a signature\'s modules) marked at its step. Hover a mark for its ' +
+       'signature, modules and seconds.'),
     el('div', {class: 'legend'}, [
       el('span', {class: 'key step-key'}), 'step time (ms)', el('span', {class: 'key steady-key'}),
       'steady median', el('span', {class: 'key profiler-key'}), 'compile, seconds measured (profiler / op span)',
@@ -267,9 +272,9 @@ function lane(phase, marks, series, lastStep, tooltip) {
                                 'data-step': mark.step, 'data-seconds': mark.seconds});
     node.addEventListener('mouseenter', (event) => {
       tooltip.replaceChildren(
-        el('div', {}, `${mark.phase} step ${mark.step} · ${seconds(mark.seconds)} (${mark.source}` +
-                      `${mark.cached ? ', cached' : ''})`),
-        el('div', {}, mark.changed), el('code', {}, mark.signature));
+        el('div', {}, `${mark.phase} ${mark.steps} · ${mark.modules_words} · ${seconds(mark.seconds)} ` +
+                      `(${mark.source}${mark.cached ? ', cached' : ''})`),
+        el('div', {}, mark.changed + (mark.cause ? ` · ${mark.cause}` : '')), el('code', {}, mark.signature));
       tooltip.hidden = false;
       const box = tooltip.parentNode.getBoundingClientRect();  // the tooltip sits in #timeline
       tooltip.style.left = `${event.clientX - box.left + 14}px`;
@@ -295,10 +300,12 @@ function svgEl(tag, attrs, text) {
 
 // ------------------------------------------------------------------ ledger, storms, traces
 
-const LEDGER_COLUMNS = [['index', '#'], ['phase', 'phase'], ['step', 'step'], ['seconds', 'seconds'],
-                        ['source', 'source'], ['cached', 'cached'], ['changed', 'changed since the previous ' +
-                        'distinct signature'], ['flops', 'FLOPs'], ['peak_bytes', 'peak memory'],
-                        ['signature', 'signature']];
+// One row per group of compiles (views.ledger: a signature's modules of one call, a run of compiles at a
+// known signature with one cause, a one-off program's modules), with its count of modules and its cause.
+const LEDGER_COLUMNS = [['index', '#'], ['phase', 'phase'], ['step', 'step'], ['modules', 'modules'],
+                        ['seconds', 'seconds'], ['source', 'source'], ['cached', 'cached'],
+                        ['changed', 'changed since the previous distinct signature'], ['cause', 'cause'],
+                        ['flops', 'FLOPs'], ['peak_bytes', 'peak memory'], ['signature', 'signature']];
 
 function ledgerTable(root, view) {
   const {key, dir} = state.sort;
@@ -315,8 +322,11 @@ function ledgerTable(root, view) {
   const against = view.baseline && !view.baseline.message ? view.baseline : null;
   const fresh = new Set(against ? against.new : []);
   const body = rows.map((r) => el('tr', {'data-index': r.index, class: fresh.has(r.index) ? 'new' : ''}, [
-    td(String(r.index)), td(r.phase), td(String(r.step)), td(seconds(r.seconds), {'data-seconds': r.seconds}),
+    td(String(r.index)), td(r.phase), td(r.step === r.last_step ? String(r.step) : `${r.step}–${r.last_step}`),
+    td(r.modules_words, {class: 'modules', 'data-modules': r.modules}),
+    td(seconds(r.seconds), {'data-seconds': r.seconds}),
     td(r.source), td(r.cached === null ? 'unknown' : r.cached ? 'yes' : 'no'), td(r.changed, {class: 'changed'}),
+    td(r.cause, {class: 'cause'}),
     td(quantity(r.flops, 'FLOP'), {class: 'flops', title: r.cost_note}),
     td(quantity(r.peak_bytes, 'B'), {class: 'peak-bytes', title: r.cost_note}),
     el('td', {}, [el('code', {}, r.signature), fresh.has(r.index) ? el('span', {class: 'tag'}, ' new') : el('span')])]));
