@@ -147,6 +147,9 @@ class Backend(Protocol):
     # jit='fastest': the other mode's first call against the fit's first call, by direction (to XLA on: True)
     trial_first_call: Dict[bool, float]
     cost_source: str  # where the cost card's figures come from, in words
+    # What a first cost analysis is expected to take, as a share of the program's compile seconds (the cost
+    # card's budget holds it to a small share of the monitored time): TensorFlow lowers the step again.
+    cost_share_of_compile: float
 
     def prepare(self, owner: StepObserver) -> None:
         """At monitor construction (``owner``: the monitor, which owns the wrappers)."""

@@ -115,11 +115,9 @@ class CostMeter:
             left = share if left is None else min(left, share)
         runs = {phase: stats.history.batches for phase, stats in phases.items()}
         for key, spec in sorted(self._pending.items(), key=lambda item: -runs.get(item[0][0], {}).get(item[0][1], 0)):
-            if left is not None and self._analyses and time.perf_counter() - began + self._estimate() > left:
-                self.notes.add_once(
-                    "cost-budget",
-                    BUDGET.format(share=COST_SHARE, each=self._estimate()),
-                )
+            estimate = self._estimate(phases[key[0]])
+            if left is not None and time.perf_counter() - began + estimate > left:
+                self.notes.add_once("cost-budget", BUDGET.format(share=COST_SHARE, each=estimate))
                 break
             del self._pending[key]
             started = time.perf_counter()
@@ -165,9 +163,13 @@ class CostMeter:
         self.analysis_seconds += seconds
         self._analyses += 1
 
-    def _estimate(self) -> float:
-        """What the next analysis will take: the mean of those before."""
-        return self.analysis_seconds / self._analyses if self._analyses else 0.0
+    def _estimate(self, stats: PhaseStats) -> float:
+        """What the next analysis will take: the mean of those before; the first, its backend's share of the
+        phase's mean compile."""
+        if self._analyses:
+            return self.analysis_seconds / self._analyses
+        compiles = stats.compile_count
+        return self.backend.cost_share_of_compile * stats.compile_seconds() / compiles if compiles else 0.0
 
     def peak(self, model: Any) -> Optional[Tuple[float, str]]:
         """One device's peak FLOP/s for the model's compute dtype, and where it comes from; None: unknown."""
