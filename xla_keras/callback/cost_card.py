@@ -127,24 +127,30 @@ class CostMeter:
                 cost = ProgramCost(source=self.backend.cost_source, unavailable=_failed(error))
             self._took(time.perf_counter() - started)
             self._costs[key] = self._latest[key[:2]] = cost
+        spent = time.perf_counter() - began
         for phase, stats in phases.items():
             records = stats.records
             for record in records[self._attached.get(phase, 0) :]:  # each record once, when it is new
                 if record.cost is None:
                     record.cost = self._latest.get((phase, fingerprint(record.signature)))
             self._attached[phase] = len(records)
-        self._analyse_ran_again(model, phases)
+        self._analyse_ran_again(model, phases, None if left is None else left - spent)
 
-    def _analyse_ran_again(self, model: Any, phases: Dict[str, PhaseStats]) -> None:
+    def _analyse_ran_again(self, model: Any, phases: Dict[str, PhaseStats], left: Optional[float]) -> None:
         """The programs past the cap that ran again (most steps first), up to ``ANALYSES_PER_CALL`` per phase
-        and call: the steady steps ran them. Their records, passed over before, get the figures."""
+        and call, within the seconds ``left`` of the budget: the steady steps ran them. Their records, passed
+        over before, get the figures."""
+        began = time.perf_counter()
         for phase, stats in phases.items():
             batches = stats.history.batches
             again = [key for key in self._past_cap if key[0] == phase and batches.get(key[1], 0) >= 2]
             again.sort(key=lambda key: -batches[key[1]])
-            left = ANALYSES_PER_CALL - self._again.get(phase, 0)
+            allowed = ANALYSES_PER_CALL - self._again.get(phase, 0)
             analysed: Dict[int, ProgramCost] = {}
-            for key in again[: max(0, left)]:
+            for key in again[: max(0, allowed)]:
+                if left is not None and time.perf_counter() - began + self._estimate(stats) > left:
+                    self.notes.add_once("cost-budget", BUDGET.format(share=COST_SHARE, each=self._estimate(stats)))
+                    break
                 spec = self._past_cap.pop(key)
                 started = time.perf_counter()
                 try:

@@ -12,6 +12,7 @@ batches already fixed (``already_fixed``): below.
 from __future__ import annotations
 
 import dataclasses
+import statistics
 from typing import TYPE_CHECKING, Any, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from xla_keras.core.phases import CallBase
@@ -534,13 +535,21 @@ def first_signature_split(stats: PhaseStats, base: CallBase) -> Tuple[Optional[f
 
 
 def phase_costs(stats: PhaseStats) -> Costs:
-    """What the advice weighs a fix against: rows per run, the mean compile, the steady step."""
+    """What the advice weighs a fix against: rows per run, what one more compile costs, the steady step."""
     rows = sum(
         (batch_rows(sig) or 0) * stats.history.batches.get(fp, 0) for fp, sig in stats.history.signatures.items()
     )
     per_run = rows // stats.history.runs if stats.history.runs else rows  # so far, in the first run
-    mean = stats.compile_seconds() / stats.compile_count if stats.compile_count else None
-    return Costs(per_run or None, mean, stats.timing.median_seconds, bool(stats.history.runs))
+    return Costs(per_run or None, recompile_seconds(stats), stats.timing.median_seconds, bool(stats.history.runs))
+
+
+def recompile_seconds(stats: PhaseStats) -> Optional[float]:
+    """What one more compile of the phase costs: the median of its measured compiles after the first (the
+    first also traces the step: 2-4x the others, measured), else the mean of them all."""
+    later = [r.seconds for r in stats.records[1:] if r.source in MEASURED and r.outside_step is None]
+    if len(later) >= 2:
+        return statistics.median(later)
+    return stats.compile_seconds() / stats.compile_count if stats.compile_count else None
 
 
 def remainder_of(phase: str, history: ShapeHistory, partial: Dict[int, Tuple[int, int]]) -> Optional[Remainder]:
