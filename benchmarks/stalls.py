@@ -3,7 +3,7 @@ steady step, the storm's payback and each epoch's time hold against the clock wh
 or TensorFlow's input pipeline add.
 
 The fit (TensorFlow, ``jit_compile=True``): a Conv1D text model on ``padded_batch(32)`` of 512 sequences of
-lognormal lengths (14 input shapes: a recompilation storm), 16 steps an epoch, 3 epochs, the same data in
+lognormal lengths (14 input shapes: a recompilation storm), 16 steps an epoch, 5 epochs, the same data in
 each run. A callback of the script's, last in the list, times each epoch (its begin to the next one's: the
 monitor's epoch-end work inside; the last one to its end) and each step's period (one batch begin to the
 next, in the epochs after the first). The monitored fit has ``XlaMonitor(log_dir=...)``'s defaults (a
@@ -134,7 +134,7 @@ def run(mode: str, backend: str, epochs: int) -> dict:
     return json.loads(line.split(" ", 1)[1])
 
 
-def measure(backend: str, runs: int, epochs: int = 3) -> dict:
+def measure(backend: str, runs: int, epochs: int = 5) -> dict:
     results = {"bare": [], "monitored": []}
     for _ in range(runs):
         for mode in ("bare", "monitored"):
