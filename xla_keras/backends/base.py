@@ -150,6 +150,8 @@ class Backend(Protocol):
     # What a first cost analysis is expected to take, as a share of the program's compile seconds (the cost
     # card's budget holds it to a small share of the monitored time): TensorFlow lowers the step again.
     cost_share_of_compile: float
+    # profile="auto" traces the next recompiling train step after a storm opens (a window holding a compile).
+    storm_trace_window: bool
 
     def prepare(self, owner: StepObserver) -> None:
         """At monitor construction (``owner``: the monitor, which owns the wrappers)."""

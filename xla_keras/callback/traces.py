@@ -2,8 +2,9 @@
 
 ``profile="auto"`` opens one window of 5 steady train steps after warm-up (at
 least 10 steps into the fit and 5 since the last new input signature), and,
-after a storm opens, one on the next recompiling train step: once each per
-report (per model), however many fits it spans;
+on TensorFlow, after a storm opens, one on the next recompiling train step
+(``Backend.storm_trace_window``): once each per report (per model), however
+many fits it spans;
 ``profile=(start, stop)`` traces those train steps; None traces nothing. A
 window yields to ``keras.callbacks.TensorBoard(profile_batch=...)`` and to any
 other profiler (skipped with one note: only what we started is ever stopped),
@@ -77,7 +78,8 @@ class TraceWindows:
             )
 
     def storm_opened(self) -> None:
-        if self.profile == "auto" and not self._plan.get("storm"):
+        wanted = getattr(self._backend, "storm_trace_window", True)  # Backend.storm_trace_window
+        if self.profile == "auto" and not self._plan.get("storm") and wanted:
             self._plan["storm_pending"] = True  # trace the next recompiling train step
 
     def maybe_start(

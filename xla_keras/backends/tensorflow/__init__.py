@@ -115,6 +115,7 @@ class TensorFlowBackend(KerasBackend):
     # Measured (2-core CPU): lowering the step again took 12-36% of its compile (an MLP: 55-100 ms of 0.45 s;
     # a Conv1D text model: 0.18 s of 0.5-1.2 s).
     cost_share_of_compile = 0.25
+    storm_trace_window = True
 
     def cost_spec(self, batch: Any) -> Any:
         return cost.cost_spec(batch)
