@@ -312,8 +312,10 @@ def test_programs_past_the_cap_that_ran_again_are_analysed_and_the_rate_then_res
     assert [spec for _, spec in backend.analysed[ANALYSES_PER_CALL:]] == [storm[-1], storm[-2]]
     assert [r.cost.flops if r.cost else None for r in stats.records[-3:]] == [None, 1e6 * storm[-2], 1e6 * storm[-1]]
     assert "only up to 8 that ran again get figures" in " ".join(notes.texts)
-    rates = meter.rates({"train": stats})["train"]  # still one step of a program never analysed
-    assert rates["rates_withheld"].startswith("FLOPs unknown for 1 of 14 steps")
+    rates = meter.rates({"train": stats})["train"]  # one step of 14 of a program never analysed: 93% counted
+    assert rates["rates_withheld"] is None and (rates["program_steps"], rates["steps_ran"]) == (13, 14)
+    counted = 1e6 * (sum(storm[:-3]) + 2 * storm[-2] + 3 * storm[-1])  # each storm size once, then again + storm[-1]
+    assert math.isclose(rates["flops_per_step"], counted / 13)
 
 
 def test_a_failed_analysis_is_unavailable_with_the_reason_and_training_goes_on():
@@ -406,7 +408,8 @@ def test_no_rate_from_a_program_the_steady_steps_did_not_run():
     stats.steps_run, stats.runs = 51, 1
     rates = meter.rates({"train": stats})["train"]
     assert rates["flops_per_step"] is None and rates["flops_per_second"] is None and rates["mfu"] is None
-    assert rates["bytes_per_second"] is None and rates["programs"] == 2 and rates["program_steps"] == 51
+    assert rates["bytes_per_second"] is None and rates["programs"] == 1 and rates["program_steps"] == 1
+    assert rates["steps_ran"] == 51
     assert rates["rates_withheld"].startswith("FLOPs unknown for 50 of 51 steps (1 of 2 programs")
     assert meter.scalars("train", stats) == []  # withheld: no number written
 
@@ -453,12 +456,15 @@ def test_with_one_shape_the_rate_is_its_flops_over_the_steady_step():
     assert rates["time_base"] == "the phase's steady step: the median of 40 steps timed one by one"
 
 
-def test_several_programs_wait_for_a_mean_time_not_a_median_of_steps():
-    """A median of steps of mixed programs is no time their steps took: withheld until a run's interval."""
+def test_several_programs_rest_on_the_mean_of_their_steps_not_their_median():
+    """TensorFlow: a median of steps of mixed programs is one program's step, not the time their steps took:
+    the rate divides by the mean of the steps timed one by one."""
     meter, stats = _mixed((8, 16), {8: 30, 16: 10}, steady=(0.01, 40, 0))
+    stats.timing.add_steady_run([0.03] * 20)  # the median stays 10 ms; the mean is (40 x 10 + 20 x 30) / 60 ms
     rates = meter.rates({"train": stats})["train"]
-    assert rates["flops_per_second"] is None and rates["mfu"] is None and math.isclose(rates["flops_per_step"], 1e7)
-    assert rates["rates_withheld"].startswith("2 programs: the time of their steps is a run's")
+    assert math.isclose(stats.timing.median_seconds, 0.01) and math.isclose(rates["flops_per_step"], 1e7)
+    assert math.isclose(rates["flops_per_second"], 1e7 / (1.0 / 60)) and rates["rates_withheld"] is None
+    assert rates["time_base"].startswith("the mean of the phase's steady steps")
 
 
 def test_steps_whose_signature_was_not_kept_withhold_the_rates():

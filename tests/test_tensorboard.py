@@ -27,8 +27,11 @@ XLA_SCALARS = {
     "xla/compilations",
     "xla/distinct_signatures",
     "xla/storm",
-    "xla/flops_per_second",  # the cost card (xla/mfu too, where the device's peak is known: not on a CPU)
 }
+# The cost card's rates: written where the programs of at least 90% of a phase's steps were analysed (not in
+# the storm fit: most of its programs ran once and past the card's cap); xla/mfu where the device's peak is
+# known (not on a CPU).
+COST_SCALARS = {"xla/flops_per_second", "xla/mfu"}
 
 
 def _sequences(n=160):
@@ -84,7 +87,7 @@ def steady_logdir(tmp_path_factory):
     model = _sequence_model()
     data = tf.data.Dataset.from_tensor_slices((np.ones((64, 16), np.int32), np.zeros(64, np.float32))).batch(8)
     monitor = xla_keras.XlaMonitor(log_dir=log_dir, jit="on", verbose=0)
-    model.fit(data, epochs=1, callbacks=[monitor], verbose=0)
+    model.fit(data, epochs=2, callbacks=[monitor], verbose=0)
     return log_dir, monitor.report
 
 
@@ -137,9 +140,20 @@ def test_scalar_values_match_the_report(storm_logdir):
     )
     validation = _accumulator(os.path.join(log_dir, "validation"))
     assert len(validation.Scalars("xla/compilations")) == report.compilation_count["test"]
-    # The cost card: the achieved FLOP/s at the last epoch's end is the report's (no MFU on a CPU).
+    # The storm's rates are withheld, with the reason, and no scalar is written for them.
+    rates = report.costs["train"]
+    assert rates["flops_per_second"] is None and rates["rates_withheld"].startswith("FLOPs unknown for")
+    assert not COST_SCALARS & set(train.Tags()["scalars"])
+
+
+@pytest.mark.slow
+def test_the_rate_scalar_is_the_reports_where_the_programs_are_known(steady_logdir):
+    log_dir, report = steady_logdir
+    train = _accumulator(os.path.join(log_dir, "train"))
+    # One program: the achieved FLOP/s at the last epoch's end is the report's (no MFU on a CPU).
     rates = report.costs["train"]
     assert rates["flops_per_second"] and rates["mfu"] is None and "xla/mfu" not in train.Tags()["scalars"]
+    assert set(train.Tags()["scalars"]) - XLA_SCALARS == {"xla/flops_per_second"}
     assert train.Scalars("xla/flops_per_second")[-1].value == pytest.approx(rates["flops_per_second"], rel=1e-6)
 
 
@@ -163,7 +177,7 @@ def test_custom_scalars_layout_has_the_xla_category(storm_logdir):
     layout = layout_pb2.Layout.FromString(event.tensor_proto.string_val[0])
     assert [c.title for c in layout.category] == [LAYOUT_CATEGORY]
     tags = {t for chart in layout.category[0].chart for t in chart.multiline.tag}
-    assert tags == {f"^{t}$" for t in XLA_SCALARS | {"xla/mfu"}}
+    assert tags == {f"^{t}$" for t in XLA_SCALARS | COST_SCALARS}
 
 
 @pytest.mark.slow

@@ -56,9 +56,10 @@ class CostMeter:
         self._spent: Dict[str, int] = {}  # phase -> analyses (done or pending) in this call
         self._past_cap: Dict[Tuple[str, int, int], Any] = {}  # program past the cap -> the batch's shapes
         self._again: Dict[str, int] = {}  # phase -> programs past the cap analysed in this call (they ran again)
-        self._attached: Dict[str, int] = {}  # phase -> records given their figures (records only grow)
+        self._attached: Dict[str, int] = {}  # phase -> the first record still waiting for its figures
         self.analysis_seconds = 0.0  # the analyses' time so far (the budget: COST_SHARE of the monitored time)
         self._analyses = 0
+        self._phases_analysed: set = set()  # phases with a program analysed
 
     def call_began(self) -> None:
         """A fit (or a standalone evaluate / predict) began: its own budget of analyses per phase."""
@@ -101,7 +102,8 @@ class CostMeter:
         give each ledger record of their signatures the figures. ``budget``: the seconds this may take (an
         epoch end: a small share of the epoch); ``monitored_seconds``: the time monitored so far, of which all
         the analyses together take at most ``COST_SHARE`` (``cost="auto"``). An analysis runs when the time
-        the ones before took says it fits (the first always); the programs left wait for the next time."""
+        the ones before took says it fits, and at a call's end each phase's most-run program whatever it
+        costs; the programs left wait for the next time."""
         if not self._pending and not self._costs:
             return
         began = time.perf_counter()
@@ -116,8 +118,12 @@ class CostMeter:
         runs = {phase: stats.history.batches for phase, stats in phases.items()}
         for key, spec in sorted(self._pending.items(), key=lambda item: -runs.get(item[0][0], {}).get(item[0][1], 0)):
             estimate = self._estimate(phases[key[0]])
-            if left is not None and time.perf_counter() - began + estimate > left:
-                self.notes.add_once("cost-budget", BUDGET.format(share=COST_SHARE, each=estimate))
+            # At a call's end (no budget of its own) each phase's most-run program is analysed whatever it
+            # costs: the card's one figure a short fit gets; the others within the share.
+            first = budget is None and key[0] not in self._phases_analysed
+            if left is not None and not first and time.perf_counter() - began + estimate > left:
+                if budget is None:  # a call's end: what is left now stays without figures
+                    self.notes.add_once("cost-budget", BUDGET.format(share=COST_SHARE, each=estimate))
                 break
             del self._pending[key]
             started = time.perf_counter()
@@ -126,17 +132,23 @@ class CostMeter:
             except Exception as error:  # noqa: BLE001 - never from here: the figures are unavailable
                 cost = ProgramCost(source=self.backend.cost_source, unavailable=_failed(error))
             self._took(time.perf_counter() - started)
+            self._phases_analysed.add(key[0])
             self._costs[key] = self._latest[key[:2]] = cost
         spent = time.perf_counter() - began
         for phase, stats in phases.items():
+            # A record waits for its figures while its program waits for its analysis (the budget).
+            start = self._attached.get(phase, 0)
             records = stats.records
-            for record in records[self._attached.get(phase, 0) :]:  # each record once, when it is new
+            for record in records[start:]:
                 if record.cost is None:
                     record.cost = self._latest.get((phase, fingerprint(record.signature)))
-            self._attached[phase] = len(records)
-        self._analyse_ran_again(model, phases, None if left is None else left - spent)
+            waiting = next((i for i in range(start, len(records)) if records[i].cost is None), len(records))
+            self._attached[phase] = waiting  # the first record still without figures
+        self._analyse_ran_again(model, phases, None if left is None else left - spent, budget is None)
 
-    def _analyse_ran_again(self, model: Any, phases: Dict[str, PhaseStats], left: Optional[float]) -> None:
+    def _analyse_ran_again(
+        self, model: Any, phases: Dict[str, PhaseStats], left: Optional[float], final: bool = True
+    ) -> None:
         """The programs past the cap that ran again (most steps first), up to ``ANALYSES_PER_CALL`` per phase
         and call, within the seconds ``left`` of the budget: the steady steps ran them. Their records, passed
         over before, get the figures."""
@@ -149,7 +161,8 @@ class CostMeter:
             analysed: Dict[int, ProgramCost] = {}
             for key in again[: max(0, allowed)]:
                 if left is not None and time.perf_counter() - began + self._estimate(stats) > left:
-                    self.notes.add_once("cost-budget", BUDGET.format(share=COST_SHARE, each=self._estimate(stats)))
+                    if final:
+                        self.notes.add_once("cost-budget", BUDGET.format(share=COST_SHARE, each=self._estimate(stats)))
                     break
                 spec = self._past_cap.pop(key)
                 started = time.perf_counter()
@@ -214,6 +227,7 @@ class CostMeter:
                     self._peak,
                     self._withheld(stats),
                     timing.median_intervals,
+                    timing.steady_total / timing.steady_count if timing.steady_count else None,
                 )
         return out
 

@@ -203,6 +203,11 @@ class ProgramSteps:
     steps: int
 
 
+# The share of a phase's steps whose program's FLOPs must be known for its rates: the steps left out could
+# cost more or less than those counted, so they may move the mean by their share at most.
+MIN_RATE_COVERAGE = 0.9
+
+
 def rate_steps_words(steady_steps: int) -> str:
     """Why a rate is withheld below ``MIN_RATE_STEPS`` steady steps."""
     return f"{steady_steps} steady steps ({MIN_RATE_STEPS} needed)"
@@ -215,15 +220,17 @@ def phase_rates(
     peak: Optional[Tuple[float, str]],
     withheld: Optional[str] = None,
     intervals: int = 0,
+    mean_seconds: Optional[float] = None,
 ) -> Dict[str, Any]:
     """A phase's achieved rates at steady state: the FLOPs its steps ran over the time they took.
 
     Each program's FLOPs count once per step that ran it: ``flops_per_step`` is their mean over the
-    phase's steps, and the time base is the phase's steady step (the monitor keeps no time per
-    signature), so ``flops_per_second`` = sum(FLOPs x steps) / (steps x steady step). A steady step
-    that is a median of steps timed one by one (``intervals`` 0) is no mean time: with several programs
-    the rates then wait for an interval (a run's end). When steps ran a program whose FLOPs are unknown
-    the FLOPs and the rates are withheld, with the reason.
+    steps whose program's FLOPs are known (``program_steps`` of the phase's ``steps_ran``: at least
+    ``MIN_RATE_COVERAGE`` of them, else the figures are withheld, the steps left out could cost otherwise),
+    and the time base is the phase's steady step (the monitor keeps no time per signature), so
+    ``flops_per_second`` = sum(FLOPs x steps) / (steps x steady step). With several programs the steady
+    step is a mean time: the intervals' (JAX), or ``mean_seconds``, the mean of the steps timed one by one
+    (TensorFlow), where their median would be one program's step.
 
     Args:
         programs: the programs the phase ran, each with the steps that ran it; a single ``ProgramCost``:
@@ -235,38 +242,42 @@ def phase_rates(
             so the rates are per device too.
         withheld: why the rates cannot rest on the steady step here (then they are None), or None.
         intervals: the intervals the steady step is the mean of (0: the median of steps timed one by one).
+        mean_seconds: the mean of the steps timed one by one (TensorFlow), the time base of several programs.
 
     Returns:
-        ``flops_per_step`` (the mean over the steps that ran), ``peak_bytes`` (the largest program's
-        memory), ``flops_per_second``, ``bytes_per_second`` and ``mfu`` (each None when it cannot be said;
-        the rates also below ``MIN_RATE_STEPS`` steady steps), ``steady_steps``, ``programs`` and
-        ``program_steps`` (the programs and steps the FLOPs weigh), ``time_base`` (in words),
-        ``peak_flops``, ``peak_source``, ``rates_withheld``.
+        ``flops_per_step`` (the mean over the steps whose FLOPs are known), ``peak_bytes`` (the largest
+        program's memory, when every program's is known), ``flops_per_second``, ``bytes_per_second`` and
+        ``mfu`` (each None when it cannot be said; the rates also below ``MIN_RATE_STEPS`` steady steps),
+        ``steady_steps``, ``programs`` and ``program_steps`` (the programs and steps the FLOPs weigh),
+        ``steps_ran`` (every step of the phase's programs), ``time_base`` (in words), ``peak_flops``,
+        ``peak_source``, ``rates_withheld``.
     """
     if isinstance(programs, ProgramCost):
         programs = (ProgramSteps(programs, max(1, steady_steps)),)
     ran = [program for program in programs if program.steps > 0]
     total = sum(program.steps for program in ran)
-    flops_per_step = _mean_per_step(ran, "flops", total)
-    bytes_per_step = _mean_per_step(ran, "bytes_accessed", total)
+    counted = [p for p in ran if p.cost is not None and p.cost.flops is not None]
+    steps = sum(program.steps for program in counted)
+    flops_per_step = _mean_per_step(counted, "flops", steps)
+    bytes_per_step = _mean_per_step(counted, "bytes_accessed", steps)
     peaks = [program.cost.peak_bytes for program in ran if program.cost is not None]
     known = [peak for peak in peaks if peak is not None]
     peak_bytes = max(known) if known and len(known) == len(ran) else None  # the largest program's, if all known
-    if withheld is None and flops_per_step is None and ran:
-        unknown = [program for program in ran if program.cost is None or program.cost.flops is None]
+    if withheld is None and ran and steps < MIN_RATE_COVERAGE * total:
+        unknown = len(ran) - len(counted)
         withheld = (
-            f"FLOPs unknown for {sum(p.steps for p in unknown)} of {total} steps ({len(unknown)} of {len(ran)} "
-            "programs not analysed: past the cap, unavailable, or not kept)"
+            f"FLOPs unknown for {total - steps} of {total} steps ({unknown} of {len(ran)} programs not analysed: "
+            "past the cap or the card's budget, unavailable, or not kept)"
         )
+        flops_per_step = bytes_per_step = None
     # A rate rests on the steady step: withheld (None) below the steps a steady figure needs.
     if withheld is None and not (steady_seconds and steady_steps >= MIN_RATE_STEPS):
         withheld = rate_steps_words(steady_steps)
-    if withheld is None and len(ran) > 1 and not intervals:
-        withheld = (
-            f"{len(ran)} programs: the time of their steps is a run's (the steady step is the median of "
-            f"{steady_steps} steps timed one by one until a run ends)"
-        )
-    seconds = None if withheld else steady_seconds
+    several = len(ran) > 1 and not intervals
+    base = mean_seconds if several else steady_seconds
+    if withheld is None and several and not base:
+        withheld = f"{len(ran)} programs: no mean of their steps' times yet"
+    seconds = None if withheld else base
     flops_per_second = flops_per_step / seconds if seconds and flops_per_step is not None else None
     bytes_per_second = bytes_per_step / seconds if seconds and bytes_per_step is not None else None
     mfu = None
@@ -279,19 +290,22 @@ def phase_rates(
         "bytes_per_second": bytes_per_second,
         "mfu": mfu,
         "steady_steps": steady_steps,
-        "programs": len(ran),
-        "program_steps": total,
-        "time_base": time_base_words(steady_steps, intervals),
+        "programs": len(counted),
+        "program_steps": steps,
+        "steps_ran": total,
+        "time_base": time_base_words(steady_steps, intervals, several),
         "peak_flops": None if peak is None else peak[0],
         "peak_source": None if peak is None else peak[1],
         "rates_withheld": withheld,
     }
 
 
-def time_base_words(steady_steps: int, intervals: int) -> str:
+def time_base_words(steady_steps: int, intervals: int, mean: bool = False) -> str:
     """The time the rates divide by, in words."""
     if intervals:
         return f"the phase's steady step: the mean of {steady_steps} steps over {intervals} intervals"
+    if mean:
+        return "the mean of the phase's steady steps, each timed on its own (several programs)"
     return f"the phase's steady step: the median of {steady_steps} steps timed one by one"
 
 
