@@ -7,10 +7,10 @@ Configurations are interleaved over several rounds on the same warm model, in
 reverse order every other round: bare fit, XlaMonitor(), XlaMonitor()
 pulling batches with an eager ``next()`` instead of its graph pull (what the
 pull choice is worth), and XlaMonitor(on_storm="raise"), whose workers agree on
-storms every 50 batches and at each epoch's end (issue 32). Each configuration keeps one monitor across its rounds,
+storms every 50 batches and at each epoch's end. Each configuration keeps one monitor across its rounds,
 as a training run does (its one-time trace window falls in the warm-up fit).
 Reported: median seconds per step over the rounds, the ratio to bare, and the
-median of the rounds' paired ratios. Target (issue 31): Mirrored at most 1.05x.
+median of the rounds' paired ratios. Target: Mirrored at most 1.05x.
 
     python benchmarks/strategy_overhead.py [--quick] [--rounds 9] [--steps 200] [--strategy mirrored|multiworker|both]
 """
@@ -28,7 +28,7 @@ sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "tests"))
 
 # "on_storm='raise'": under MultiWorkerMirroredStrategy the workers agree on storms every 50 batches
-# and at each epoch's end (issue 32): what that agreement costs beside XlaMonitor().
+# and at each epoch's end: what that agreement costs beside XlaMonitor().
 CONFIGS = ("bare", "XlaMonitor()", "XlaMonitor() eager pull", "XlaMonitor(on_storm='raise')")
 
 

@@ -32,9 +32,11 @@ section_done() {
   fi
 }
 background=()  # the process groups started below: stopped with everything they started on exit
+docs_site=""  # the documentation site the static checks build (removed on exit)
 finish() {
   section_done
   for group in "${background[@]}"; do kill -- "-$group" 2>/dev/null || true; done
+  if [ -n "$docs_site" ]; then rm -rf "$docs_site"; fi
 }
 trap finish EXIT  # a failing section says how long it ran too
 section() {
@@ -64,10 +66,11 @@ section "static checks"
 ruff check .
 ruff format --check .
 mypy xla_keras
-# The documentation site (mkdocs.yml): no broken link or reference; built outside the checkout.
+# The documentation site (mkdocs.yml): no broken link or reference; built outside the checkout, once: the
+# suite's browser tests read this build (XLA_KERAS_DOCS_SITE) instead of building it again.
 docs_site=$(mktemp -d)
 NO_MKDOCS_2_WARNING=1 mkdocs build --strict --site-dir "$docs_site"  # not --quiet: it hides the warnings --strict counts
-rm -rf "$docs_site"
+export XLA_KERAS_DOCS_SITE="$docs_site"
 section "main suite"
 python -m pytest -q -n 2 --dist loadgroup -m "not timed" --durations=15
 if [ -n "$full" ]; then

@@ -6,12 +6,15 @@ order that starts the long groups first.
 pytest-xdist runs the main suite on both cores (``-n 2 --dist loadgroup``, scripts/test.sh); the tests
 marked ``timed`` run after it, alone, in a second invocation (``-m timed``). A test is ``slow`` (the
 quick tier skips it) by its own mark or its module's ``pytestmark``; ``scenario`` and ``timed`` mean
-slow too.
+slow too. A test with none of those marks that starts a fit fails (``_no_fit_in_the_quick_tier``): it
+would slow the quick tier.
 """
 
+import functools
 import gc
 import os
 import signal
+import sys
 import sysconfig
 import warnings
 from typing import List
@@ -32,7 +35,7 @@ RUNS = {
     "partial_batch-off": ("partial_batch", "off", {}),
     "partial_batch-keep": ("partial_batch", "keep", {}),
     "partial_batch-auto-env": ("partial_batch", "autoclustering", {"env_flags": "--tf_xla_cpu_global_jit"}),
-    # With a log_dir: the automatic trace window falls on probed auto-clustering calls (issue 30's notes).
+    # With a log_dir: the automatic trace window falls on probed auto-clustering calls (the notes' checks).
     "partial_batch-auto-configure": ("partial_batch", "autoclustering", {"extra_args": ("--configure",), "logs": True}),
     "partial_batch-auto-late": ("partial_batch", "autoclustering", {}),
     "batch_sizes-on-busy": ("batch_sizes", "on", {"extra_args": ("--profiler-busy",)}),
@@ -168,3 +171,45 @@ def pytest_runtest_teardown(item, nextitem):
     if not _COLLECTED:
         gc.freeze()  # after this first test's cycles are gone: what is older is never scanned again
         _COLLECTED.append(True)
+
+
+# A test that starts a fit is slow, and says so (its mark, or its module's): one without the mark would slow
+# the quick tier. Keras's fit / evaluate / predict fail in such a test, naming the mark.
+_QUICK: List[str] = []  # the unmarked test running now, if any
+_MARKS = ("slow", "scenario", "timed")
+
+
+def _refuse_fits_in_quick_tests(keras) -> None:
+    model = keras.Model
+    if getattr(model, "_quick_tier_guard", False):
+        return
+    for name in ("fit", "evaluate", "predict"):
+        original = getattr(model, name)
+
+        @functools.wraps(original)
+        def guarded(self, *args, _original=original, _name=name, **kwargs):
+            if _QUICK:
+                pytest.fail(
+                    f"{_QUICK[-1]} starts a {_name} but is not marked slow (or scenario, timed): the quick tier "
+                    "runs the tests that start no fit",
+                    pytrace=False,
+                )
+            return _original(self, *args, **kwargs)
+
+        setattr(model, name, guarded)
+    model._quick_tier_guard = True
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item):
+    quick = not any(item.get_closest_marker(mark) for mark in _MARKS)
+    keras = sys.modules.get("keras")
+    if quick and keras is not None and hasattr(keras, "Model"):
+        _refuse_fits_in_quick_tests(keras)
+    if quick:
+        _QUICK.append(item.nodeid)
+    try:
+        yield
+    finally:
+        if quick:
+            _QUICK.pop()

@@ -73,34 +73,34 @@ def state_of(model):
 
 def forced_rules():
     """Exactly three rounds, then the default is kept (a tie): six switches on a fit of any length."""
-    from xla_keras.jit import trial as fastest
+    from xla_keras.jit import trial
 
-    fastest.MIN_STEPS_LEFT, fastest.TRIAL_BUDGET = 0, math.inf
-    fastest.EARLY_RATIO = fastest.FAR_APART = math.inf
-    fastest.MIN_GAIN = math.inf
-    fastest.MIN_ROUNDS = fastest.MAX_ROUNDS = 3
+    trial.MIN_STEPS_LEFT, trial.TRIAL_BUDGET = 0, math.inf
+    trial.EARLY_RATIO = trial.FAR_APART = math.inf
+    trial.MIN_GAIN = math.inf
+    trial.MIN_ROUNDS = trial.MAX_ROUNDS = 3
 
 
 _DEFAULTS: dict = {}
 
 
 def default_rules():
-    from xla_keras.jit import trial as fastest
+    from xla_keras.jit import trial
 
     names = ("MIN_STEPS_LEFT", "TRIAL_BUDGET", "EARLY_RATIO", "FAR_APART", "MIN_GAIN", "MIN_ROUNDS", "MAX_ROUNDS")
     saved = _DEFAULTS
     if not saved:
-        saved.update({n: getattr(fastest, n) for n in names})
+        saved.update({n: getattr(trial, n) for n in names})
     for n in names:
-        setattr(fastest, n, saved[n])
-    fastest.Trial._after_block = saved.setdefault("after_block", fastest.Trial._after_block)
+        setattr(trial, n, saved[n])
+    trial.Trial._after_block = saved.setdefault("after_block", trial.Trial._after_block)
 
 
 def decide_on_after_one_round():
-    from xla_keras.jit import trial as fastest
+    from xla_keras.jit import trial
 
     forced_rules()
-    fastest.Trial._after_block = lambda self, step, outlook: self._decide(
+    trial.Trial._after_block = lambda self, step, outlook: self._decide(
         True, step, outlook, "measured", "forced by the scenario after one round"
     )
 
@@ -261,10 +261,10 @@ def storm(dump_dir):
     """Batches of 16 lengths: XLA would compile each, so it is not even tried (a fit long enough)."""
     import keras
 
-    from xla_keras.jit import trial as fastest
+    from xla_keras.jit import trial
 
     default_rules()
-    fastest.MIN_STEPS_LEFT, fastest.TRIAL_BUDGET = 0, math.inf
+    trial.MIN_STEPS_LEFT, trial.TRIAL_BUDGET = 0, math.inf
     rng = np.random.default_rng(3)
     batches = []
     for _ in range(200):
@@ -294,17 +294,17 @@ def drift(dump_dir):
     be), then every batch a new length: the watch returns to XLA off after two unpriced compiles."""
     import keras
 
-    from xla_keras.jit import trial as fastest
+    from xla_keras.jit import trial
 
     default_rules()
     forced_rules()
 
     def decide_on_and_watch(self, step, outlook):
         verdict = self._decide(True, step, outlook, "measured", "forced by the scenario after one round")
-        self.watch = fastest.Watch(step, gain_per_step=1e-9, priced=0.0, each=1e-6, window=200)
+        self.watch = trial.Watch(step, gain_per_step=1e-9, priced=0.0, each=1e-6, window=200)
         return verdict
 
-    fastest.Trial._after_block = decide_on_and_watch
+    trial.Trial._after_block = decide_on_and_watch
     rng = np.random.default_rng(4)
     lengths = [8] * 100 + [9 + i for i in range(30)]
     batches = [

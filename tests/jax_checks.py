@@ -12,6 +12,7 @@ import os
 import sys
 
 import numpy as np
+from models import text_model
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
@@ -106,15 +107,7 @@ def quiet_fit(mode, log_dir):
         def __getitem__(self, i):
             return batches[i]
 
-    model = keras.Sequential(
-        [
-            keras.Input((None,), dtype="int32"),
-            keras.layers.Embedding(100, 8),
-            keras.layers.GlobalAveragePooling1D(),
-            keras.layers.Dense(1),
-        ]
-    )
-    model.compile("adam", "mse")
+    model = text_model()
     callbacks = []
     if mode == "monitored":
         import xla_keras

@@ -34,6 +34,7 @@ import time
 import warnings
 
 import numpy as np
+from models import text_model
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
@@ -128,21 +129,6 @@ def mlp(inputs=8, spe=1):
 
     model = keras.Sequential([keras.Input((inputs,)), keras.layers.Dense(32, activation="relu"), keras.layers.Dense(1)])
     model.compile("adam", "mse", steps_per_execution=spe)
-    return model
-
-
-def text_model():
-    import keras
-
-    model = keras.Sequential(
-        [
-            keras.Input((None,), dtype="int32"),
-            keras.layers.Embedding(100, 8),
-            keras.layers.GlobalAveragePooling1D(),
-            keras.layers.Dense(1),
-        ]
-    )
-    model.compile("adam", "mse")
     return model
 
 

@@ -20,6 +20,7 @@ import sys
 import warnings
 
 import numpy as np
+from models import text_model
 
 KINDS = ("storm", "fallback", "budget", "fastest", "refusal", "missing_plugin")
 
@@ -37,21 +38,6 @@ def _sequences(storm):
 
     spec = (tf.TensorSpec((None,), tf.int32), tf.TensorSpec((), tf.float32))
     return tf.data.Dataset.from_generator(gen, output_signature=spec).padded_batch(8 if storm else 32)
-
-
-def _model():
-    import keras
-
-    model = keras.Sequential(
-        [
-            keras.Input((None,), dtype="int32"),
-            keras.layers.Embedding(100, 8),
-            keras.layers.GlobalAveragePooling1D(),
-            keras.layers.Dense(1),
-        ]
-    )
-    model.compile("adam", "mse")
-    return model
 
 
 def fit(kind, log_dir):
@@ -74,7 +60,7 @@ def fit(kind, log_dir):
 
         versions.profile_tab_installed = lambda: False
         monitor_kwargs["profile"] = (2, 3)
-    model = _model()
+    model = text_model()
     if kind == "refusal":
         model.compile("adam", "mse", run_eagerly=True)
     monitor = xla_keras.XlaMonitor(**monitor_kwargs)

@@ -1,4 +1,4 @@
-"""Every note of a report held to the records it speaks of (issue 30): ``problems(report)`` lists
+"""Every note of a report held to the records it speaks of: ``problems(report)`` lists
 each note whose claim the report's own records do not bear out, for each kind of note that makes a
 claim about them. Notes about events (a refused request, a multi-worker cluster, a log directory)
 claim nothing about the records and are not checked here."""

@@ -9,6 +9,7 @@ monitor probes many steps and opens a profiler trace window: every source of pro
 import sys
 
 import numpy as np
+from models import text_model
 
 
 def fastest_fit(mode, log_dir):
@@ -40,7 +41,6 @@ def fastest_fit(mode, log_dir):
 def main(mode, log_dir):
     if mode in ("default", "fastest"):
         return fastest_fit(mode, log_dir)
-    import keras
     import tensorflow as tf
 
     rng = np.random.default_rng(0)
@@ -53,15 +53,7 @@ def main(mode, log_dir):
     data = tf.data.Dataset.from_generator(
         gen, output_signature=(tf.TensorSpec((None,), tf.int32), tf.TensorSpec((), tf.float32))
     ).padded_batch(8)
-    model = keras.Sequential(
-        [
-            keras.Input((None,), dtype="int32"),
-            keras.layers.Embedding(100, 8),
-            keras.layers.GlobalAveragePooling1D(),
-            keras.layers.Dense(1),
-        ]
-    )
-    model.compile("adam", "mse", jit_compile=True)
+    model = text_model(jit_compile=True)
     callbacks = []
     if mode == "monitored":
         import xla_keras

@@ -16,6 +16,7 @@ import subprocess
 import sys
 
 import numpy as np
+from models import text_model
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCENARIO = os.path.abspath(__file__)
@@ -100,21 +101,6 @@ def padded_sequences(rng):
     return tf.data.Dataset.from_generator(
         gen, output_signature=(tf.TensorSpec((None,), tf.int32), tf.TensorSpec((), tf.float32))
     ).padded_batch(8)
-
-
-def text_model():
-    import keras
-
-    model = keras.Sequential(
-        [
-            keras.Input((None,), dtype="int32"),
-            keras.layers.Embedding(100, 8),
-            keras.layers.GlobalAveragePooling1D(),
-            keras.layers.Dense(1),
-        ]
-    )
-    model.compile("adam", "mse")
-    return model
 
 
 class FlagSpy:

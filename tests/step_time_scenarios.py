@@ -1,4 +1,4 @@
-"""Fits whose step times are checked against the wall clock (issue 42), on either Keras backend.
+"""Fits whose step times are checked against the wall clock, on either Keras backend.
 
 Run in a fresh subprocess by tests/test_step_times.py, one process per backend and group of fits
 (KERAS_BACKEND, and on TensorFlow TF_CPP_VMODULE=device_compiler=1, are set before the import):
@@ -108,7 +108,7 @@ def model_for(kind, seed=0):
             keras.layers.GlobalAveragePooling2D(),
             keras.layers.Dense(10),
         ]
-    elif kind == "conv32":  # issue 42's conv net: ~36 ms a step on 2 CPU cores
+    elif kind == "conv32":  # the step-time conv net: ~36 ms a step on 2 CPU cores
         layers = [
             keras.Input((32, 32, 3)),
             keras.layers.Conv2D(32, 3, activation="relu"),

@@ -1,4 +1,4 @@
-"""jit='fastest' in several processes (issue 32), without starting any: two trials fed different
+"""jit='fastest' in several processes, without starting any: two trials fed different
 step times, each in its own session, agree through ``callback/agreement.py`` with a gather that hands every
 process the chief's row, as the collective does. Pure. The real processes are
 tests/test_jax_multiprocess.py's."""

@@ -38,6 +38,7 @@ EXPECT = {
     # Keras's JAX backend: the overhead beside a bare JAX fit, and the accelerator check run on CPU.
     "overhead.py --backend jax --model tiny": ["backend=jax", "XlaMonitor()", "no-op callback", "paired"],
     "step_path.py --backend jax": ["backend=jax", "XlaMonitor(update_freq='epoch')", "us per step"],
+    "precompile.py --backend jax": ["backend=jax", "precompile:1", "compiles in the loop 0", "vs none"],
     "gpu_check.py": [
         "devices: 1 x cpu",
         "train: monitor 8, dump 8  ok",
@@ -65,6 +66,7 @@ def _quick_jobs(root):
     order = [
         "cold_start.py",
         "fastest.py",
+        "precompile.py --backend jax",
         "storm_payoff.py",
         "strategy_overhead.py",
         "accuracy.py",

@@ -1,4 +1,4 @@
-"""Every public name's docstring (issue 29): Google-style sections as Keras writes them, and examples
+"""Every public name's docstring: Google-style sections as Keras writes them, and examples
 that run.
 
 Public: every name in ``xla_keras.__all__`` and ``xla_keras.data.__all__``, and the methods and
@@ -50,6 +50,7 @@ FIT_EXAMPLES = (
     ("Storm", ()),
     ("RecompilationStormError", ()),
     ("UnsupportedOpError", ()),
+    ("CompileAfterPrecompileError", ()),
     ("XlaKerasWarning", ()),
     ("LogDirError", ()),
     ("compare", ("table",)),

@@ -396,7 +396,7 @@ def test_tensorflow_fastest_acts_as_keep_where_only_one_mode_can_run(monkeypatch
 @pytest.mark.parametrize("replicas, multi_worker", [(2, True), (1, True), (2, False), (1, False)])
 def test_jax_fastest_runs_its_trial_over_several_devices_and_processes(monkeypatch, replicas, multi_worker):
     """One process over several devices: one clock. Several processes: the chief's trial decides for all
-    (callback/agreement.py, issue 32). Neither acts as 'keep' any more."""
+    (callback/agreement.py). Neither acts as 'keep' any more."""
     from xla_keras.backends.jax import _internals
     from xla_keras.backends.jax.jit import JitController
 
@@ -488,7 +488,7 @@ def test_shapes_that_start_varying_after_the_decision_turn_xla_off_again():
     assert fit.seconds < off_only < on_only
 
 
-# ------------------------------------------------------------------ JAX: samples are intervals (issue 42)
+# ------------------------------------------------------------------ JAX: samples are intervals
 
 
 def test_under_jax_a_sample_is_an_interval_past_the_blocks_settling_steps():

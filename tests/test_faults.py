@@ -35,7 +35,7 @@ BATCH, EPOCH_STEPS = 8, 8
 K = 11  # the faulting train step (global, 1-based): epoch 2, its 3rd batch
 WINDOW = (K - 1, K + 2)  # profile=(start, stop): a trace window open when the fault hits
 
-# Regressions these tests guard against (each was a real bug, found and fixed for issue 8).
+# Regressions these tests guard against (each was a real bug).
 BUG_LOG_DIR_EMPTY = (
     "log_dir='' is accepted: the monitor writes a 'train' dir into the cwd, then "
     "os.makedirs('') fails mid-epoch and it disables itself"

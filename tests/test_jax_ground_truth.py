@@ -172,6 +172,7 @@ def _log_modules(lines):
 def test_compile_seconds_equal_jax_log_lines(runs, name):
     run = runs[name]
     logged = _log_modules(run["log"])
+    assert run["report"]["compilations"], "the run compiled nothing: nothing to hold to JAX's lines"
     for phase in PHASES:
         ours = [c["seconds"] for c in run["report"]["compilations"] if c["phase"] == phase]
         theirs = logged.get(f"jit({phase}_step)", [])

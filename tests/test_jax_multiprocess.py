@@ -1,4 +1,4 @@
-"""Keras's JAX backend over several processes (issue 32): two CPU processes on loopback under
+"""Keras's JAX backend over several processes: two CPU processes on loopback under
 ``jax.distributed.initialize`` and ``keras.distribution.DataParallel``, each feeding its own data of
 the same shapes; and one process over two host devices.
 

@@ -187,6 +187,7 @@ def _moved(code, model):
     raise AssertionError("the move's code has no model.compile(...)")
 
 
+@pytest.mark.slow  # it predicts
 @pytest.mark.filterwarnings("ignore:When providing `inputs` as a dict")  # Keras's, on the moved input's name
 def test_preprocess_then_the_model_after_the_move_computes_what_the_whole_model_did():
     pytest.importorskip("tensorflow")

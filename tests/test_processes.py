@@ -1,4 +1,4 @@
-"""Several processes in one run (issue 32), without starting any: what each gives and what the
+"""Several processes in one run, without starting any: what each gives and what the
 report and the tab say of them; which storm action runs where. Pure (no TensorFlow, no JAX).
 The real processes are tests/test_jax_multiprocess.py's."""
 

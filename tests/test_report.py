@@ -11,7 +11,7 @@ from xla_keras.report.model import Compilation, SlowStep, XlaReport
 from xla_keras.storms.budget import PhaseAdvice
 from xla_keras.storms.detection import Storm
 
-# The to_dict() keys are a contract (DESIGN §2): written out here so a rename fails.
+# The to_dict() keys are a contract (docs/report-schema.md): written out here so a rename fails.
 COMPILATION_KEYS = [
     "phase",
     "step",
@@ -29,6 +29,7 @@ COMPILATION_KEYS = [
     "why",  # schema 13
     "cost",  # schema 9 (the cost card)
     "outside_step",  # a one-off program's module (TensorFlow's variable initialiser), not the step's
+    "precompiled",  # schema 13: compiled before the phase's first step
 ]
 SLOW_STEP_KEYS = ["phase", "step", "seconds", "steady_seconds", "signature", "basis"]  # basis: schema 10
 SLOW_STEP_KEYS += ["where", "input_seconds", "between_seconds"]  # schema 13
@@ -73,6 +74,7 @@ REPORT_KEYS = [
     "waits",  # schema 13 (the input pipeline's wait, runs' starts)
     "own_seconds",  # schema 13 (the monitor's own work)
     "outside_step_compilations",  # modules of one-off programs, per phase
+    "precompile",  # schema 13 (what each phase compiled before its first step, and after)
 ]
 SIGNATURE_ITEM_KEYS = ["path", "dtype", "shape"]
 

@@ -333,7 +333,7 @@ def test_a_failed_full_call_is_not_a_step_and_is_not_pending():
     assert s.phases["train"].steps_run == 0 and s.phases["train"].step == 0
 
 
-# ------------------------------------------------------------------ between drains (JAX, issue 42)
+# ------------------------------------------------------------------ between drains (JAX)
 
 
 def jax_session(clock):

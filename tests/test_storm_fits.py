@@ -10,6 +10,8 @@ import pytest
 tf = pytest.importorskip("tensorflow")
 keras = pytest.importorskip("keras")
 
+from models import text_model
+
 import xla_keras
 from xla_keras.backends.tensorflow import (
     _internals,
@@ -32,23 +34,10 @@ def _sequences(n=96, low=4, high=80, seed=0):
     )
 
 
-def _text_model():
-    model = keras.Sequential(
-        [
-            keras.Input((None,), dtype="int32"),
-            keras.layers.Embedding(100, 8),
-            keras.layers.GlobalAveragePooling1D(),
-            keras.layers.Dense(1),
-        ]
-    )
-    model.compile("adam", "mse")
-    return model
-
-
 def test_raise_stops_the_fit_at_the_storm_with_files_flushed(tmp_path):
     log_dir = str(tmp_path / "logs")
     flags.set_autoclustering(False)
-    model = _text_model()
+    model = text_model()
     monitor = xla_keras.XlaMonitor(log_dir=log_dir, jit="on", on_storm="raise", storm_threshold=3, verbose=0)
     with pytest.raises(xla_keras.RecompilationStormError) as info:
         model.fit(_sequences().padded_batch(8), epochs=2, callbacks=[monitor], verbose=0)
@@ -68,12 +57,12 @@ def test_raise_stops_the_fit_at_the_storm_with_files_flushed(tmp_path):
 def test_following_the_printed_advice_removes_the_storm():
     storming = xla_keras.XlaMonitor(log_dir=None, jit="on", storm_threshold=4, verbose=0)
     with pytest.warns(xla_keras.XlaKerasWarning, match="Recompilation storm") as said:
-        _text_model().fit(_sequences().padded_batch(8), epochs=1, callbacks=[storming], verbose=0)
+        text_model().fit(_sequences().padded_batch(8), epochs=1, callbacks=[storming], verbose=0)
     # The warning is located at the line above (the user's fit call), and is 4 short lines; its
     # fix line is code that runs as printed (`monitor` standing for the user's monitor).
     ours = [w for w in said if issubclass(w.category, xla_keras.XlaKerasWarning)]
     assert len(ours) == 1 and ours[0].filename == __file__
-    assert "_text_model().fit(" in linecache.getline(__file__, ours[0].lineno)
+    assert "text_model().fit(" in linecache.getline(__file__, ours[0].lineno)
     message = str(ours[0].message).splitlines()
     assert len(message) == 4 and max(map(len, message)) <= 100, message
     scope = {"ds": _sequences().padded_batch(8), "monitor": storming, "xla_keras": xla_keras}
@@ -86,7 +75,7 @@ def test_following_the_printed_advice_removes_the_storm():
     exec(fix["code"], pasted)  # noqa: S102 - the advice is code, run it as given
     assert pasted["ds"].element_spec == scope["ds"].element_spec
     fixed = xla_keras.XlaMonitor(log_dir=None, jit="on", storm_threshold=4, verbose=0)
-    _text_model().fit(scope["ds"], epochs=2, callbacks=[fixed], verbose=0)
+    text_model().fit(scope["ds"], epochs=2, callbacks=[fixed], verbose=0)
     report = fixed.report
     assert report.storms == []
     assert report.total_compilations == report.distinct_signatures["train"] <= fix["compiles"]

@@ -176,7 +176,7 @@ FUNCTIONS = {"configure", "doctor", "compare", "parse_report", "jit_decision", "
 CLASSES = {"XlaMonitor", "XlaReport", "Compilation", "SlowStep", "Storm", "CompareTable", "MonitorConfig",
            "PhaseAdvice", "ProgramCost"}
 EXCEPTIONS = {"RecompilationStormError": Exception, "UnsupportedOpError": Exception, "LogDirError": Exception,
-              "XlaKerasWarning": Warning}
+              "CompileAfterPrecompileError": Exception, "XlaKerasWarning": Warning}
 wrong = []
 for name in xla_keras.__all__:
     value = getattr(xla_keras, name)

@@ -16,6 +16,7 @@ import pytest
 tf = pytest.importorskip("tensorflow")
 keras = pytest.importorskip("keras")
 
+from models import text_model
 from tensorboard_server import get_json, headless_chromium, running_tensorboard
 from test_tensorboard import _sequences  # noqa: E402  (storm data: padded batches of varying length)
 
@@ -63,19 +64,6 @@ def _check_advised_card(frame, selector, item):
     assert not was_open and shown and item["advice"][:60] in text
 
 
-def _sequence_model():
-    model = keras.Sequential(
-        [
-            keras.Input((None,), dtype="int32"),
-            keras.layers.Embedding(100, 8),
-            keras.layers.GlobalAveragePooling1D(),
-            keras.layers.Dense(1),
-        ]
-    )
-    model.compile("adam", "mse")
-    return model
-
-
 def _batches(shapes):
     def gen():
         for batch, length in shapes:
@@ -117,9 +105,9 @@ def tab_logdir(tmp_path_factory):
         # No floor: its 4 train compiles cost under a second here, and the tab's advice card is checked.
         shapes = {"log_dir": str(root / "shapes"), "jit": "on", "compile_budget_floor": 0, "verbose": 0}
         monitor = xla_keras.XlaMonitor(**shapes)
-        _sequence_model().fit(_batches(SHAPES), epochs=2, callbacks=[monitor, _ReportMidFit(monitor)], verbose=0)
+        text_model().fit(_batches(SHAPES), epochs=2, callbacks=[monitor, _ReportMidFit(monitor)], verbose=0)
         monitor = xla_keras.XlaMonitor(log_dir=str(root / "storm"), jit="on", storm_threshold=4, verbose=0)
-        _sequence_model().fit(_sequences(96), epochs=1, callbacks=[monitor], verbose=0)
+        text_model().fit(_sequences(96), epochs=1, callbacks=[monitor], verbose=0)
         x = np.random.default_rng(1).normal(size=(256, 16)).astype(np.float32)
         y = x.sum(axis=1, keepdims=True)
 

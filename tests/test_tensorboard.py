@@ -12,6 +12,7 @@ import pytest
 tf = pytest.importorskip("tensorflow")
 keras = pytest.importorskip("keras")
 
+from models import text_model
 from tensorboard_server import get, headless_chromium, running_tensorboard
 
 import xla_keras
@@ -54,25 +55,12 @@ def _accumulator(run_dir):
     return acc
 
 
-def _sequence_model():
-    model = keras.Sequential(
-        [
-            keras.Input((None,), dtype="int32"),
-            keras.layers.Embedding(100, 8),
-            keras.layers.GlobalAveragePooling1D(),
-            keras.layers.Dense(1),
-        ]
-    )
-    model.compile("adam", "mse")
-    return model
-
-
 @pytest.fixture(scope="module")
 def storm_logdir(tmp_path_factory):
     """A fit with a storm (epoch 1), steady steps (epoch 2), validation, every
     scalar per batch and the default profile="auto"."""
     log_dir = str(tmp_path_factory.mktemp("tb") / "logs")
-    model = _sequence_model()
+    model = text_model()
     monitor = xla_keras.XlaMonitor(log_dir=log_dir, jit="on", storm_threshold=4, update_freq="batch", verbose=0)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -84,7 +72,7 @@ def storm_logdir(tmp_path_factory):
 def steady_logdir(tmp_path_factory):
     """The storm fit's model fed one length: the baseline ``xla-keras diff`` holds the storm run to."""
     log_dir = str(tmp_path_factory.mktemp("tb_steady") / "logs")
-    model = _sequence_model()
+    model = text_model()
     data = tf.data.Dataset.from_tensor_slices((np.ones((64, 16), np.int32), np.zeros(64, np.float32))).batch(8)
     monitor = xla_keras.XlaMonitor(log_dir=log_dir, jit="on", verbose=0)
     model.fit(data, epochs=2, callbacks=[monitor], verbose=0)

@@ -1,4 +1,4 @@
-"""``xla_keras.testing.expect_compiles`` and the ``xla_compiles`` pytest fixture (issue 33): real fits
+"""``xla_keras.testing.expect_compiles`` and the ``xla_compiles`` pytest fixture: real fits
 under TensorFlow in this process, and under JAX in a pytest of its own that finds the fixture through
 the ``pytest11`` entry point."""
 

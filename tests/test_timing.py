@@ -176,7 +176,7 @@ def test_break_even_steps_inexact_values():
     assert break_even_steps(1.0, 0.01, 0.03) == pytest.approx(50.0)
 
 
-# ------------------------------------------------------------------ intervals (issue 42)
+# ------------------------------------------------------------------ intervals
 
 
 def test_a_weighted_median_of_one_step_samples_is_the_median():

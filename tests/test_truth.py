@@ -1,4 +1,4 @@
-"""Every sentence true (issue 30), on real fits (tests/truth_fits.py, one subprocess with
+"""Every sentence true, on real fits (tests/truth_fits.py, one subprocess with
 ``XLA_FLAGS=--xla_dump_to``): a comparison of steady steps only from enough steps, and in the
 direction separate fits with XLA on and off measure; every note borne out by the records; one fix
 per storm, or the change said; advice that fits its call and its data; the jit line for fit,

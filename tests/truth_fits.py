@@ -1,4 +1,4 @@
-"""Real fits whose printed sentences tests/test_truth.py holds to what was measured (issue 30).
+"""Real fits whose printed sentences tests/test_truth.py holds to what was measured.
 
     python tests/truth_fits.py OUT_JSON DUMP_DIR
 

@@ -12,6 +12,13 @@ from dataclasses import dataclass
 from typing import Any, Optional, Tuple, Union
 
 from xla_keras.core.plain_data import directory, integer, number
+from xla_keras.core.precompile import (
+    OnNewSignature,
+    PrecompileSource,
+    validate_on_new_signature,
+    validate_precompile,
+    validate_threads,
+)
 from xla_keras.core.program_cost import COST_CHOICES
 from xla_keras.jit.modes import MODES, validate_mode
 from xla_keras.jit.unsupported import ON_UNSUPPORTED
@@ -43,6 +50,10 @@ class MonitorConfig:
         cost: as ``XlaMonitor``'s.
         peak_flops: as ``XlaMonitor``'s; kept as a float or None.
         on_unsupported: as ``XlaMonitor``'s.
+        precompile: as ``XlaMonitor``'s; kept as None, ``"auto"``, a path (``~`` expanded) or the specs'
+            input signatures.
+        precompile_threads: as ``XlaMonitor``'s.
+        on_new_signature: as ``XlaMonitor``'s.
 
     Raises:
         ValueError: an argument outside its choices (the message names them).
@@ -75,6 +86,9 @@ class MonitorConfig:
     cost: str = "auto"
     peak_flops: Optional[float] = None
     on_unsupported: str = "fallback"
+    precompile: PrecompileSource = None
+    precompile_threads: Optional[int] = None
+    on_new_signature: OnNewSignature = "warn"
 
     def __post_init__(self):
         fix = lambda name, value: object.__setattr__(self, name, value)  # noqa: E731 - frozen
@@ -106,6 +120,9 @@ class MonitorConfig:
             raise ValueError(
                 f"on_unsupported must be one of {', '.join(map(repr, ON_UNSUPPORTED))}; got {self.on_unsupported!r}"
             )
+        fix("precompile", validate_precompile(self.precompile))
+        fix("precompile_threads", validate_threads(integer(self.precompile_threads) or self.precompile_threads))
+        fix("on_new_signature", validate_on_new_signature(self.on_new_signature))
 
     @property
     def steps_per_scalar(self) -> Optional[int]:

@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
-__all__ = ["XlaKerasWarning", "LogDirError", "RecompilationStormError", "UnsupportedOpError"]
+__all__ = [
+    "XlaKerasWarning",
+    "LogDirError",
+    "RecompilationStormError",
+    "UnsupportedOpError",
+    "CompileAfterPrecompileError",
+]
 
 
 class XlaKerasWarning(UserWarning):
@@ -83,6 +89,35 @@ class RecompilationStormError(RuntimeError):
         Cause: the batch size (axis 0) of input 'x' varies (8..24, 3 values)
         >>> monitor.report.steps["train"], monitor.report.run_state  # stopped at the storm
         (3, 'interrupted')
+
+        ```
+    """
+
+
+class CompileAfterPrecompileError(RuntimeError):
+    """Raised by ``XlaMonitor(on_new_signature="raise")`` when the step compiles after a precompile.
+
+    Once a phase's shape set was compiled before its first step (``XlaMonitor(precompile=...)``), a compile
+    in the loop is a shape the set missed (or a cause no shape set covers: a value, a retrace). The fit
+    stops at that step, the monitor's files flushed; the message names the phase, the step, the signature
+    and the cause, and ``monitor.report.precompile[phase]["missed"]`` holds it.
+
+    Example:
+        `model`, `x`, `y`: any compiled Keras model and its data; 48 rows in batches of 32 end with a batch
+        of 16 that the precompiled set (one spec, 32 rows) missed.
+
+        ```pycon
+        >>> specs = [(keras.InputSpec(shape=(32, 4), dtype="float32"), keras.InputSpec(shape=(32, 1), dtype="float32"))]
+        >>> monitor = xla_keras.XlaMonitor(
+        ...     log_dir=None, jit="on", precompile=specs, on_new_signature="raise", verbose=0
+        ... )
+        >>> try:
+        ...     history = model.fit(x[:48], y[:48], batch_size=32, verbose=0, callbacks=[monitor])
+        ... except xla_keras.CompileAfterPrecompileError as error:
+        ...     print(str(error).splitlines()[0])
+        Compile after precompile (train step 2): x:float32[16,4] y:float32[16,1]
+        >>> monitor.report.precompile["train"]["signatures"], monitor.report.compilations[0].precompiled
+        (1, True)
 
         ```
     """

@@ -31,15 +31,18 @@ from xla_keras.backends.base import Backend
 from xla_keras.callback.agreement import StormAgreement, gather_processes
 from xla_keras.callback.fastest import FastestDriver
 from xla_keras.callback.guards import Containment, flush_at_exit, guarded
-from xla_keras.callback.lifecycle import Lifecycle, StepFunctions, warn_keras_multi_worker_fault
+from xla_keras.callback.lifecycle import Lifecycle, warn_keras_multi_worker_fault
+from xla_keras.callback.precompile import Precompiler
 from xla_keras.callback.reports import ModelReport, ReportBook
 from xla_keras.callback.state import CallState
+from xla_keras.callback.step_functions import StepFunctions
 from xla_keras.callback.step_path import StepPath
 from xla_keras.callback.storm_action import StormAction
 from xla_keras.callback.unsupported_action import UnsupportedAction
 from xla_keras.config import MonitorConfig
 from xla_keras.core.repeats import SteadyLane
-from xla_keras.errors import LogDirError, RecompilationStormError, UnsupportedOpError
+from xla_keras.core.types import PrecompileRunner
+from xla_keras.errors import CompileAfterPrecompileError, LogDirError, RecompilationStormError, UnsupportedOpError
 
 if TYPE_CHECKING:
     from xla_keras.backends.base import CompileProbe
@@ -52,7 +55,7 @@ __all__ = ["XlaMonitor", "LogDirError"]
 
 # Only these stop a call, by design: a storm under on_storm="raise", an op XLA cannot compile under
 # on_unsupported="raise", an unwritable log_dir.
-_hook = guarded(RecompilationStormError, UnsupportedOpError, LogDirError)
+_hook = guarded(RecompilationStormError, UnsupportedOpError, LogDirError, CompileAfterPrecompileError)
 
 
 def _watched(method):
@@ -140,6 +143,19 @@ class XlaMonitor(keras.callbacks.Callback):
             ``"fallback"`` (the default): the step is rebuilt without XLA and runs the same batches again (no
             step lost), the report names the ops, their layers and the fix (``report.unsupported_ops``,
             ``report.jit_fix``); ``"raise"``: ``UnsupportedOpError`` (files flushed), from the framework's error.
+        precompile: compile a shape set before each phase's first step, so that the loop compiles nothing
+            (docs/precompile.md): None (the default): no; ``"auto"``: the shapes of a dataset made by
+            ``xla_keras.data.apply_fix`` (its lengths), else those the last report in ``log_dir`` compiled
+            (a script run again); a path to an ``xla_report.json`` or a log dir: its compiled shapes; a list
+            of batch specs in the batch's structure (``tf.TensorSpec``, ``keras.InputSpec``,
+            ``jax.ShapeDtypeStruct``: one per shape). JAX lowers and compiles the step (nothing runs);
+            TensorFlow runs it once on a zero batch per shape and restores every variable it wrote.
+            ``report.precompile`` and each record's ``precompiled`` say what it did.
+        precompile_threads: JAX's precompile compiles side by side on this many threads (None: the cores);
+            TensorFlow's runs one shape after another (its compiles of one function do not overlap).
+        on_new_signature: a compile of the step after a precompile (a shape the set missed): ``"warn"``
+            (the default: once, and ``report.precompile[phase]["missed"]``) or ``"raise"``
+            (``CompileAfterPrecompileError``, files flushed: no compile in the loop, checked in production).
 
     Raises:
         ValueError: at construction, for an argument outside its choices (the message names them).
@@ -150,6 +166,7 @@ class XlaMonitor(keras.callbacks.Callback):
             step runs).
         RecompilationStormError: with ``on_storm="raise"``, when a storm opens.
         UnsupportedOpError: with ``on_unsupported="raise"``, when XLA cannot compile an op of the step.
+        CompileAfterPrecompileError: with ``on_new_signature="raise"``, when the step compiles after a precompile.
 
     Example:
         `model`, `x`, `y`: any compiled Keras model and its data (here 64 rows: 2 batches of 32).
@@ -190,13 +207,30 @@ class XlaMonitor(keras.callbacks.Callback):
         cost: str = "auto",
         peak_flops: Optional[float] = None,
         on_unsupported: str = "fallback",
+        precompile: Any = None,
+        precompile_threads: Optional[int] = None,
+        on_new_signature: str = "warn",
     ):
         backend = backend_for(keras.backend.backend())  # a class; raises, naming the backend that runs
         super().__init__()
-        storms = (storm_threshold, storm_window, on_storm)
-        budget = (compile_budget, compile_budget_floor)
         self.config = MonitorConfig(
-            log_dir, jit, *storms, profile, update_freq, verbose, max_records, *budget, cost, peak_flops, on_unsupported
+            log_dir=log_dir,
+            jit=jit,
+            storm_threshold=storm_threshold,
+            storm_window=storm_window,
+            on_storm=on_storm,
+            profile=profile,
+            update_freq=update_freq,
+            verbose=verbose,
+            max_records=max_records,
+            compile_budget=compile_budget,
+            compile_budget_floor=compile_budget_floor,
+            cost=cost,
+            peak_flops=peak_flops,
+            on_unsupported=on_unsupported,
+            precompile=precompile,
+            precompile_threads=precompile_threads,
+            on_new_signature=on_new_signature,  # type: ignore[arg-type]  # validated there
         )
         self.backend: Backend = backend(self.config.jit)
         self.call_token: Optional[object] = None  # the fit / evaluate / predict being watched (guards.py)
@@ -212,6 +246,8 @@ class XlaMonitor(keras.callbacks.Callback):
         self._lifecycle = Lifecycle(state, functions, self._fastest, self._steps)
         storm_action = StormAction(state, functions, self._lifecycle)
         self._steps.on_storm = storm_action.opened  # it sits above the step path
+        self._precompiler = Precompiler(state, storm_action.stop)
+        self._steps.on_compiles = self._precompiler.compiled  # it sits above the step path too
         self._unsupported = UnsupportedAction(state, functions, self._lifecycle, self._steps)
         self._agreement = StormAgreement(state, storm_action)  # TensorFlow's workers: storms acted on together
         self._containment = Containment(state, functions, self._steps, self._lifecycle)
@@ -253,6 +289,9 @@ class XlaMonitor(keras.callbacks.Callback):
     storm_window = property(lambda self: self.config.storm_window)
     on_storm = property(lambda self: self.config.on_storm)
     on_unsupported = property(lambda self: self.config.on_unsupported)
+    precompile = property(lambda self: self.config.precompile)
+    precompile_threads = property(lambda self: self.config.precompile_threads)
+    on_new_signature = property(lambda self: self.config.on_new_signature)
     profile = property(lambda self: self.config.profile)
     update_freq = property(lambda self: self.config.update_freq)
     verbose = property(lambda self: self.config.verbose)
@@ -432,6 +471,15 @@ class XlaMonitor(keras.callbacks.Callback):
     @_hook
     def call_began(self, phase: str, batches: list, start: float, pulled: Optional[float] = None) -> Optional[Any]:
         return self._steps.began(phase, batches, start, pulled)
+
+    def precompile_pending(self, phase: str) -> bool:
+        """The phase's first call of a watched call: a shape set to compile first (``precompile``)."""
+        return phase in self._state.precompile_due
+
+    @_hook
+    def precompile_phase(self, phase: str, batch: Any, runner: PrecompileRunner) -> float:
+        """Before the phase's first step: compile its shape set on the template ``batch`` (seconds it took)."""
+        return self._precompiler.run(phase, batch, runner)
 
     @_hook
     def call_ran(self, phase: str, handle: Optional[Any]) -> bool:

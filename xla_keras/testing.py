@@ -55,6 +55,10 @@ class expect_compiles:  # noqa: N801 - used like a function: `with expect_compil
         test: compiles of the test step (validation and ``evaluate``); None: not checked.
         predict: compiles of the predict step; None: not checked.
         max_compile_seconds: the compiles' total time at most, or None.
+        after_warmup: compiles of the step in the loop, every phase together (None: not checked; 0: nothing
+            compiled once warm, vLLM's ``VLLM_XLA_CHECK_RECOMPILATION`` as a test). Warm-up is a phase's
+            precompile (``XlaMonitor(precompile=...)``: then every compile of its step counts) or, without one,
+            the phase's first step in the block.
         monitor: an ``XlaMonitor`` to count with; by default one of its own, ``jit="on"``, no files,
             silent.
 
@@ -71,6 +75,16 @@ class expect_compiles:  # noqa: N801 - used like a function: `with expect_compil
         >>> with expect_compiles(train=1):
         ...     history = model.fit(x, y, batch_size=32, epochs=1, verbose=0)
 
+        Nothing compiled in the loop once warm: a last batch of 16 rows compiles at step 2.
+
+        ```pycon
+        >>> with expect_compiles(train=None, after_warmup=0):  # doctest: +ELLIPSIS
+        ...     history = model.fit(x[:48], y[:48], batch_size=32, epochs=1, verbose=0)
+        Traceback (most recent call last):
+          ...
+        AssertionError: expected 0 compile(s) after warm-up, saw 1:
+          train step 2: x:float32[16,4] y:float32[16,1] ...
+
         ```
     """
 
@@ -81,6 +95,7 @@ class expect_compiles:  # noqa: N801 - used like a function: `with expect_compil
         predict: Optional[int] = None,
         max_compile_seconds: Optional[float] = None,
         monitor: Any = None,
+        after_warmup: Optional[int] = None,
     ):
         self.expected: Dict[str, Optional[int]] = {
             "train": _bound("train", train),
@@ -94,11 +109,13 @@ class expect_compiles:  # noqa: N801 - used like a function: `with expect_compil
         ):
             raise ValueError(f"expect_compiles: max_compile_seconds must be > 0 or None; got {max_compile_seconds!r}")
         self.max_compile_seconds = max_compile_seconds
+        self.after_warmup = _bound("after_warmup", after_warmup)
         self._monitor = monitor
         self._saved: Dict[str, Callable] = {}
         self._before: Dict[int, Any] = {}  # id(report) -> (records, counts) at entry (a monitor you passed)
         self.compilations: List[Any] = []  # the compiles of the block, once it ends
         self.counts: Dict[str, int] = dict.fromkeys(PHASES, 0)  # per phase, exact
+        self.in_loop: List[Any] = []  # the compiles of the step after each phase's warm-up, once it ends
 
     @property
     def monitor(self) -> Any:
@@ -112,7 +129,7 @@ class expect_compiles:  # noqa: N801 - used like a function: `with expect_compil
         import keras
 
         monitor = self.monitor
-        self._before = {id(r): (len(r.compilations), dict(r.compilation_count)) for r in monitor.reports}
+        self._before = {id(r): (len(r.compilations), dict(r.compilation_count), dict(r.steps)) for r in monitor.reports}
         for name in _CALLS:
             original = getattr(keras.Model, name)
             self._saved[name] = original
@@ -138,8 +155,18 @@ class expect_compiles:  # noqa: N801 - used like a function: `with expect_compil
         if kind is not None:
             return  # the block's own error is the one to see
         reports = self.monitor.reports
-        before = {id(r): self._before.get(id(r), (0, {})) for r in reports}
+        before = {id(r): self._before.get(id(r), (0, {}, {})) for r in reports}
         self.compilations = [c for r in reports for c in r.compilations[before[id(r)][0] :]]
+        self.in_loop = []  # the compiles of the step after each phase's warm-up
+        for r in reports:
+            block = r.compilations[before[id(r)][0] :]
+            precompiled = {c.phase for c in block if c.precompiled}
+            first = {p: before[id(r)][2].get(p, 0) + 1 for p in PHASES}  # each phase's first step in the block
+            self.in_loop += [
+                c
+                for c in block
+                if not c.precompiled and c.outside_step is None and (c.phase in precompiled or c.step > first[c.phase])
+            ]
         self.counts = {  # the ledger's exact counts (the records above may be capped: max_records)
             p: sum(r.compilation_count.get(p, 0) - before[id(r)][1].get(p, 0) for r in reports) for p in PHASES
         }
@@ -148,7 +175,12 @@ class expect_compiles:  # noqa: N801 - used like a function: `with expect_compil
             raise AssertionError("\n".join(problems))
 
     def __call__(self, function: Callable) -> Callable:
-        expected = {**self.expected, "max_compile_seconds": self.max_compile_seconds, "monitor": self._monitor}
+        expected = {
+            **self.expected,
+            "max_compile_seconds": self.max_compile_seconds,
+            "monitor": self._monitor,
+            "after_warmup": self.after_warmup,
+        }
 
         @functools.wraps(function)
         def checked(*args, **kwargs):
@@ -174,6 +206,10 @@ class expect_compiles:  # noqa: N801 - used like a function: `with expect_compil
                 c, previous = seen[index], to_jsonable(seen[index - 1].signature) if index else None
                 change = change_text(previous, to_jsonable(c.signature), c.last_batch)
                 lines.append(f"  {phase} step {c.step}: {describe(c.signature)} ({change})")
+        if self.after_warmup is not None and len(self.in_loop) != self.after_warmup:
+            lines.append(f"expected {self.after_warmup} compile(s) after warm-up, saw {len(self.in_loop)}:")
+            for c in self.in_loop[:20]:
+                lines.append(f"  {c.phase} step {c.step}: {describe(c.signature)} (cause: {c.cause or 'unknown'})")
         total = sum(c.seconds for c in self.compilations)
         if self.max_compile_seconds is not None and total > self.max_compile_seconds:
             lines.append(f"compiles took {ms_text(total)}, more than max_compile_seconds={self.max_compile_seconds}")

@@ -23,7 +23,7 @@ from typing import Any, Callable, Dict, List, Optional, Protocol, Sequence, Tupl
 from xla_keras.core.program_cost import ProgramCost
 from xla_keras.core.repeats import SteadyLane
 from xla_keras.core.signatures import InputSignature
-from xla_keras.core.types import CallPlan, CompileObservation, Notes
+from xla_keras.core.types import CallPlan, CompileObservation, Notes, PrecompileRunner
 from xla_keras.jit.modes import JitState, ProbeFacts
 from xla_keras.jit.unsupported import Unsupported
 from xla_keras.jit.value_keys import ValueKey
@@ -115,6 +115,14 @@ class StepObserver(Protocol):
         at ``start``, which may switch the phase's function: then ``step_wrapper`` tells). Returns a probe
         handle for ``call_ran``, or None."""
 
+    def precompile_pending(self, phase: str) -> bool:
+        """The phase's first call of a watched call, with a shape set to compile first: the wrapper then
+        calls ``precompile_phase`` before ``call_began``."""
+
+    def precompile_phase(self, phase: str, batch: Any, runner: PrecompileRunner) -> float:
+        """Compile the phase's shape set before its first step, on the template ``batch`` (seconds it took:
+        the wrapper starts the call after them)."""
+
     def call_ran(self, phase: str, probe: Optional[Any]) -> bool:
         """The call returned: stop the probe (or take the compile events a wrapper caught during a call
         the steady lane took), record what it saw. True: a wrapper that ends calls itself (JAX) waits for
@@ -141,6 +149,7 @@ class Backend(Protocol):
     multi_worker_note: Optional[str]  # said once under multi-worker training (what the probe cannot do there)
     ends_calls_in_wrapper: bool  # calls end in the step wrapper; batch-end hooks may run on another thread
     probes_every_call: bool  # its probe sees every call's compiles at no cost: no call needs choosing
+    parallel_precompile: bool  # its precompile compiles the set on several threads (precompile_threads)
     # Without XLA the step runs op by op and each op compiles per new shape (JAX): about this many
     # seconds per new shape, measured; None where ops do not compile without XLA (TensorFlow).
     op_by_op_shape_seconds: Optional[float]

@@ -13,7 +13,7 @@ from xla_keras.jit.decision import Decision, Outlook, StormRule, expected_compil
 from xla_keras.jit.trial import Trial
 
 if TYPE_CHECKING:  # lifecycle.py imports this module
-    from xla_keras.callback.lifecycle import StepFunctions
+    from xla_keras.callback.step_functions import StepFunctions
 
 
 # The running fit's trial: when it may start, the compiles XLA would still need, and the kept decision.

@@ -30,13 +30,14 @@ import weakref
 from typing import TYPE_CHECKING, Any, Callable, Optional, Protocol, Tuple, Type
 
 if TYPE_CHECKING:  # the parts containment calls (they import this module's guards)
-    from xla_keras.callback.lifecycle import Lifecycle, StepFunctions
+    from xla_keras.callback.lifecycle import Lifecycle
     from xla_keras.callback.state import CallState
+    from xla_keras.callback.step_functions import StepFunctions
     from xla_keras.callback.step_path import StepPath
 
 # Not the batch-begin hooks: a guard costs a frame at every step (without any batch-hook guard, one
 # paired run of a 0.25 ms jitted step measured 9 us added instead of 19: near the machine's noise,
-# issue 31), and an error there is rare. The batch-end hooks stay guarded:
+# benchmarks/overhead.py), and an error there is rare. The batch-end hooks stay guarded:
 # user callbacks do their work there, and under JAX the errors of Keras's asynchronous batch-end
 # callbacks surface there. What no guard sees is cleaned up when the list is freed (the backstop).
 GUARDED_HOOKS = (

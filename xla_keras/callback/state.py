@@ -7,7 +7,7 @@ attributes. No TensorFlow: the framework sits behind ``backend``.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, List, Optional, Protocol
+from typing import TYPE_CHECKING, Any, Callable, List, Optional, Protocol, Set
 
 from xla_keras.backends.base import Backend, CompileProbe, Distribution, StepObserver
 from xla_keras.callback.guards import Guarded
@@ -47,6 +47,8 @@ class CallState:
         self.active_probe: Optional[Any] = None  # the probe handle of the call running now
         self.list_guarded = False  # the running call's CallbackList is guarded (guards.guard_callback_list)
         self.summary_due: Optional[str] = None  # said once the call's whole end hook ran (after Keras's bar)
+        self.precompile_due: Set[str] = set()  # the phases this call still precompiles (callback/precompile.py)
+        self.precompile_previous: Optional[dict] = None  # precompile='auto': the log dir's last report, per phase
 
     def speaks(self) -> bool:
         """Whether the monitor prints what it decided (the jit line, the end-of-fit summary): only when

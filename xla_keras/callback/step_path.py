@@ -13,23 +13,30 @@ steady lane), and at phase boundaries the monitor waits on the phase's last outp
 from __future__ import annotations
 
 import time
-from typing import Any, Callable, Dict, Iterable, Optional
+from typing import Any, Callable, Dict, Iterable, Optional, Sequence
 
 from xla_keras.callback.fastest import FastestDriver
 from xla_keras.callback.state import CallState
 from xla_keras.core.repeats import SteadyLane
 from xla_keras.core.signatures import describe
 from xla_keras.core.types import PHASES, CallOutcome, CallPlan
+from xla_keras.report.model import Compilation
 
 # JAX: the monitor's own work at a call's start longer than this (a trace saved, a flush) spoils the open
 # interval (its device time went on meanwhile, so subtracting it would be wrong); shorter, it is noise.
 OWN_WORK_SPOILS_SECONDS = 0.002
 # (phase, step, count, window_start): what the storm action gets when a storm opens.
 StormHandler = Callable[[str, int, int, int], None]
+# (phase, records): what the precompile gets of a call's compiles.
+CompilesHandler = Callable[[str, Sequence[Compilation]], None]
 
 
 def _unwired(phase: str, step: int, count: int, window_start: int) -> None:
     raise RuntimeError("xla_keras: the step path has no storm action wired")
+
+
+def _no_compiles_handler(phase: str, records: Sequence[Compilation]) -> None:
+    raise RuntimeError("xla_keras: the step path has no precompile wired")
 
 
 class StepPath:
@@ -38,6 +45,7 @@ class StepPath:
         self.fastest = fastest
         # The storm action (callback/storm_action.py) sits above the step path: the monitor wires it here.
         self.on_storm: StormHandler = _unwired
+        self.on_compiles: CompilesHandler = _no_compiles_handler
         self._plans: Dict[str, CallPlan] = {}
         # The plan of a repeat call (core/repeats.py): one per phase, made once.
         self._repeat_plans = {p: CallPlan(p, 0, 1, (), False) for p in PHASES}
@@ -337,6 +345,8 @@ class StepPath:
             for i, record in enumerate(outcome.compiles):
                 current.cache_account.record(phase, describe(record.signature), i, record.seconds, record.cached)
             state.flush(report=sink.report_due())
+            if phase in current.session.precompile:
+                self.on_compiles(phase, outcome.compiles)
         if outcome.storm is not None:
             self.on_storm(phase, *outcome.storm)
         if sink.due():

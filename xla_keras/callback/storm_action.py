@@ -6,8 +6,9 @@ from __future__ import annotations
 from typing import NamedTuple, Optional
 
 from xla_keras.callback.agreement import gather_processes
-from xla_keras.callback.lifecycle import Lifecycle, StepFunctions
+from xla_keras.callback.lifecycle import Lifecycle
 from xla_keras.callback.state import RUN_WORD, CallState
+from xla_keras.callback.step_functions import StepFunctions
 from xla_keras.core.messages import warn
 from xla_keras.errors import RecompilationStormError
 from xla_keras.storms.detection import Storm, storm_text
@@ -78,10 +79,17 @@ class StormAction:
         warn(text)  # once: the warning is the message, located at the user's fit call
         state.flush()
 
-    def stop(self, phase: str, text: str) -> None:
-        """on_storm='raise': the call ends here, its files flushed and closed, with the storm's error."""
+    def stop(
+        self,
+        phase: str,
+        text: str,
+        why: str = "on_storm='raise' after a recompilation storm",
+        error: type = RecompilationStormError,
+    ) -> None:
+        """on_storm='raise' (or another argument that stops the call, ``why``): the call ends here, its files
+        flushed and closed, with the ``error`` of ``text``."""
         state = self.state
-        stopped = state.stopped_early(phase, state.in_fit, "on_storm='raise' after a recompilation storm")
+        stopped = state.stopped_early(phase, state.in_fit, why)
         if state.in_fit:
             self.lifecycle.end_fit()
             if state.dist.signatures_agree or self.deferred():  # every process raises here, at this step
@@ -91,7 +99,7 @@ class StormAction:
         else:
             self.lifecycle.end_phase(phase, stopped)
         self.lifecycle.say_summary()  # no end hook will run: the summary now, before the error
-        raise RecompilationStormError(text)
+        raise error(text)
 
     def agreed(self, worker: int, phase: str, step: int) -> None:
         """Every worker, at an agreement step: ``worker``'s storm (``phase`` step ``step``, the first one

@@ -9,8 +9,9 @@ from dataclasses import replace
 from typing import Any, Optional
 
 from xla_keras.backends.chain import FUNCTION_ATTR
-from xla_keras.callback.lifecycle import Lifecycle, StepFunctions
+from xla_keras.callback.lifecycle import Lifecycle
 from xla_keras.callback.state import RUN_WORD, CallState
+from xla_keras.callback.step_functions import StepFunctions
 from xla_keras.callback.step_path import StepPath
 from xla_keras.core.messages import warn
 from xla_keras.errors import UnsupportedOpError

@@ -31,8 +31,11 @@ class CompileLedger:
         # its occurrences here, so swapping back finds its compiled signatures (at most one per phase).
         self._parked: Dict[str, Tuple[object, Dict[int, int]]] = {}
         self._lifetime: Dict[str, set] = {}
+        # Per phase: the signatures precompiled for the running function (before its first step).
+        self._ahead: Dict[str, set] = {}
         self.last_fingerprint = 0  # of the signature last observed
         self.last_known = False  # whether it had been seen before (any function)
+        self.last_ahead = False  # whether it was precompiled and this is its first batch
 
     def function(self, phase: str) -> object:
         """The function last declared for ``phase`` (None if none)."""
@@ -49,14 +52,23 @@ class CompileLedger:
             self._parked[phase] = (previous, self._occurrences.get(phase, {}))
         self._function_token[phase] = token
         self._occurrences[phase] = parked[1] if parked is not None and parked[0] is token else {}
+        self._ahead.pop(phase, None)  # a new function's cache holds none of them
         return True
+
+    def precompiled(self, phase: str, signature: InputSignature) -> None:
+        """The running function of ``phase`` compiled ``signature`` before its first step: its batches are
+        not new to it."""
+        self._ahead.setdefault(phase, set()).add(fingerprint(signature))
+
+    def precompiled_count(self, phase: str) -> int:
+        return len(self._ahead.get(phase, ()))
 
     def known(self, phase: str, token: object) -> set:
         """Fingerprints the function ``token`` has compiled (it runs ``phase`` now, or is parked)."""
         if token is None:
             return set()
         if self._function_token.get(phase) is token:
-            return set(self._occurrences.get(phase, ()))
+            return set(self._occurrences.get(phase, ())) | self._ahead.get(phase, set())
         parked = self._parked.get(phase)
         return set(parked[1]) if parked is not None and parked[0] is token else set()
 
@@ -79,7 +91,9 @@ class CompileLedger:
         seen = self._occurrences.setdefault(phase, {})
         count = seen.get(fp, 0)
         seen[fp] = count + 1
-        return count == 0, count < self.probes_per_signature
+        ahead = fp in self._ahead.get(phase, ())
+        self.last_ahead = ahead and count == 0
+        return count == 0 and not ahead, count < self.probes_per_signature
 
     def repeat(self, phase: str, fp: Optional[int], ragged: set) -> bool:
         """One more batch of the signature last observed in ``phase`` (fingerprint ``fp``), when it is

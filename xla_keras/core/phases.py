@@ -376,3 +376,4 @@ class SessionSnapshot:
     advice: Tuple[PhaseAdvice, ...] = ()
     jit_decision: Optional[dict] = None
     own_seconds: Optional[Dict[str, float]] = None  # the monitor's own work by kind, and its total
+    precompile: Optional[Dict[str, dict]] = None  # per phase: its precompile (core/session.py Session.precompiled)

@@ -27,6 +27,7 @@ from xla_keras.core.phases import (
     fallback_began,
     fallback_view,
 )
+from xla_keras.core.precompile import count_in_loop, precompile_facts
 from xla_keras.core.recording import StepRecorder
 from xla_keras.core.repeats import Repeats
 from xla_keras.core.signatures import InputSignature, is_ragged
@@ -37,12 +38,14 @@ from xla_keras.core.types import (
     CallPlan,
     CompileObservation,
     Notes,
+    Precompiled,
     Scalar,
 )
 from xla_keras.jit.decision import Decision
 from xla_keras.jit.modes import JitState
 from xla_keras.jit.trial import Trial, trial_view
 from xla_keras.jit.value_keys import ValueKey, value_keys_note
+from xla_keras.report.model import Compilation
 from xla_keras.storms.advice import CallFacts, StormAnalysis
 from xla_keras.storms.detection import Storm, StormDetector, batch_rows
 from xla_keras.storms.fixes import AppliedLengths
@@ -94,6 +97,7 @@ class Session:
         self.run = "fit"  # the running (or last) call: "fit", "evaluate" or "predict"
         self.runs: Dict[str, int] = {}  # calls of each kind so far (the running one's index: runs[run])
         self.jit_decision: Optional[Union[Trial, Decision]] = None  # the last fit's, for the report
+        self.precompile: Dict[str, dict] = {}  # per phase: what was compiled before its first step, and after
 
     # ------------------------------------------------------------ functions
 
@@ -182,7 +186,8 @@ class Session:
                         stats.deferred_new = step
                     else:
                         self._count_new(phase, step)
-            if worth_probe and (is_new or jit.autoclustering):
+            # A precompiled signature's first batch is probed too: a compile there is one the set did not prevent.
+            if worth_probe and (is_new or jit.autoclustering or self.ledger.last_ahead):
                 probe = True
                 call.probe_signature = call.probe_signature or (step, sig)
             elif jit.active and stats.value_probe_due(fp):
@@ -199,6 +204,28 @@ class Session:
             call.value_probe,
             stats.timing.recent_median_seconds,
         )  # no sort per step
+
+    def precompiled(self, phase: str, results: Sequence[Precompiled], facts: dict, seconds: float) -> CallOutcome:
+        """``results``: a precompile of ``phase``'s shape set that took ``seconds`` before its first call (its
+        records, at step 0; the signatures known to the running function from now on). ``facts``: the
+        set's source, threads and what it left out, in words. The precompile is no wait of the run's start."""
+        stats = self.phases[phase]
+        outcome = CallOutcome()
+        for result in results:
+            if result.error is None:
+                self.ledger.precompiled(phase, result.signature)
+                record = Compilation(phase, 0, result.signature, result.seconds, result.source, cached=result.cached)
+                record.cause, record.precompiled = "signature", True
+                self.recorder.compiled(phase, record, outcome)
+        if stats.run_began_at is not None:
+            stats.run_began_at += seconds
+        self.precompile[phase] = precompile_facts(facts, results, seconds)
+        return outcome
+
+    def compiled_in_loop(self, phase: str, records: Sequence[Compilation]) -> List[Compilation]:
+        """Of a call's compiles, those of the step's own program after a precompile of ``phase`` (counted)."""
+        facts = self.precompile.get(phase)
+        return count_in_loop(facts, records) if facts is not None else []
 
     @staticmethod
     def _run_started(stats: PhaseStats, seconds: float) -> None:
@@ -514,7 +541,12 @@ class Session:
             self.analysis.advice(self.phases, self.storms, facts, self.run, self.runs.get(self.run, 1)),
             view,
             self.own.view(),
+            {phase: _copied(facts) for phase, facts in self.precompile.items()},
         )
+
+
+def _copied(facts: dict) -> dict:
+    return {key: list(value) if isinstance(value, list) else value for key, value in facts.items()}
 
 
 # Which step function runs each phase, and whether a user replaced one behind the monitor.

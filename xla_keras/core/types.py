@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, List, NamedTuple, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, List, NamedTuple, Optional, Sequence, Tuple
 
 from xla_keras.core.messages import wrapped
 from xla_keras.core.signatures import InputSignature
@@ -76,6 +76,32 @@ class CompileObservation:
     def program(self, index: int) -> Optional[str]:
         """The one-off function module ``index`` was compiled for, or None (the step's own program)."""
         return self.programs[index] if index < len(self.programs) else None
+
+
+@dataclass(frozen=True)
+class Precompiled:
+    """One signature of a precompile's set, compiled before the phase's first step (``backends/<name>/precompile.py``).
+    ``seconds``: what compiling it took, by ``source`` ("jax": JAX's trace, lowering and compile events;
+    "profiler" / "op_span": TensorFlow's probe; "timing": the wall time of the zero-batch step that compiled
+    it, when no probe could time it). ``cached``: the persistent cache served it (None: unknown).
+    ``error``: why it was not compiled (then the other figures are 0)."""
+
+    signature: InputSignature
+    seconds: float
+    source: str
+    cached: Optional[bool] = False
+    error: Optional[str] = None
+
+
+class PrecompileRunner(NamedTuple):
+    """What a step wrapper hands the monitor to precompile its phase (``backends/<name>/precompile.py``), with
+    the first batch as the template: why its batches cannot be precompiled (or None), a zero batch of a
+    signature, and the compile of ``(signature, zero batch)`` pairs on some threads (with the compile probe
+    and the JIT state, which TensorFlow's probe reads)."""
+
+    refusal: Callable[[InputSignature], Optional[str]]
+    zeros: Callable[[InputSignature], Any]
+    compile: Callable[[Sequence[Tuple[InputSignature, Any]], int, Any, Any], List[Precompiled]]
 
 
 class CallPlan(NamedTuple):

@@ -91,7 +91,7 @@ def profile_tab_installed() -> bool:
 def profile_tab_install() -> str:
     """The line that installs the Profile tab's plugin without changing a package the user pinned.
 
-    Measured with pip (2026-12): tensorboard-plugin-profile 2.20+ is a shim for xprof (about 40
+    Measured with pip: tensorboard-plugin-profile 2.20+ is a shim for xprof (about 40
     packages with its Google Cloud Storage client); unpinned, pip does not re-check TensorFlow's
     protobuf pin and installed protobuf 7 over TensorFlow 2.16-2.19 (which then fails to import),
     and with TensorFlow 2.16's protobuf<5 in the request its resolver backtracked for more than five

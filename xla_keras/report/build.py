@@ -110,6 +110,7 @@ def build_report(snapshot: SessionSnapshot, context: ReportContext) -> XlaReport
             waits["input_share"] = share(waits["input_seconds"], report.wall_seconds) or 0.0
             report.waits[name] = waits
     report.own_seconds = dict(snapshot.own_seconds or {})
+    report.precompile = dict(snapshot.precompile or {})
     return report
 
 

@@ -98,6 +98,35 @@ RUN_START_SHARE = 0.05
 RUN_START_SECONDS = 0.5
 
 
+def precompile_words(report: XlaReport) -> Optional[str]:
+    """What the phases compiled before their first step and after it, in words (None: no precompile)."""
+    parts, after = [], 0
+    for phase in PHASES:
+        facts = report.precompile.get(phase)
+        if not facts:
+            continue
+        if facts.get("withheld"):
+            parts.append(f"{phase} none ({facts['withheld']})")
+            continue
+        threads = facts.get("threads") or 1
+        cached = f", {facts['cached']} from the cache" if facts.get("cached") else ""
+        already = facts.get("already") or 0
+        if facts["signatures"]:
+            parts.append(
+                f"{phase} {facts['signatures']} signature{'s' * (facts['signatures'] != 1)} in "
+                f"{ms_text(facts['seconds'])} on {threads} thread{'s' * (threads != 1)}{cached}"
+                + (f" ({already} compiled before)" if already else "")
+            )
+        else:
+            parts.append(f"{phase} {already} signature{'s' * (already != 1)} compiled in an earlier call")
+        after += facts.get("in_loop", 0)
+    if not parts:
+        return None
+    compiled = any(not report.precompile[p].get("withheld") for p in report.precompile)
+    loop = f" before step 1; {after} compile{'s' * (after != 1)} in the loop" if compiled else ""
+    return ", ".join(parts) + loop
+
+
 def waits_words(report: XlaReport, phase: str) -> Optional[str]:
     """What ``phase`` waited for outside its steps, in words (None: nothing worth a line)."""
     waits = report.waits.get(phase)

@@ -16,9 +16,9 @@ def ledger_rows(compilations: Sequence[Dict[str, Any]]) -> List[Dict[str, Any]]:
     modules of one call), and those at a known signature with the same cause (a value, JAX's context);
     a one-off program's modules (``outside_step``: TensorFlow's variable initialiser) in a row of their own.
     Each row: ``{"phase", "first_step", "last_step", "signature", "compiles", "seconds", "cause", "why",
-    "estimated", "cached", "last_batch", "first", "source", "cost", "outside_step"}`` (``first``: the index
-    of its first record; ``source``: the records' own, or "mixed"; ``cost``: the first record's that has
-    one, else None)."""
+    "estimated", "cached", "last_batch", "first", "source", "cost", "outside_step", "precompiled"}``
+    (``first``: the index of its first record; ``source``: the records' own, or "mixed"; ``cost``: the first
+    record's that has one, else None)."""
     rows: List[Dict[str, Any]] = []
     for index, c in enumerate(compilations):
         last = rows[-1] if rows else None
@@ -29,6 +29,7 @@ def ledger_rows(compilations: Sequence[Dict[str, Any]]) -> List[Dict[str, Any]]:
             and last["signature"] == c.get("signature")
             and last["cause"] == cause
             and last["outside_step"] == c.get("outside_step")
+            and last["precompiled"] == bool(c.get("precompiled"))
             and (last["last_step"] == c.get("step") or cause in KNOWN_SIGNATURE_CAUSES)
         ):
             last["last_step"] = c.get("step")
@@ -57,6 +58,7 @@ def ledger_rows(compilations: Sequence[Dict[str, Any]]) -> List[Dict[str, Any]]:
                 "source": c.get("source"),
                 "cost": c.get("cost"),
                 "outside_step": c.get("outside_step"),
+                "precompiled": bool(c.get("precompiled")),
             }
         )
     return rows
@@ -77,7 +79,9 @@ def program_words(program: Optional[str]) -> str:
 
 
 def steps_words(row: Dict[str, Any]) -> str:
-    """``step 3`` or ``steps 2-20``."""
+    """``step 3``, ``steps 2-20``, or ``precompiled`` (before step 1: ``XlaMonitor(precompile=...)``)."""
+    if row.get("precompiled"):
+        return "precompiled"
     first, last = row["first_step"], row["last_step"]
     return f"step {first}" if first == last else f"steps {first}-{last}"
 

@@ -99,6 +99,9 @@ class Compilation:
             first step, and it runs once). Such a module counts in ``compilation_count`` and
             ``compile_seconds`` (XLA compiled it), not in the compile budget; the ledger shows it apart.
             None for the step's own program (and in older reports).
+        precompiled: compiled before the phase's first step (``XlaMonitor(precompile=...)``), at step 0; its
+            ``seconds`` by ``source`` ("jax": JAX's trace, lowering and compile events; "profiler" /
+            "op_span": TensorFlow's probe around the zero-batch step; "timing": that step's wall time).
 
     Example:
         `monitor`: the monitor of XlaMonitor's example, after its fit of 2 batches of 32.
@@ -129,6 +132,7 @@ class Compilation:
     cause: Optional[str] = None
     why: Optional[str] = None
     outside_step: Optional[str] = None
+    precompiled: bool = False
 
     def to_dict(self) -> Dict[str, Any]:
         """This compile as the report's JSON holds it.
@@ -340,6 +344,13 @@ class XlaReport:
             step's (``Compilation.outside_step``: TensorFlow's variable initialiser under auto-clustering), as
             ``{"count", "seconds"}``; they are in ``compilation_count`` and ``compile_seconds`` too, not in
             the compile budget.
+        precompile: per phase precompiled (``XlaMonitor(precompile=...)``): ``{"source"`` (where the shape set
+            came from, in words; or why it is empty), ``"signatures"`` (compiled before the first step),
+            ``"requested"``, ``"already"`` (of the set, compiled by the step function in an earlier call),
+            ``"seconds"`` (the precompile's wall time), ``"compile_seconds"`` (the programs' own, summed),
+            ``"threads"``, ``"cached"`` (served by the persistent cache), ``"failed"``, ``"left_out"``,
+            ``"withheld"`` (why nothing was compiled ahead), ``"in_loop"`` (compiles of the step after it: 0
+            is the goal) and ``"missed"`` (the first of those: step, signature, cause)``}``.
 
     Example:
         `monitor`: the monitor of XlaMonitor's example, after its fit of 2 batches of 32.
@@ -399,6 +410,7 @@ class XlaReport:
     waits: Dict[str, Dict[str, float]] = field(default_factory=dict)
     own_seconds: Dict[str, float] = field(default_factory=dict)
     outside_step_compilations: Dict[str, Dict[str, float]] = field(default_factory=dict)
+    precompile: Dict[str, Dict[str, Any]] = field(default_factory=dict)
 
     @property
     def total_compilations(self) -> int:

@@ -20,6 +20,7 @@ from xla_keras.report.figures import (
     ms_text,
     op_by_op_words,
     own_words,
+    precompile_words,
     processes_words,
     slow_words,
     steady_words,
@@ -102,6 +103,9 @@ def render(report: XlaReport, full: bool = False) -> str:
     )
     how = f"  [measured by {'/'.join(sorted(sources))}]" if sources else ""
     lines.append(f"  compiles        : {compiles}{how}")
+    precompiled = precompile_words(report)
+    if precompiled:
+        lines.append(f"  precompiled     : {precompiled}")
     lines += _coverage_lines(report.coverage, full)
     lines.append(
         "  signatures      : " + (", ".join(f"{p} {report.distinct_signatures.get(p, 0)}" for p in phases) or "none")
@@ -361,6 +365,9 @@ def summary(report: XlaReport, where: str = "monitor.report") -> str:
     lines.append(within(f"  compile time : {total}", of_wall, parts))
     steady = [f"{p} {steady_words(report, p)}" for p in phases if steady_words(report, p)]
     lines.append(within("  steady step  : " + (", ".join(steady) or "not measured")))
+    precompiled = precompile_words(report)
+    if precompiled:
+        lines.append(within(f"  precompiled  : {precompiled}"))
     findings, fix = _findings(report, where)
     room = MAX_LINES - len(lines) - 1 - bool(report.notes) - len(fix)  # 1: the "more" line
     if len(findings) > room:

@@ -20,6 +20,7 @@ from xla_keras.report.figures import (
     cost_words,
     fallback_cost,
     op_by_op_words,
+    precompile_words,
     processes_words,
     steady_words,
 )
@@ -119,6 +120,7 @@ def ledger(compilations: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
                 "modules_words": f"{modules} module{'s' * (modules != 1)}",
                 "cause": program_words(row["outside_step"]) or cause_words(row["cause"], row["why"]),
                 "outside_step": row["outside_step"],
+                "precompiled": row["precompiled"],
                 "seconds": row["seconds"],
                 "source": row["source"],
                 "cached": row["cached"],
@@ -190,6 +192,7 @@ def status(report: Dict[str, Any]) -> Dict[str, Any]:
         "other_compilations": report.get("other_compilations") or {},
         "outside_step_compilations": report.get("outside_step_compilations") or {},
         "processes_words": processes_words(said) or "",
+        "precompile_words": precompile_words(said) or "",
     }
 
 

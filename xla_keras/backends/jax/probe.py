@@ -67,7 +67,8 @@ class EventRecorder:
         self._calls: List[List[Event]] = []  # open step calls (chained monitors nest them)
         self._thread: Optional[int] = None
         self._outside: "weakref.WeakSet" = weakref.WeakSet()  # probes counting compiles outside the steps
-        self._hit: Optional[int] = None  # the thread whose next compile event is a cache load
+        self._hits: set = set()  # the threads whose next compile event is a cache load
+        self._precompiling: Dict[int, List[Event]] = {}  # thread -> the events of its precompile (before step 1)
         self._batches: Dict[int, Any] = {}  # id(events) -> the batches of a call that compiled (read at its stop)
         self._registered = False
         self._lock = threading.Lock()
@@ -100,6 +101,16 @@ class EventRecorder:
         if not calls:
             self._thread = None
 
+    def precompile_begin(self) -> List[Event]:
+        """This thread precompiles (``backends/jax/precompile.py``): its events are its own until ``precompile_end``."""
+        self.register()
+        events: List[Event] = []
+        self._precompiling[threading.get_ident()] = events
+        return events
+
+    def precompile_end(self) -> None:
+        self._precompiling.pop(threading.get_ident(), None)
+
     def watch_outside(self, probe: "JaxProbe") -> None:
         self._outside.add(probe)
 
@@ -112,15 +123,21 @@ class EventRecorder:
 
     def _on_event(self, event: str, **_: Any) -> None:
         if event == _internals.CACHE_HIT_EVENT:
-            self._hit = threading.get_ident()  # the next compile event of this thread was a load
+            self._hits.add(threading.get_ident())  # the next compile event of this thread was a load
 
     def _on_duration(self, event: str, seconds: float, **kwargs: Any) -> None:
         if event not in _KEPT:
             return
         hit = False
-        if event == _internals.COMPILE_EVENT and self._hit == threading.get_ident():
-            hit, self._hit = True, None
+        thread = threading.get_ident()
+        if event == _internals.COMPILE_EVENT and thread in self._hits:
+            hit = True
+            self._hits.discard(thread)
         record = (event, float(seconds), str(kwargs.get("fun_name", "")), hit)
+        precompiling = self._precompiling.get(thread)
+        if precompiling is not None:  # a precompile's own events: no step's, and no compile outside the steps
+            precompiling.append(record)
+            return
         if self._calls and threading.get_ident() == self._thread:
             for events in self._calls:
                 events.append(record)

@@ -29,8 +29,9 @@ from typing import Any
 
 from xla_keras.backends.base import StepObserver
 from xla_keras.backends.chain import FUNCTION_ATTR, WrapperChain, unwrap
-from xla_keras.backends.jax import _internals
+from xla_keras.backends.jax import _internals, precompile
 from xla_keras.backends.jax.probe import RECORDER
+from xla_keras.core.types import PrecompileRunner
 
 
 def wait_for(outputs: Any) -> bool:
@@ -123,6 +124,11 @@ def _full_call(
     wrapped, original, state, batches: list, start: float, pulled: float, phase: str, observer: StepObserver, model
 ):
     """A call the steady lane did not take: the observer sees its batches (and may arm the lane)."""
+    if observer.precompile_pending(phase):  # the phase's first call: its shape set compiles first
+        observer.precompile_phase(phase, batches[0], _precompile_runner(original, state, batches[0], model))
+        waited = pulled - start
+        pulled = time.perf_counter()  # the call begins after the precompile, with the pull it waited for
+        start = pulled - waited
     probe = observer.call_began(phase, batches, start, pulled)
     if model is not None and model.steps_per_execution != 1:
         observer.steady_lane(phase).disarm()  # the lane takes one batch per call: for steps_per_execution=1 only
@@ -152,3 +158,12 @@ def _full_call(
     if observer.call_ran(phase, probe):  # the observer wants the device drained after this call
         observer.call_drained(phase, time.perf_counter() if wait_for(outputs) else None)
     return outputs
+
+
+def _precompile_runner(original: Any, state: Any, template: Any, model: Any) -> PrecompileRunner:
+    original = unwrap(original)  # Keras's own function: other monitors' wrappers see no zero batch
+    return PrecompileRunner(
+        lambda signature: precompile.why_not(model, signature),
+        lambda signature: precompile.zero_batch(template, signature),
+        lambda items, threads, probe, jit: precompile.compile_ahead(original, state, items, threads),
+    )

@@ -207,3 +207,20 @@ def keras_profile_windows(model: Any) -> List[Tuple[int, int]]:
         for cb in getattr(callback_list, "callbacks", None) or []
         if isinstance(cb, keras.callbacks.TensorBoard) and getattr(cb, "_stop_batch", 0) > 0
     ]
+
+
+def build_for_step(model: Any, batch: Any) -> Optional[str]:
+    """Build every variable the step would create at its first trace (the model's layers, the compiled loss
+    and metrics, the optimizer's slots) from ``batch``'s shapes, as Keras's ``Trainer._symbolic_build`` does
+    before a distributed fit; returns why something is still unbuilt, or None. Initializers draw their seeds
+    when they are made, so the values are those the first step would have made."""
+    try:
+        model._symbolic_build(data_batch=batch)
+        layers = list(model._flatten_layers())
+    except AttributeError as e:
+        raise InternalsMoved("keras Trainer._symbolic_build", e) from e
+    unbuilt = [layer.name for layer in layers if not layer.built]
+    optimizer = getattr(model, "optimizer", None)
+    if optimizer is not None and not optimizer.built:
+        unbuilt.append("the optimizer")
+    return f"not built before its first step: {', '.join(unbuilt[:3])}" if unbuilt else None

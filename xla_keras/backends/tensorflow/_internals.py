@@ -20,6 +20,7 @@ from xla_keras.backends.keras._internals import (  # noqa: F401 - Keras-level, r
     InternalsMoved,
     _model_call_frames,
     auto_jit,
+    build_for_step,
     callback_model,
     fit_validates,
     keras_profile_windows,
@@ -575,7 +576,7 @@ def abandon_probe(probe: Probe) -> None:
 def profiler_sees_xla_compiler() -> Optional[bool]:
     """Whether XLA's compiler emits trace events the probe can read.
 
-    Measured (2026-12, CPU): TensorFlow 2.18 and later do (CpuCompiler::...,
+    Measured on CPU: TensorFlow 2.18 and later do (CpuCompiler::...,
     Compiler::RunBackend); 2.16 and 2.17 emit none at all, while the op that
     triggers a compile (the step function's kernel under jit_compile=True,
     ``_XlaCompile`` under auto-clustering) is traced on every version. None:

@@ -22,10 +22,16 @@ import weakref
 from typing import Any, List, Optional
 
 from xla_keras.backends.base import StepObserver
-from xla_keras.backends.chain import FUNCTION_ATTR, MAKE_FUNCTION, WrapperChain  # noqa: F401 - FUNCTION_ATTR re-exported
-from xla_keras.backends.tensorflow import _internals
+from xla_keras.backends.chain import (  # noqa: F401 - FUNCTION_ATTR re-exported
+    FUNCTION_ATTR,
+    MAKE_FUNCTION,
+    WrapperChain,
+    unwrap,
+)
+from xla_keras.backends.tensorflow import _internals, precompile
 from xla_keras.backends.tensorflow.flags import data_iterator_types
 from xla_keras.backends.tensorflow.quiet import StderrCapture, without_xla_startup_lines
+from xla_keras.core.types import PrecompileRunner
 
 # The user asked TensorFlow for more of its logs: its lines about a step XLA refused stay.
 VERBOSE_LOGS = bool(os.environ.get("TF_CPP_VMODULE") or os.environ.get("TF_CPP_MAX_VLOG_LEVEL"))
@@ -118,8 +124,15 @@ def _make_wrapper(model: Any, phase: str, observer: StepObserver):
             else:  # e.g. train_on_batch's generator: run as Keras would, unobserved
                 observer.call_unobserved(phase)
                 return original(data)
+            pulled = time.perf_counter()
+            if observer.precompile_pending(phase):  # the phase's first call: its shape set compiles first
+                observer.precompile_phase(
+                    phase, batches[0], _precompile_runner(model_ref(), phase, original, batches[0])
+                )
+                waited, pulled = pulled - start, time.perf_counter()
+                start = pulled - waited  # the call begins after the precompile, with the pull it waited for
             began = True
-            probe = observer.call_began(phase, batches, start, time.perf_counter())
+            probe = observer.call_began(phase, batches, start, pulled)
             if observer.quiet_phase == phase:  # jit='fastest' tries XLA: its start-up lines stay out
                 observer.quiet_phase = None
                 outputs = without_xla_startup_lines(lambda: original(batches))
@@ -153,3 +166,12 @@ def _make_wrapper(model: Any, phase: str, observer: StepObserver):
         return outputs
 
     return wrapped
+
+
+def _precompile_runner(model: Any, phase: str, original: Any, template: Any) -> PrecompileRunner:
+    original = unwrap(original)  # Keras's own function: other monitors' wrappers see no zero batch
+    return PrecompileRunner(
+        lambda signature: precompile.why_not(model, signature),
+        lambda signature: precompile.zero_batch(template, signature),
+        lambda items, threads, probe, jit: precompile.compile_ahead(model, phase, original, items, probe, jit),
+    )

@@ -182,7 +182,8 @@ function statusStrip(s) {
     card('Compiles', `${s.total_compilations}: ${counts}`, `distinct signatures: ${signatures}` +
          (other ? ` · not step programs: ${other}` : '') +
          (outside ? ` · outside the step's program (a one-off initialiser): ${outside}` : '') +
-         (s.processes_words ? ` · processes: ${s.processes_words}` : ''), 'compiles'),
+         (s.processes_words ? ` · processes: ${s.processes_words}` : '') +
+         (s.precompile_words ? ` · precompiled: ${s.precompile_words}` : ''), 'compiles'),
     card('Compile time', s.compile_time_words || `${seconds(s.compile_seconds)} of ${seconds(s.wall_seconds)} wall${share}`,
          s.cache_saved_seconds ? `the persistent cache saved ${seconds(s.cache_saved_seconds)}` :
            `seconds measured by: ${s.probe}`, 'compile-time'),
@@ -321,8 +322,12 @@ function ledgerTable(root, view) {
   });
   const against = view.baseline && !view.baseline.message ? view.baseline : null;
   const fresh = new Set(against ? against.new : []);
-  const body = rows.map((r) => el('tr', {'data-index': r.index, class: fresh.has(r.index) ? 'new' : ''}, [
-    td(String(r.index)), td(r.phase), td(r.step === r.last_step ? String(r.step) : `${r.step}–${r.last_step}`),
+  const body = rows.map((r) => el('tr', {'data-index': r.index,
+                                         class: [fresh.has(r.index) ? 'new' : '', r.precompiled ? 'precompiled' : '']
+                                           .filter(Boolean).join(' ')}, [
+    td(String(r.index)), td(r.phase),
+    r.precompiled ? td('precompiled', {class: 'precompiled', title: 'compiled before step 1 (XlaMonitor(precompile=...))'}) :
+      td(r.step === r.last_step ? String(r.step) : `${r.step}–${r.last_step}`),
     td(r.modules_words, {class: 'modules', 'data-modules': r.modules}),
     td(seconds(r.seconds), {'data-seconds': r.seconds}),
     td(r.source), td(r.cached === null ? 'unknown' : r.cached ? 'yes' : 'no'), td(r.changed, {class: 'changed'}),
