@@ -79,6 +79,12 @@ def main(out):
     import keras
 
     import xla_keras
+    from xla_keras.callback import cost_card
+
+    # These fits hold what an analysis says to the truth, not when the card may run one: its time budget
+    # (5% of the monitored time, which a 2-epoch fit on TensorFlow does not reach) is lifted here;
+    # tests/test_cost.py holds the budget.
+    cost_card.COST_SHARE = 1.0
 
     dump = os.environ.get("XLA_FLAGS", "").partition("--xla_dump_to=")[2].split(" ")[0] or None
     results = {}

@@ -161,6 +161,9 @@ class Backend(Protocol):
     cost_share_of_compile: float
     # profile="auto" traces the next recompiling train step after a storm opens (a window holding a compile).
     storm_trace_window: bool
+    # profile="auto"'s steady window opens in a fit of any length (TensorFlow: auto-clustering's coverage reads
+    # it); else only in a fit planned at MIN_FIT_STEPS_FOR_WINDOW steps or more (callback/traces.py).
+    steady_window_in_short_fits: bool
 
     def prepare(self, owner: StepObserver) -> None:
         """At monitor construction (``owner``: the monitor, which owns the wrappers)."""

@@ -59,7 +59,6 @@ class CostMeter:
         self._attached: Dict[str, int] = {}  # phase -> the first record still waiting for its figures
         self.analysis_seconds = 0.0  # the analyses' time so far (the budget: COST_SHARE of the monitored time)
         self._analyses = 0
-        self._phases_analysed: set = set()  # phases with a program analysed
 
     def call_began(self) -> None:
         """A fit (or a standalone evaluate / predict) began: its own budget of analyses per phase."""
@@ -102,8 +101,8 @@ class CostMeter:
         give each ledger record of their signatures the figures. ``budget``: the seconds this may take (an
         epoch end: a small share of the epoch); ``monitored_seconds``: the time monitored so far, of which all
         the analyses together take at most ``COST_SHARE`` (``cost="auto"``). An analysis runs when the time
-        the ones before took says it fits, and at a call's end each phase's most-run program whatever it
-        costs; the programs left wait for the next time."""
+        the ones before took says it fits (a short fit on TensorFlow, whose analysis lowers the step again,
+        may get none: a note says so); the programs left wait for the next time."""
         if not self._pending and not self._costs:
             return
         began = time.perf_counter()
@@ -118,10 +117,7 @@ class CostMeter:
         runs = {phase: stats.history.batches for phase, stats in phases.items()}
         for key, spec in sorted(self._pending.items(), key=lambda item: -runs.get(item[0][0], {}).get(item[0][1], 0)):
             estimate = self._estimate(phases[key[0]])
-            # At a call's end (no budget of its own) each phase's most-run program is analysed whatever it
-            # costs: the card's one figure a short fit gets; the others within the share.
-            first = budget is None and key[0] not in self._phases_analysed
-            if left is not None and not first and time.perf_counter() - began + estimate > left:
+            if left is not None and time.perf_counter() - began + estimate > left:
                 if budget is None:  # a call's end: what is left now stays without figures
                     self.notes.add_once("cost-budget", BUDGET.format(share=COST_SHARE, each=estimate))
                 break
@@ -132,7 +128,6 @@ class CostMeter:
             except Exception as error:  # noqa: BLE001 - never from here: the figures are unavailable
                 cost = ProgramCost(source=self.backend.cost_source, unavailable=_failed(error))
             self._took(time.perf_counter() - started)
-            self._phases_analysed.add(key[0])
             self._costs[key] = self._latest[key[:2]] = cost
         spent = time.perf_counter() - began
         for phase, stats in phases.items():

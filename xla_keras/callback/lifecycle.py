@@ -163,7 +163,10 @@ class Lifecycle:
         if state.config.jit == "fastest":
             self.fastest.begin(model, step, reused)
         keras_profiles = bool(state.config.profile == "auto" and backend.keras_profile_windows(model))
-        traces.begin_fit(step + 1, keras_profiles=keras_profiles)
+        params = state.observer.params or {}
+        steps, epochs = params.get("steps"), params.get("epochs")
+        planned = steps * epochs if isinstance(steps, int) and isinstance(epochs, int) else None
+        traces.begin_fit(step + 1, keras_profiles=keras_profiles, planned_steps=planned)
         self._say_status()
 
     def begin_phase(self, phase: str) -> None:

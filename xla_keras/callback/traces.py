@@ -1,7 +1,8 @@
 """Profiler trace windows for TensorBoard's Profile tab: when to open one, and closing only ours.
 
 ``profile="auto"`` opens one window of 5 steady train steps after warm-up (at
-least 10 steps into the fit and 5 since the last new input signature), and,
+least 10 steps into the fit and 5 since the last new input signature; on JAX none in a
+fit planned shorter than 100 steps, where the trace's ~0.1 s would be a share of it), and,
 on TensorFlow, after a storm opens, one on the next recompiling train step
 (``Backend.storm_trace_window``): once each per report (per model), however
 many fits it spans;
@@ -23,6 +24,10 @@ from xla_keras.core.types import Notes
 
 STEADY_WINDOW_STEPS = 5
 WARM_UP_STEPS = 10
+# Where the backend says so (``Backend.steady_window_in_short_fits``: JAX), a fit planned shorter than this
+# (Keras's steps per epoch times its epochs) gets no automatic steady window: starting, stopping and saving
+# a trace took ~0.1 s, a tenth of a 20-step fit, for 5 steps few would open.
+MIN_FIT_STEPS_FOR_WINDOW = 100
 QUIET_FOR_GOOD = 1 << 30
 
 
@@ -50,8 +55,9 @@ class TraceWindows:
         self._plan: dict = {}
         self._fit_first_step = 1
 
-    def begin_fit(self, first_step: int, keras_profiles: bool) -> None:
-        """A fit starts at train step ``first_step``; ``keras_profiles``: keras's TensorBoard profiles it."""
+    def begin_fit(self, first_step: int, keras_profiles: bool, planned_steps: Optional[int] = None) -> None:
+        """A fit starts at train step ``first_step``; ``keras_profiles``: keras's TensorBoard profiles it;
+        ``planned_steps``: its train steps as Keras plans them (None: unknown, e.g. a generator)."""
         self._fit_first_step = first_step
         # The automatic windows (steady, storm) are once per report, not once per fit: a script that
         # calls fit(epochs=1) in a loop would otherwise pay a trace (~0.2 s) and a directory per call.
@@ -61,7 +67,17 @@ class TraceWindows:
             "range": False,
             "storm_pending": False,
             "keras_profiles": keras_profiles and self.profile == "auto",
+            "short": self.profile == "auto"
+            and not getattr(self._backend, "steady_window_in_short_fits", True)
+            and planned_steps is not None
+            and planned_steps < MIN_FIT_STEPS_FOR_WINDOW,
         }
+        if self._plan["short"] and not self._plan["steady"]:
+            self.notes.add_once(
+                "trace-short-fit",
+                f"no automatic trace window: the fit has {planned_steps} train steps ({MIN_FIT_STEPS_FOR_WINDOW} "
+                "needed, a trace costs ~0.1 s); profile=(start, stop) traces a range of them",
+            )
         if self._plan["keras_profiles"]:
             self.notes.add_once(
                 "keras-profiles",
@@ -133,7 +149,7 @@ class TraceWindows:
         if isinstance(self.profile, tuple):  # _decide's "range"
             start, end = self.profile
             return QUIET_FOR_GOOD if plan.get("range") or first > end else max(0, start - first)
-        if plan.get("keras_profiles") or multi_worker or plan.get("steady"):
+        if plan.get("keras_profiles") or multi_worker or plan.get("steady") or plan.get("short"):
             return QUIET_FOR_GOOD  # a storm window needs a new signature: never in these calls
         opens = max(self._fit_first_step + WARM_UP_STEPS, last_new_step + STEADY_WINDOW_STEPS + 1)
         return max(0, opens - first)
@@ -152,6 +168,7 @@ class TraceWindows:
             kind, stop = "storm", last_step + batches  # one recompiling step
         elif (
             not plan.get("steady")
+            and not plan.get("short")
             and not has_new
             and first >= self._fit_first_step + WARM_UP_STEPS
             and first - last_new_step > STEADY_WINDOW_STEPS

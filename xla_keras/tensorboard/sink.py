@@ -26,8 +26,9 @@ import os
 import socket
 import struct
 import tempfile
+import threading
 import time
-from typing import Any, Callable, Dict, Iterable, Optional, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 
 from xla_keras.core.cache import atomic_write_text
 from xla_keras.report.schema import REPORT_FILE
@@ -112,11 +113,31 @@ class LocalEventFile:
 
 
 def _import_writers() -> None:
-    """Import what the writers need now, before the first step (TensorBoard's protos and two plugins'
-    metadata: a few ms)."""
+    """Import what the writers need (TensorBoard's protos and two plugins' metadata: 40-50 ms, protobuf's
+    own import most of it)."""
     from tensorboard.compat.proto import event_pb2, summary_pb2, tensor_pb2  # noqa: F401
     from tensorboard.plugins.custom_scalar import layout_pb2, metadata  # noqa: F401
     from tensorboard.plugins.text import metadata as text_metadata  # noqa: F401
+
+
+_IMPORTING: List[threading.Thread] = []
+
+
+def _import_writers_soon() -> None:
+    """Start importing what the writers need on a thread of its own, once per process: it runs beside the
+    first step's compile (which lets go of the GIL), not before it. A writer's first import of the same
+    modules waits for it (Python's per-module import lock); a failure surfaces there, in the caller."""
+    if not _IMPORTING:
+        thread = threading.Thread(target=_import_quietly, name="xla_keras-writers-import", daemon=True)
+        _IMPORTING.append(thread)
+        thread.start()
+
+
+def _import_quietly() -> None:
+    try:
+        _import_writers()
+    except Exception:  # noqa: BLE001 - the writer's own import says it, where it is needed
+        pass
 
 
 # An event file is a TFRecord file: each record is its length (uint64, little-endian), the masked CRC-32C of
@@ -281,7 +302,7 @@ class OutputSink:
             os.unlink(probe)
         except OSError as error:
             return error
-        _import_writers()
+        _import_writers_soon()
         return None
 
     def _out(self) -> Optional[SummaryWriters]:

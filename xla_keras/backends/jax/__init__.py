@@ -135,6 +135,9 @@ class JaxBackend(KerasBackend):
     # No window on a recompiling step: it holds XLA's compile passes, and JAX took 2.8-9.2 s to save one after a
     # storm (KerasHub DistilBERT, measured); the ledger times each compile from JAX's own events.
     storm_trace_window = False
+    # A short fit gets no steady window: starting, stopping and saving JAX's trace took ~0.1 s, half of a
+    # 20-step MLP fit's fixed cost (benchmarks/fixed_cost.py).
+    steady_window_in_short_fits = False
 
     def cost_spec(self, batch: Any) -> Any:
         return cost.cost_spec(batch)

@@ -117,6 +117,7 @@ class TensorFlowBackend(KerasBackend):
     # a Conv1D text model: 0.18 s of 0.5-1.2 s).
     cost_share_of_compile = 0.25
     storm_trace_window = True
+    steady_window_in_short_fits = True  # auto-clustering's coverage reads the steady window (jit/coverage.py)
 
     def cost_spec(self, batch: Any) -> Any:
         return cost.cost_spec(batch)
