@@ -174,42 +174,37 @@ def pytest_runtest_teardown(item, nextitem):
 
 
 # A test that starts a fit is slow, and says so (its mark, or its module's): one without the mark would slow
-# the quick tier. Keras's fit / evaluate / predict fail in such a test, naming the mark.
-_QUICK: List[str] = []  # the unmarked test running now, if any
+# the quick tier. While such a test runs, Keras's fit / evaluate / predict fail, naming the mark (patched
+# for that test only: a slow test's fits keep their own frames, which the warnings' locations are read on).
 _MARKS = ("slow", "scenario", "timed")
 
 
-def _refuse_fits_in_quick_tests(keras) -> None:
-    model = keras.Model
-    if getattr(model, "_quick_tier_guard", False):
-        return
-    for name in ("fit", "evaluate", "predict"):
-        original = getattr(model, name)
+def _refusing(test_id, name, original):
+    @functools.wraps(original)
+    def refused(self, *args, **kwargs):
+        pytest.fail(
+            f"{test_id} starts a {name} but is not marked slow (or scenario, timed): the quick tier runs the "
+            "tests that start no fit",
+            pytrace=False,
+        )
 
-        @functools.wraps(original)
-        def guarded(self, *args, _original=original, _name=name, **kwargs):
-            if _QUICK:
-                pytest.fail(
-                    f"{_QUICK[-1]} starts a {_name} but is not marked slow (or scenario, timed): the quick tier "
-                    "runs the tests that start no fit",
-                    pytrace=False,
-                )
-            return _original(self, *args, **kwargs)
-
-        setattr(model, name, guarded)
-    model._quick_tier_guard = True
+    return refused
 
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_call(item):
-    quick = not any(item.get_closest_marker(mark) for mark in _MARKS)
     keras = sys.modules.get("keras")
+    quick = not any(item.get_closest_marker(mark) for mark in _MARKS)
+    saved = {}
     if quick and keras is not None and hasattr(keras, "Model"):
-        _refuse_fits_in_quick_tests(keras)
-    if quick:
-        _QUICK.append(item.nodeid)
+        for name in ("fit", "evaluate", "predict"):
+            saved[name] = keras.Model.__dict__.get(name)
+            setattr(keras.Model, name, _refusing(item.nodeid, name, getattr(keras.Model, name)))
     try:
         yield
     finally:
-        if quick:
-            _QUICK.pop()
+        for name, original in saved.items():
+            if original is None:
+                delattr(keras.Model, name)  # inherited: the trainer's own again
+            else:
+                setattr(keras.Model, name, original)

@@ -172,7 +172,9 @@ def _log_modules(lines):
 def test_compile_seconds_equal_jax_log_lines(runs, name):
     run = runs[name]
     logged = _log_modules(run["log"])
-    assert run["report"]["compilations"], "the run compiled nothing: nothing to hold to JAX's lines"
+    # Not 0 == 0: JAX logged compiles in every run (op by op with jit off), and the step's where it jits.
+    assert logged, "JAX logged no compile: nothing to hold the ledger to"
+    assert run["report"]["compilations"] or name == "jit_off"
     for phase in PHASES:
         ours = [c["seconds"] for c in run["report"]["compilations"] if c["phase"] == phase]
         theirs = logged.get(f"jit({phase}_step)", [])
