@@ -508,6 +508,17 @@ def test_set_raw_model_jit_round_trip():
     assert _internals.raw_model_jit(model) is True and model.jit_compile is True
 
 
+def test_build_for_step_makes_every_variable_the_first_step_would_before_it_runs():
+    """Keras's Trainer._symbolic_build (precompile builds an unbuilt model before its zero-batch steps)."""
+    model = keras.Sequential([keras.layers.Dense(3), keras.layers.Dense(1)])  # no Input: built at the first step
+    model.compile("adam", "mse")
+    assert not model.built and not model.optimizer.built
+    batch = (np.zeros((4, 5), "float32"), np.zeros((4, 1), "float32"))
+    assert _internals.build_for_step(model, batch) is None
+    assert model.built and model.optimizer.built and len(model.optimizer.variables) > 2  # the slots too
+    assert [tuple(w.shape) for w in model.weights] == [(5, 3), (3,), (3, 1), (1,)]
+
+
 def test_start_and_stop_trace_write_a_session_and_a_ctrl_c_in_start_frees_the_profiler(tmp_path, monkeypatch):
     _internals.start_trace(str(tmp_path / "a"))
     tf.constant(1.0) + 1.0
