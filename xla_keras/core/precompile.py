@@ -142,10 +142,14 @@ def signatures_in_report(path: str, phase: str) -> List[InputSignature]:
 
 def from_report(path: str, phase: str, template: InputSignature) -> ShapeSet:
     """The signatures a saved report compiled for ``phase`` that fit its batches now."""
-    found = signatures_in_report(path, phase)
+    return _fitting(signatures_in_report(path, phase), template, f"the report {report_path(path)}")
+
+
+def _fitting(found: Sequence[InputSignature], template: InputSignature, source: str) -> ShapeSet:
+    """Of a report's signatures, those of the batches' structure (at most ``MAX_SIGNATURES``)."""
     kept = tuple(s for s in found if same_structure(s, template))
     left = () if len(kept) == len(found) else (f"{len(found) - len(kept)} of its signatures have another structure",)
-    return ShapeSet(kept[:MAX_SIGNATURES], f"the report {report_path(path)}", left)
+    return ShapeSet(kept[:MAX_SIGNATURES], source, left)
 
 
 def from_applied(applied: Iterable[Tuple[str, Tuple[Tuple[str, int, Tuple[int, ...]], ...]]], template: InputSignature):
@@ -225,11 +229,9 @@ def resolve(
     if previous is not None:
         if "error" in previous:
             return ShapeSet((), f"the log dir's last report cannot be read ({previous['error']})")
-        found = previous.get(phase, [])
-        kept = tuple(s for s in found if same_structure(s, template))[:MAX_SIGNATURES]
-        if kept:
-            left = () if len(kept) == len(found) else (f"{len(found) - len(kept)} have another structure",)
-            return ShapeSet(kept, f"the last report in {log_dir}", left)
+        fitting = _fitting(previous.get(phase, []), template, f"the last report in {log_dir}")
+        if fitting.signatures:
+            return fitting
         return ShapeSet((), f"the last report in {log_dir} holds no {phase} signature of these batches")
     return ShapeSet(
         (),
