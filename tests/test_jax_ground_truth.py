@@ -270,7 +270,7 @@ def test_storm_fallback_runs_op_by_op_and_states_the_measured_cost(runs):
 
 
 def test_after_a_fallback_the_headline_counts_the_op_by_op_compiles_and_the_warning_says_so(runs):
-    """Issue 30: XLA off on JAX compiles each operation per shape; the compile-time headline holds
+    """XLA off on JAX compiles each operation per shape; the compile-time headline holds
     those seconds too (their count: the non-step modules XLA dumped in the fit, checked above)."""
     run = runs["storm_fallback"]
     report, text = run["report"], run["text"]
