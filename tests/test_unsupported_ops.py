@@ -235,7 +235,11 @@ def _jax_error(kind):
     Keras raised), and which fix it calls for."""
     import jax
 
-    chain = [(name, words) for name, words in zip(kind["jax_errors"], kind["jax_words"]) if hasattr(jax.errors, name)]
+    chain = [
+        (name, words)
+        for name, words in zip(kind["jax_errors"], kind["jax_words"])
+        if hasattr(jax.errors, name) and name != "SimplifiedTraceback"  # JAX's note of frames it left out
+    ]
     assert chain, kind["jax_errors"]
     name, words = chain[-1]
     return name, "conversion" if "The problem arose with the `int` function" in words else name

@@ -301,11 +301,17 @@ def jax_main(dump, log_dir):
     for name, (broken, fixed) in kinds.items():
         model = model_of(broken)
         model.jit_compile = True  # unmonitored: the error JAX itself raises
+        # Keras's traceback filtering re-creates an error with its call arguments in the message; with
+        # Keras 3.12 and JAX 0.4.36 that fails on JAX's tracer errors (their constructor takes a tracer, not
+        # a string) and leaves an AttributeError in their place. Off, the error that reaches here is JAX's.
+        keras.config.disable_traceback_filtering()
         try:
             fit(model)
             raised = None
         except Exception as caught:  # noqa: BLE001 - the error is the ground truth
             raised = caught
+        finally:
+            keras.config.enable_traceback_filtering()
         chain = []
         while raised is not None and raised not in chain:
             chain.append(raised)
