@@ -234,7 +234,9 @@ def scenario(name, rng, log_dir):
         monitor.update(jit="off")
     elif name == "storm_fallback":
         model, args = text_model(), (Batches(padded_batches(rng, batches=10)),)
-        fit.update(epochs=2)
+        # Epochs 2-4 repeat epoch 1's shapes: op by op, they compile nothing new, and each is an interval
+        # that can be a steady sample (a stall under a loaded machine spoils one, seldom all three).
+        fit.update(epochs=4)
         monitor.update(storm_threshold=4, on_storm="fallback")
     elif name == "storm_raise":
         model, args = text_model(), (Batches(padded_batches(rng, batches=10)),)
@@ -298,6 +300,7 @@ def run(name, dump_dir, log_lines, log_dir=None):
         "warnings": [str(w.message) for w in caught if issubclass(w.category, xla_keras.XlaKerasWarning)],
         "text": str(monitor.report),
         "jit_compile_after": bool(model.jit_compile),
+        "iterations": int(model.optimizer.iterations.numpy()) if model.optimizer is not None else None,
         "observer_seconds": list(OBSERVER_SECONDS),
     }
 

@@ -154,6 +154,8 @@ def test_schema_4_adds_backend_and_other_compilations_and_reads_older_reports():
         (0.001, 0.02, (40, 19), "too few steady steps to compare (40 with XLA before the switch, 19 without"),
         (None, 0.02, (0, 30), "no steady XLA step before the switch"),
         (0.001, None, (40, 0), None),
+        # Steps ran since the switch and none was a steady sample: said, with the reason, not left out.
+        (0.001, None, (40, 0, 7), "train: 7 steps without XLA, no steady step among them (each step or interval"),
     ],
 )
 def test_the_fallback_states_what_running_without_xla_cost_on_enough_steps(before, after, steps, words):
@@ -163,6 +165,7 @@ def test_the_fallback_states_what_running_without_xla_cost_on_enough_steps(befor
             "steady_step_seconds_after": {"train": after},
             "xla_steady_steps": {"train": steps[0]},
             "steady_steps_after": {"train": steps[1]},
+            "steps_after": {"train": steps[2] if len(steps) > 2 else 0},
         }
     )
     assert (text is None) if words is None else (words in text), text

@@ -319,6 +319,7 @@ def fallback_began(phase: str, step: int, reason: str, phases: Dict[str, PhaseSt
         "cause": cause,
         "xla_steady_step_seconds": {p: s.timing.compare_seconds for p, s in phases.items()},
         "xla_steady_steps": {p: s.timing.compare_samples for p, s in phases.items()},
+        "steps_at_switch": {p: s.steps_run for p, s in phases.items()},
     }
     for stats in phases.values():
         stats.after_switch = PhaseTiming()
@@ -337,6 +338,8 @@ def fallback_view(fallback: Optional[dict], phases: Dict[str, PhaseStats]) -> Op
     view["steady_steps_after"] = {
         p: (s.after_switch.compare_samples if s.after_switch is not None else 0) for p, s in phases.items()
     }
+    at_switch = fallback.get("steps_at_switch") or {}
+    view["steps_after"] = {p: s.steps_run - at_switch.get(p, s.steps_run) for p, s in phases.items()}
     return view
 
 

@@ -179,6 +179,9 @@ def own_words(report: XlaReport) -> Optional[str]:
     return f"{ms_text(own['total'])} ({parts}), outside every step figure"
 
 
+NO_STEADY_AFTER = "each step or interval since the switch held a compile, a stall or the monitor's own work"
+
+
 def fallback_cost(fallback: Dict[str, Any]) -> Optional[str]:
     """What running without XLA cost after a storm fallback: each phase's steady step after the
     switch against its steady XLA step before it, with the steps each side rests on; the ratio only
@@ -191,6 +194,9 @@ def fallback_cost(fallback: Dict[str, Any]) -> Optional[str]:
     for phase in PHASES:
         new, old = after.get(phase), before.get(phase)
         if new is None:
+            ran = (fallback.get("steps_after") or {}).get(phase, 0)
+            if ran:
+                parts.append(f"{phase}: {ran} steps without XLA, no steady step among them ({NO_STEADY_AFTER})")
             continue
         without = f"{phase} steady step {ms_text(new)} without XLA ({n_after.get(phase, 0)} steps)"
         if old is None:

@@ -283,8 +283,10 @@ class XlaReport:
         advice: phases whose recompiles cost more than the compile budget, below the storm
             threshold, each a ``PhaseAdvice``.
         fallback: after ``on_storm="fallback"``: ``{"phase", "step", "reason", "xla_steady_step_seconds",
-            "xla_steady_steps", "steady_step_seconds_after", "steady_steps_after", "cause"}`` (cause: "storm", or
-            "unsupported": an op XLA cannot compile; schema 12); else None.
+            "xla_steady_steps", "steady_step_seconds_after", "steady_steps_after", "cause", "steps_at_switch",
+            "steps_after"}`` (cause: "storm", or "unsupported": an op XLA cannot compile; schema 12;
+            steps_at_switch / steps_after: the steps each phase ran before / since the switch, schema 13);
+            else None.
         jit_decision: ``jit="fastest"`` only: the mode kept and the evidence (``"mode"`` is None while
             the trial measures); None for the other modes.
         steps: steps per phase (test and predict count batches over the monitor's lifetime).

@@ -47,7 +47,8 @@ Report schema versions (``xla_report.json``, ``XlaReport.to_dict()``; the curren
   ``unsupported_ops``' ``kind`` and ``input``; ``waits`` and ``own_seconds``; a slow step's ``where``,
   ``input_seconds`` and ``between_seconds``; ``coverage``'s ``nodes_from``, ``no_advice``, ``advice.effect``
   and ``ops_outside[].nodes_timed``; ``costs``' ``programs``, ``program_steps``, ``steps_ran``, ``time_base``;
-  a compile's ``precompiled`` and the report's ``precompile``. Older reports read with null causes and empty
+  a compile's ``precompiled`` and the report's ``precompile``; a fallback's ``steps_at_switch`` and
+  ``steps_after``. Older reports read with null causes and empty
   ``waits`` / ``own_seconds`` / ``precompile``.
 """
 
