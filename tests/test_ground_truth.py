@@ -31,8 +31,19 @@ def test_jit_on_counts_every_dumped_module(scenario_runs, key):
     assert run.dump_modules > 0
     assert _total(run.report) == run.dump_modules
     assert len(run.report["compilations"]) == run.dump_modules
-    assert {c["source"] for c in run.report["compilations"]} == {_measured_source(run.report)}
+    _measured_or_past_the_probes_budget(run.report)
     assert run.report["jit_active"] is True
+
+
+def _measured_or_past_the_probes_budget(report):
+    """Each compile was timed by a probe, or, once the probes had used their budget (1% of the monitored
+    time and 0.1 s), estimated from its step and said so; the first was probed."""
+    records = report["compilations"]
+    assert records[0]["source"] == _measured_source(report)
+    for record in records:
+        assert record["source"] == _measured_source(report) or (
+            record["source"] == "timing" and record["estimated_because"] == "probe_budget"
+        ), record
 
 
 @pytest.mark.parametrize("key", JIT_ON)
@@ -44,10 +55,13 @@ def test_jit_on_compile_seconds_match_tensorflow_within_10_percent(scenario_runs
         assert run.report["compile_seconds"] == pytest.approx(truth, rel=0.10)
         return
     # Op spans (TF 2.16/2.17): the process's first compile also holds XLA's one-time start-up, which
-    # TensorFlow's line leaves out (measured: +2 to +45 ms); every later one matches the line.
-    ours = [c["seconds"] for c in run.report["compilations"]]
-    assert run.tf_compile_seconds[0] * 0.95 <= ours[0] <= run.tf_compile_seconds[0] + 0.1
-    assert sum(ours[1:]) == pytest.approx(sum(run.tf_compile_seconds[1:]), rel=0.10)
+    # TensorFlow's line leaves out (measured: +2 to +45 ms); every later one the probe timed matches its line.
+    pairs = [(c["seconds"], line) for c, line in zip(run.report["compilations"], run.tf_compile_seconds)]
+    probed = [pair for pair, c in zip(pairs, run.report["compilations"]) if c["source"] != "timing"]
+    assert probed and probed[0] == pairs[0]
+    assert run.tf_compile_seconds[0] * 0.95 <= pairs[0][0] <= run.tf_compile_seconds[0] + 0.1
+    if probed[1:]:
+        assert sum(o for o, _ in probed[1:]) == pytest.approx(sum(t for _, t in probed[1:]), rel=0.10)
 
 
 def test_batch_sizes_16_to_23_each_compile_once_at_their_first_step(scenario_runs):

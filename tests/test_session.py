@@ -13,7 +13,7 @@ from xla_keras.core.session import Session
 from xla_keras.core.signatures import Leaf
 from xla_keras.core.types import CompileObservation
 from xla_keras.jit.modes import JitState, ProbeFacts, verdict
-from xla_keras.report.build import ReportContext, build_report
+from xla_keras.report.build import ReportContext, build_report, estimate_notes
 from xla_keras.tensorboard.metadata import TAG_COMPILATIONS, TAG_COMPILE_TIME, TAG_DISTINCT_SIGNATURES, TAG_STEP_TIME
 
 ON = JitState("on", active=True, reason="jit_compile=True")
@@ -170,6 +170,46 @@ def test_calls_inside_a_trace_window_are_not_steady_and_their_records_say_why_th
     assert s.phases["train"].timing.steady_count == 0
     assert not s.notes.texts  # the note comes from the records, when the report is built
     assert plan.new
+
+
+def test_past_the_probes_budget_a_new_signature_is_timed_from_its_step_and_says_why():
+    from xla_keras.core.session import PROBE_ALLOWANCE_SECONDS, PROBE_SHARE
+
+    clock = Clock()
+    s = session(clock)
+    s.wall.begin()
+    plan, _ = step(s, clock, sig(8), 0.5, observation=CompileObservation((0.45,), "profiler"))
+    assert plan.probe
+    clock.now += 10.0  # 10.5 s monitored: the probes may take 0.1 s + 1% of it
+    budget = PROBE_ALLOWANCE_SECONDS + PROBE_SHARE * s.wall.seconds()
+    s.own_work("probes", budget + 0.001)
+    plan, outcome = step(s, clock, sig(9), 0.5)
+    assert not plan.probe and plan.new_indices == (0,)
+    (record,) = outcome.compiles
+    assert record.source == "timing" and record.estimated_because == "probe_budget" and record.step == 2
+    # Auto-clustering's probes are the only way its compiles are seen: they run whatever the budget.
+    assert step(s, clock, sig(10), 0.5, jit=AUTO)[0].probe
+    # The monitored time grows, the budget with it: the next new signature is probed again.
+    clock.now += 20.0
+    assert step(s, clock, sig(11), 0.5, observation=CompileObservation((0.45,), "profiler"))[0].probe
+    # Where probes cost nothing (JAX's compile events), there is no budget.
+    free = Session(MonitorConfig(log_dir=None), clock=clock, probe_budget=False)
+    free.own_work("probes", 10.0)
+    assert step(free, clock, sig(8), 0.5, observation=CompileObservation((0.45,), "profiler"))[0].probe
+    notes = estimate_notes(s.snapshot().phases["train"].records)
+    assert any("1 compile time(s) estimated" in n and "compile probes had used their budget" in n for n in notes)
+
+
+def test_the_monitors_own_work_in_a_run_counts_from_the_runs_begin():
+    s = session()
+    s.own_work("probes", 0.3)  # before the epoch: not its own
+    s.run_began("train", 100.0)
+    s.own_work("probes", 0.2)
+    s.own_work("writes", 0.05)
+    assert s.own_in_run("train") == pytest.approx(0.25)
+    s.run_began("test", 101.0)  # validation inside the epoch: its own run
+    s.own_work("writes", 0.01)
+    assert s.own_in_run("test") == pytest.approx(0.01) and s.own_in_run("train") == pytest.approx(0.26)
 
 
 def test_nothing_pending_ends_nothing():

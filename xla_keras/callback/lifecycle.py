@@ -22,8 +22,8 @@ from xla_keras.errors import LogDirError
 from xla_keras.storms.applied import applied as applied_fixes
 
 CALL_NAME = {"test": "evaluate", "predict": "predict"}  # a phase run outside a fit
-# The share of an epoch (or a validation run) its end may spend on the cost card: the monitor's own work
-# stays a small part of every epoch; what is left waits for the fit's end.
+# The share of an epoch (or a validation run) the monitor's own work may take by its end: the cost card
+# analyses there with what the run's probes, writes and traces left of it; what is left waits for the fit's end.
 EPOCH_END_SHARE = 0.02
 
 logger = logging.getLogger("xla_keras")
@@ -226,13 +226,18 @@ class Lifecycle:
             state.fastest.epoch_ended(state.session.phases["train"].step)
         self.steps.settle(("train",))
         state.sink.scalars(state.session.end_of_run("train"))
-        # An epoch end pays at most a small share of the epoch for the cost card; the rest waits for the fit's end.
-        self.cost_card(("train",), budget=EPOCH_END_SHARE * state.session.phases["train"].last_run_seconds)
+        self.cost_card(("train",), budget=self._run_end_budget("train"))
         if epoch + 1 < (state.observer.params or {}).get("epochs", epoch + 2):
             gather_processes(state)  # every process ends the epoch at the same step
             state.flush(text=True)
         # The fit's last epoch: its end hook gathers and writes the same files next (a failure between
         # the two: abort_fit writes), so they are written once (1.0 ms of a 1-epoch fit's 2.9 ms, measured).
+
+    def _run_end_budget(self, phase: str) -> float:
+        """The seconds a run's end may spend on the cost card: ``EPOCH_END_SHARE`` of the run, less the
+        monitor's own work in it (a storm's probes and writes may leave nothing: the fit's end analyses)."""
+        session = self.state.session
+        return max(0.0, EPOCH_END_SHARE * session.phases[phase].last_run_seconds - session.own_in_run(phase))
 
     def cost_card(self, phases: Tuple[str, ...], budget: Optional[float] = None) -> None:
         """Off the step path: analyse the programs compiled since the last time (callback/cost_card.py),
@@ -255,7 +260,7 @@ class Lifecycle:
         self.steps.settle((phase,))
         state.sink.scalars(state.session.end_of_run(phase))
         # Validation inside a fit pays a small share of its run (the rest waits for the fit's end).
-        budget = EPOCH_END_SHARE * state.session.phases[phase].last_run_seconds if state.in_fit else None
+        budget = self._run_end_budget(phase) if state.in_fit else None
         self.cost_card((phase,), budget)
         state.backend.remove(state.model, phase)
         if not state.in_fit:

@@ -37,7 +37,9 @@ class ModelReport:
         missing_viewer: Callable[[], Optional[str]],
     ):
         self.backend = backend
-        self.session = Session(config, between_drains=backend.ends_calls_in_wrapper)
+        self.session = Session(
+            config, between_drains=backend.ends_calls_in_wrapper, probe_budget=not backend.probes_every_call
+        )
         self.sink = OutputSink(log_dir)
         self.traces = TraceWindows(config.profile, backend, self.session.notes, missing_viewer, self.session.own_work)
         self.error: Optional[str] = None  # why the monitor disabled itself, if it did

@@ -95,6 +95,7 @@ class PhaseStats:
         self.run_began_at: Optional[float] = None  # a run's begin hook, until its first call begins
         self.run_opened: Optional[float] = None  # the running run's begin hook
         self.last_run_seconds = 0.0  # the last run's wall time, begin hook to end
+        self.own_at_run_begin = 0.0  # the monitor's own work (``OwnTime.total``) when the running run began
 
     def value_probe_due(self, fingerprint: int) -> bool:
         """Whether a batch of a known signature should be probed for a compile a value causes: the
@@ -278,8 +279,12 @@ class OwnTime:
     def add(self, kind: str, seconds: float) -> None:
         self.seconds[kind] = self.seconds.get(kind, 0.0) + max(0.0, seconds)
 
+    @property
+    def total(self) -> float:
+        return sum(self.seconds.values())
+
     def view(self) -> Dict[str, float]:
-        return {**self.seconds, "total": sum(self.seconds.values())}
+        return {**self.seconds, "total": self.total}
 
 
 class WallClock:

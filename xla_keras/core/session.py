@@ -63,18 +63,33 @@ AUTOCLUSTER_PROBES = 3
 # once a second that is 0.02%, and under 1% while a sync costs under 10 ms (an accelerator's host-side
 # bubble). Runs shorter than this are timed between Keras's own drains (each run's end).
 SYNC_SECONDS = 1.0
+# A compile probe (TensorFlow: a profiler session around the call) costs a few % of the compile it times: the
+# profiler collects every XLA pass's event (~50 ms for a 1 s compile of a Conv1D text model). Calls with a new
+# signature under jit_compile=True are probed while the probes' time stays within this share of the monitored
+# time plus the allowance; past it their compile is known by the new shape and timed from the step (its time
+# minus the steady step, ``estimated_because="probe_budget"``). Auto-clustering's and values' probes, which
+# are the only way to see those compiles, always run.
+PROBE_SHARE = 0.01
+PROBE_ALLOWANCE_SECONDS = 0.1
 
 
 class Session:
     """Per-phase statistics of one report, fed call by call."""
 
     def __init__(
-        self, config: MonitorConfig, clock: Callable[[], float] = time.perf_counter, between_drains: bool = False
+        self,
+        config: MonitorConfig,
+        clock: Callable[[], float] = time.perf_counter,
+        between_drains: bool = False,
+        probe_budget: bool = True,
     ):
         """``between_drains``: steps are dispatched asynchronously (JAX), so step times come from the
-        intervals between the device's drains (core/timing.py), not from each call's time."""
+        intervals between the device's drains (core/timing.py), not from each call's time. ``probe_budget``:
+        a probe costs time (TensorFlow's profiler session; JAX reads its compile events at no cost), so
+        new signatures are probed within ``PROBE_SHARE``."""
         self.config = config
         self.between_drains = between_drains
+        self.probe_budget = probe_budget
         self.clock = clock
         self.phases: Dict[str, PhaseStats] = {p: PhaseStats(config.max_records) for p in PHASES}
         self.calls: Dict[str, CallScratch] = {p: CallScratch() for p in PHASES}
@@ -188,8 +203,11 @@ class Session:
                         self._count_new(phase, step)
             # A precompiled signature's first batch is probed too: a compile there is one the set did not prevent.
             if worth_probe and (is_new or jit.autoclustering or self.ledger.last_ahead):
-                probe = True
-                call.probe_signature = call.probe_signature or (step, sig)
+                if is_new and jit.active and not probe and not self.ledger.last_ahead and self._probes_spent():
+                    call.unprobed = "probe_budget"
+                else:
+                    probe = True
+                    call.probe_signature = call.probe_signature or (step, sig)
             elif jit.active and stats.value_probe_due(fp):
                 probe = call.value_probe = True  # maybe a new value XLA takes as a constant
                 call.probe_signature = call.probe_signature or (step, sig)
@@ -204,6 +222,12 @@ class Session:
             call.value_probe,
             stats.timing.recent_median_seconds,
         )  # no sort per step
+
+    def _probes_spent(self) -> bool:
+        """Whether the compile probes have used their budget (``PROBE_SHARE`` of the monitored time and
+        ``PROBE_ALLOWANCE_SECONDS``)."""
+        spent = self.own.seconds["probes"]
+        return self.probe_budget and spent > PROBE_ALLOWANCE_SECONDS + PROBE_SHARE * self.wall.seconds()
 
     def precompiled(self, phase: str, results: Sequence[Precompiled], facts: dict, seconds: float) -> CallOutcome:
         """``results``: a precompile of ``phase``'s shape set that took ``seconds`` before its first call (its
@@ -372,8 +396,13 @@ class Session:
         run's start (``Waits``), no step's."""
         stats = self.phases[phase]
         stats.run_began_at = stats.run_opened = at
+        stats.own_at_run_begin = self.own.total
         if self.between_drains and not stats.interval.open and stats.idle:
             stats.interval.open_at(at, stats.step)
+
+    def own_in_run(self, phase: str) -> float:
+        """The monitor's own work (probes, writes, traces, analyses) since ``phase``'s running run began."""
+        return max(0.0, self.own.total - self.phases[phase].own_at_run_begin)
 
     def own_work(self, kind: str, seconds: float) -> None:
         """The monitor's own work took ``seconds`` (``phases.OWN_WORK``): stated, never a step's."""

@@ -45,6 +45,10 @@ ESTIMATED_BECAUSE = {
     "probes_off": "compile probes are off by design here (e.g. under MultiWorkerMirroredStrategy)",
     "not_measured": "the probe ran but could not time the compiles",
     "unprobed": "no compile probe ran for those calls",
+    "probe_budget": (
+        "the compile probes had used their budget (1% of the monitored time and 0.1 s): each compile is "
+        "known by its new input shape and timed from its step"
+    ),
 }
 
 
