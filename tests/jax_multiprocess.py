@@ -76,6 +76,45 @@ class Modes:
         return _Modes()
 
 
+class StepOne:
+    """When the fit's first train step ended, by the wall clock (the dump files' times are read against it)."""
+
+    def __new__(cls, seen):
+        import time
+
+        import keras
+
+        class _StepOne(keras.callbacks.Callback):
+            def on_train_batch_end(self, batch, logs=None):
+                seen.setdefault("step_one", time.time())
+
+        return _StepOne()
+
+
+def precompile_specs(fit, index):
+    """``fit``'s precompile set, as specs of the global batch (every process's rows); a process may be
+    given its own lengths (``precompile_lengths_by_process``)."""
+    import jax
+
+    lengths = fit.get("precompile_lengths_by_process", {}).get(str(index), fit.get("precompile_lengths"))
+    if lengths is None:
+        return None
+    rows = 8 * jax.process_count()
+    return [
+        (jax.ShapeDtypeStruct((rows, n, 4), "float32"), jax.ShapeDtypeStruct((rows, 1), "float32")) for n in lengths
+    ]
+
+
+def train_modules_after(dump_dir, before, when):
+    """The train-step modules XLA dumped in this process after ``when`` (the fit's first step's end)."""
+    from jax_scenarios import dumped, module_name
+
+    new = sorted(dumped(dump_dir) - before)
+    return sum(
+        1 for f in new if module_name(f) == "jit_train_step" and os.path.getmtime(os.path.join(dump_dir, f)) > when
+    )
+
+
 def step_modules(dump_dir, before):
     from jax_scenarios import dumped, module_name
 
@@ -108,9 +147,12 @@ def process(spec):
     result["data"] = round(float(first_x.sum()), 4)  # each process's own values
     for fit in spec["fits"]:
         net = model()
-        monitor = xla_keras.XlaMonitor(verbose=0, **fit["monitor"])
-        modes = []
-        callbacks = [monitor, Modes(modes)] + ([Exit(fit["exit_at_step"])] if fit.get("exit_process") == index else [])
+        specs = precompile_specs(fit, index)
+        monitor = xla_keras.XlaMonitor(verbose=0, **fit["monitor"], **({"precompile": specs} if specs else {}))
+        modes, clock = [], {}
+        # A batch-end hook makes Keras wait for each step: only the fits that compare with a precompile time it.
+        callbacks = [monitor, Modes(modes)] + ([StepOne(clock)] if fit.get("weights") else [])
+        callbacks += [Exit(fit["exit_at_step"])] if fit.get("exit_process") == index else []
         for name, value in fit.get("trial", {}).items():  # a short fit may run a whole trial (see the test)
             setattr(trial, name, value)
         lengths, epochs = fit["lengths"], fit.get("epochs", 1)
@@ -141,6 +183,12 @@ def process(spec):
                 "stopped_at": monitor.report.steps["train"],
                 "modes": modes,
                 "run_state_at_the_error": fit.get("run_state_at_the_error"),
+                "train_modules_after_step_one": (
+                    train_modules_after(dump_dir, before, clock["step_one"]) if "step_one" in clock else None
+                ),
+                # Read only where every process is alive to read them (a global array's values).
+                "iterations": int(keras.ops.convert_to_numpy(net.optimizer.iterations)) if fit.get("weights") else None,
+                "weights": [float(v) for w in net.get_weights() for v in w.ravel()] if fit.get("weights") else None,
             }
         )
     print("XLA_KERAS_MW " + json.dumps(result), flush=True)

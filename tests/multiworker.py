@@ -14,6 +14,7 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -69,18 +70,30 @@ def run_workers(tmp_root, spec, workers=2, timeout=300, env_extra=None, script=S
                 text=True,
             )
         )
+    # Every process's pipes are read at once: a process whose output fills its pipe while no one reads it
+    # would block, and its peers with it (in a collective, or JAX's shutdown barrier at exit).
+    outputs: list = [None] * len(procs)
+
+    def read(index):
+        outputs[index] = procs[index].communicate()
+
+    readers = [threading.Thread(target=read, args=(i,), daemon=True) for i in range(len(procs))]
+    for reader in readers:
+        reader.start()
     deadline = time.monotonic() + timeout
-    runs = []
-    for index, proc in enumerate(procs):
-        try:
-            out, err = proc.communicate(timeout=max(1.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            for p in procs:
-                p.kill()
-            tails = "\n".join(f"--- worker {i}:\n{p.communicate()[1][-3000:]}" for i, p in enumerate(procs))
-            raise AssertionError(f"multi-worker run hung for {timeout} s (a collective mismatch?)\n{tails}") from None
-        runs.append(WorkerRun(index, proc.returncode, out, err, os.path.join(tmp_root, f"dump{index}")))
-    return runs
+    for reader in readers:
+        reader.join(max(0.0, deadline - time.monotonic()))
+    if any(reader.is_alive() for reader in readers):
+        for p in procs:
+            p.kill()
+        for reader in readers:
+            reader.join(30)
+        tails = "\n".join(f"--- worker {i}:\n{(out or ('', ''))[1][-3000:]}" for i, out in enumerate(outputs))
+        raise AssertionError(f"multi-worker run hung for {timeout} s (a collective mismatch?)\n{tails}")
+    return [
+        WorkerRun(index, proc.returncode, *outputs[index], os.path.join(tmp_root, f"dump{index}"))
+        for index, proc in enumerate(procs)
+    ]
 
 
 def comparable(report):

@@ -13,6 +13,7 @@ import json
 import os
 import re
 
+import numpy as np
 import pytest
 from multiworker import run_workers
 from runs import Runs
@@ -22,6 +23,13 @@ pytestmark = [pytest.mark.scenario, pytest.mark.xdist_group("test_jax_multiproce
 SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "jax_multiprocess.py")
 LENGTHS = [4, 6, 8, 10, 12, 14, 4, 6]  # 6 new shapes in 8 steps: a storm at the 3rd (threshold 3)
 STORM = {"storm_threshold": 3}
+
+# The same fit without and with precompile (its four shapes given as specs of the global batch).
+PRECOMPILED = [4, 6, 8, 10, 4, 6]
+PRECOMPILE_FITS = [
+    {"monitor": {"log_dir": None}, "lengths": PRECOMPILED, "weights": True},
+    {"monitor": {"log_dir": None}, "lengths": PRECOMPILED, "precompile_lengths": [4, 6, 8, 10], "weights": True},
+]
 
 TWO_PROCESSES = {
     "fits": [
@@ -39,6 +47,13 @@ TWO_PROCESSES = {
             "epochs": 2,
             "validation": [6, 6],
             "trial": {"TRIAL_BUDGET": 1000.0, "MIN_STEPS_LEFT": 50},
+        },
+        *PRECOMPILE_FITS,
+        {  # the processes are given different sets: one agreement, so none precompiles
+            "monitor": {"log_dir": None},
+            "lengths": PRECOMPILED,
+            "weights": True,
+            "precompile_lengths_by_process": {"0": [4, 6, 8, 10], "1": [4, 6, 8]},
         },
     ]
 }
@@ -59,6 +74,7 @@ ONE_PROCESS_TWO_DEVICES = {
     "fits": [
         {"monitor": {"log_dir": None, "on_storm": "raise", **STORM}, "lengths": LENGTHS},
         {"monitor": {"log_dir": None, "jit": "fastest"}, "lengths": [6] * 100, "epochs": 2},
+        *PRECOMPILE_FITS,
     ]
 }
 
@@ -200,7 +216,7 @@ def test_a_process_that_dies_leaves_the_chief_files_flushed(runs):
 
 def test_one_process_over_two_devices_raises_on_a_storm_and_runs_the_fastest_trial(runs):
     fits, _ = _fits(runs, "one process, two devices")
-    storm, fastest = fits[0]
+    storm, fastest = fits[0][:2]
     assert storm["error"].startswith("RecompilationStormError") and storm["stopped_at"] == 3
     assert storm["dump"]["train"] == storm["report"]["compilation_count"]["train"] == 3
     assert storm["report"]["processes"] == []  # one process: nothing to gather
@@ -208,3 +224,31 @@ def test_one_process_over_two_devices_raises_on_a_storm_and_runs_the_fastest_tri
     assert decision is not None and decision["mode"] in ("on", "off")  # the trial ran and decided
     assert not any("acts as 'keep'" in n for n in fastest["report"]["notes"])
     assert any("under DataParallel over 2 devices" in n for n in fastest["report"]["notes"])
+
+
+@pytest.mark.parametrize("name, first", [("two processes", 4), ("one process, two devices", 2)])
+def test_every_process_precompiles_the_set_and_compiles_nothing_in_the_loop(runs, name, first):
+    """Ground truth: each process's own XLA dump (train-step modules written after step 1 ended), its
+    optimizer's iterations and its weights against the same fit without precompile."""
+    fits, _ = _fits(runs, name)
+    for index, process in enumerate(fits):
+        without, with_ = process[first], process[first + 1]
+        assert without["train_modules_after_step_one"] == 3, index  # 6, 8, 10 compile in the loop without it
+        assert with_["train_modules_after_step_one"] == 0, index
+        assert with_["dump"]["train"] == 4 == with_["report"]["compilation_count"]["train"]  # the 4 shapes, no more
+        facts = with_["report"]["precompile"]["train"]
+        assert facts["withheld"] is None and facts["signatures"] == 4 and facts["in_loop"] == 0, facts
+        assert with_["error"] is None and with_["iterations"] == without["iterations"] == len(PRECOMPILED)
+        assert np.allclose(with_["weights"], without["weights"], rtol=0, atol=1e-5)
+    if len(fits) > 1:  # every process trained the same replicated weights
+        assert np.allclose(fits[0][first + 1]["weights"], fits[1][first + 1]["weights"], rtol=0, atol=1e-6)
+
+
+def test_processes_given_different_sets_agree_to_precompile_none(runs):
+    fits, _ = _fits(runs, "two processes")
+    for process in fits:
+        fit = process[6]
+        facts = fit["report"]["precompile"]["train"]
+        assert "differ" in facts["withheld"] and facts["signatures"] == 0, facts
+        assert fit["error"] is None and fit["stopped_at"] == len(PRECOMPILED)
+        assert fit["train_modules_after_step_one"] == 3  # compiled in the loop, as without precompile

@@ -222,3 +222,12 @@ def test_a_withheld_precompile_says_why_and_counts_nothing_after_it():
     assert s.compiled_in_loop("train", []) == []
     report = build_report(s.snapshot(), ReportContext("on", ON, ProbeFacts(used=True)))
     assert precompile_words(report) == "train none (XLA does not compile the step)"
+
+
+def test_processes_compare_their_sets_by_a_digest_that_ignores_order_and_fits_a_float32():
+    from xla_keras.callback.precompile import set_digest
+    from xla_keras.core.signatures import Leaf
+
+    a, b, c = ((Leaf("x", "float32", (8, n, 4)),) for n in (4, 6, 8))
+    assert set_digest([a, b]) == set_digest([b, a]) != set_digest([a, c])
+    assert 0 <= set_digest([a, b, c]) < 2**24  # exact as float32 through the gather

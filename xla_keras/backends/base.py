@@ -150,6 +150,9 @@ class Backend(Protocol):
     ends_calls_in_wrapper: bool  # calls end in the step wrapper; batch-end hooks may run on another thread
     probes_every_call: bool  # its probe sees every call's compiles at no cost: no call needs choosing
     parallel_precompile: bool  # its precompile compiles the set on several threads (precompile_threads)
+    # Its precompile runs in every process of a distribution, once the processes agree on the set (a gather);
+    # False: it precompiles in one process only.
+    precompiles_in_processes: bool
     # Without XLA the step runs op by op and each op compiles per new shape (JAX): about this many
     # seconds per new shape, measured; None where ops do not compile without XLA (TensorFlow).
     op_by_op_shape_seconds: Optional[float]

@@ -14,7 +14,8 @@ said once (``on_new_signature="warn"``) or stops the call (``"raise"``).
 from __future__ import annotations
 
 import os
-from typing import Any, Callable, Sequence
+import zlib
+from typing import Any, Callable, Optional, Sequence
 
 from xla_keras.callback.state import CallState
 from xla_keras.core.messages import warn
@@ -26,6 +27,11 @@ from xla_keras.report.model import Compilation
 
 # (phase, text, why, error type): how the call stops (callback/storm_action.py StormAction.stop).
 Stop = Callable[[str, str, str, type], None]
+
+
+def set_digest(signatures: Sequence[Any]) -> int:
+    """A digest of a shape set, whatever its order, exact as a float32 (24 bits): what processes compare."""
+    return zlib.crc32("|".join(sorted(describe(s) for s in signatures)).encode()) & 0xFFFFFF
 
 
 class Precompiler:
@@ -75,6 +81,8 @@ class Precompiler:
         ordered = sorted(shape_set.signatures, key=lambda s: s != template)
         todo = [s for s in ordered if fingerprint(s) not in known]
         facts["already"] = len(shape_set.signatures) - len(todo)  # compiled by this step function before
+        if state.dist.processes > 1 and state.backend.precompiles_in_processes:
+            withheld = self._agreed(withheld, todo)
         if withheld is None and not todo:  # an earlier call compiled the set: the loop is held to it all the same
             session.precompiled(phase, (), facts, 0.0)
             return 0.0
@@ -105,6 +113,23 @@ class Precompiler:
                 f"({describe(failed[0].signature)}: {failed[0].error})",
             )
         return seconds
+
+    def _agreed(self, withheld: Optional[str], todo: Sequence[Any]) -> Optional[str]:
+        """Every process of the distribution precompiles the same set, or none does (a process with programs
+        the others lack would run alone in the loop's collectives): each gives its set's size and digest
+        (a collective at the phase's first call, which every process reaches together). Returns why this
+        process withholds it, or None."""
+        mine = [-1.0, 0.0] if withheld is not None else [float(len(todo)), float(set_digest(todo))]
+        try:
+            rows = self.state.backend.gather(mine)
+        except Exception as error:  # noqa: BLE001 - a peer gone: the loop's first step fails the fit anyway
+            return withheld or f"the processes' sets could not be compared ({error!r:.120}): not precompiled"
+        if rows is None or all(row == rows[0] for row in rows):
+            return withheld
+        sizes = ", ".join(
+            f"process {i}: {'none' if row[0] < 0 else f'{int(row[0])} signatures'}" for i, row in enumerate(rows)
+        )
+        return withheld or f"the processes' sets differ ({sizes}): not precompiled in any of them"
 
     def compiled(self, phase: str, records: Sequence[Compilation]) -> None:
         """A call's compiles: those after a precompile of ``phase`` are counted, said once or stop the call."""

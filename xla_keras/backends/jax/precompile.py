@@ -2,11 +2,13 @@
 
 The step Keras runs is ``jax.jit(train_step)`` (``_internals.find_step_function``). Lowering it with the
 state Keras passes the step and zero arrays of each shape (placed as the batch's arrays are: numpy, or
-``jax.device_put`` with the same commitment), then ``.compile()``, fills the cache the step's later calls
-read: those calls compile nothing. Lowering with ``jax.ShapeDtypeStruct`` instead does not fill it. The
-lowerings run one by one (tracing holds the GIL); the compiles run in a thread pool, side by side, where
+on the device with the same commitment and sharding), then ``.compile()``, fills the cache the step's later
+calls read: those calls compile nothing. Lowering with ``jax.ShapeDtypeStruct`` instead does not fill it.
+The lowerings run one by one (tracing holds the GIL); the compiles run in a thread pool, side by side, where
 XLA releases the GIL, each as soon as its shape is lowered. Nothing runs: no weight, no optimizer state, no
-metric changes.
+metric changes. Under ``keras.distribution`` over several processes each process compiles its own copy of
+every program for the global batch, as its loop would, once the processes agree on the set
+(``callback/precompile.py``).
 """
 
 from __future__ import annotations
@@ -24,27 +26,24 @@ from xla_keras.core.types import Precompiled
 
 def why_not(model: Any, signature: InputSignature) -> Optional[str]:
     """Why the batches cannot be precompiled here, or None."""
-    import jax
-
-    if jax.process_count() > 1:
-        return (
-            f"{jax.process_count()} processes: each holds part of a global batch (not precompiled: "
-            "the set is compiled in the loop)"
-        )
     if any(leaf.dtype in ("string", "object") for leaf in signature):
         return "string inputs: no zero batch of them"
     return None
 
 
 def zero_batch(template: Any, signature: InputSignature) -> Any:
-    """A batch like ``template`` (its structure, dtypes and placement) of zeros of ``signature``'s shapes."""
+    """A batch like ``template`` (its structure, dtypes and placement) of zeros of ``signature``'s shapes. A
+    leaf committed to a sharding (``keras.distribution``) gets the same sharding, each process filling only
+    its own devices' shards (the global batch spans every process's devices)."""
     import jax
     import numpy as np
 
     def zeros(leaf: Any, shape: Tuple[int, ...]) -> Any:
         value = np.zeros(shape, dtype=leaf.dtype)
         if isinstance(leaf, jax.Array):
-            return jax.device_put(value, leaf.sharding) if getattr(leaf, "_committed", False) else jax.device_put(value)
+            if getattr(leaf, "_committed", False):
+                return jax.make_array_from_callback(shape, leaf.sharding, lambda index: value[index])
+            return jax.device_put(value)
         return value
 
     return batch_of_zeros(template, signature, zeros)

@@ -54,6 +54,7 @@ class TensorFlowBackend(KerasBackend):
     op_by_op_shape_seconds: Optional[float] = None  # TensorFlow's kernels run without compiling
     ends_calls_in_wrapper = False  # Keras runs batch-end hooks in line (TensorFlow is not thread-safe for it)
     parallel_precompile = False  # one function's compiles do not overlap (backends/tensorflow/precompile.py)
+    precompiles_in_processes = False  # under a tf.distribute strategy the set is not precompiled (why_not)
     _internals = _internals
     _wrapper_chain = StepWrappers
     _unsupported_op = staticmethod(unsupported_op)
