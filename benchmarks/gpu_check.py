@@ -17,7 +17,11 @@ Run it as is on an accelerator machine. It prints:
    the median over the epochs after the first; the first run on an accelerator
    checks the method there (within 15%);
 5. the overhead of XlaMonitor() against a bare fit, median of interleaved
-   rounds (the fit's time includes its last steps finishing on the device).
+   rounds (the fit's time includes its last steps finishing on the device);
+6. precompile of the ledger's 8 batch sizes before step 1, on one thread and
+   on every core: the wall time before step 1 against the compiles' own seconds
+   (what side-by-side compiles give on this machine's cores), and the compiles
+   left in the loop (0).
 
 Nothing assumes a CPU: the model and batch are sized up when an accelerator is
 present, and the batches are placed by Keras as usual. ``--quick`` runs a tiny
@@ -187,6 +191,24 @@ def child(args):
         f"overhead ({args.steps} steps x {args.rounds} rounds, interleaved, median): bare {bare * 1e3:.3f} ms/step, "
         f"XlaMonitor() {monitored * 1e3:.3f} ms/step = {monitored / bare:.3f}x vs bare"
     )
+
+    # 4. Precompile: the 8 batch sizes of section 1, compiled before step 1 on one thread and on every core.
+    cores = os.cpu_count() or 1
+    specs = [
+        (jax.ShapeDtypeStruct((n, width), "float32"), jax.ShapeDtypeStruct((n, 1), "float32")) for n in range(16, 24)
+    ]
+    print(f"precompile of 8 batch sizes before step 1 ({cores} cores):")
+    for threads in sorted({1, cores}):
+        monitor = xla_keras.XlaMonitor(
+            log_dir=None, verbose=0, storm_threshold=100, precompile=specs, precompile_threads=threads
+        )
+        _model(accelerator, width).fit(batches(), steps_per_epoch=8, epochs=1, verbose=0, callbacks=[monitor])
+        facts = monitor.report.precompile["train"]
+        ok &= facts["in_loop"] == 0 and facts["signatures"] == 8
+        print(
+            f"  {threads} thread(s): {facts['signatures']} shapes in {facts['seconds']:.2f} s before step 1 "
+            f"(their compiles: {facts['compile_seconds']:.2f} s), {facts['in_loop']} compiles in the loop"
+        )
     print("RESULT " + ("ok" if ok else "MISMATCH"))
     return 0 if ok else 1
 

@@ -44,6 +44,9 @@ EXPECT = {
         "train: monitor 8, dump 8  ok",
         "test : monitor 2, dump 2  ok",
         "x vs bare",
+        "precompile of 8 batch sizes before step 1",
+        "1 thread(s): 8 shapes in",
+        "0 compiles in the loop",
         "RESULT ok",
     ],
 }
