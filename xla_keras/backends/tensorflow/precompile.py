@@ -29,6 +29,7 @@ def why_not(model: Any, signature: InputSignature) -> Optional[str]:
 
     strategy = getattr(model, "distribute_strategy", None) or tf.distribute.get_strategy()
     if type(strategy).__name__ != "_DefaultDistributionStrategy":
+        # With several replicas jit='on' is refused (backends/tensorflow/jit.py), so this is one replica's.
         return f"under {type(strategy).__name__} the batches are per replica: not precompiled"
     if any(leaf.dtype in ("string", "object") for leaf in signature):
         return "string inputs: no zero batch of them"
