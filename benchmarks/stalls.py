@@ -15,11 +15,12 @@ epoch's end),
 the payback the storm's advice gives for bucketing (the runs within 25% of each other), each epoch's time
 monitored against bare (within 5% or 0.2 s), and what the report says the monitor's own work cost.
 
-``--cached-data`` (TensorFlow) caches the batches after the first epoch: TensorFlow then restarts no
-generator at an epoch's start, which took 0.3-0.4 s in about 15 of 36 epochs, bare and monitored alike (the
-monitor's ``waits`` name it), and made single epochs swing by that much either way.
+``--repeat-data`` (TensorFlow) repeats the dataset with ``steps_per_epoch=16``: Keras then keeps one
+iterator for the whole fit instead of starting one per epoch, whose start took 0.3-0.4 s in about 15 of 36
+epochs, bare and monitored alike (the monitor's ``waits`` name it), and swung single epochs by that much
+either way.
 
-    python benchmarks/stalls.py [--runs 3] [--backend tensorflow|jax] [--epochs 5] [--cached-data]
+    python benchmarks/stalls.py [--runs 3] [--backend tensorflow|jax] [--epochs 5] [--repeat-data]
 """
 
 import argparse
@@ -54,10 +55,10 @@ def child(mode: str, log_dir: str, epochs: int) -> None:
             output_signature=(tf.TensorSpec([None], tf.int32), tf.TensorSpec([], tf.float32)),
         )
         data = data.padded_batch(32)
-        if os.environ.get("XLA_KERAS_STALLS_CACHED"):  # epochs after the first read the batches from memory
-            data = data.cache()
-        data = data.prefetch(2)
         fit_args = {}
+        if os.environ.get("XLA_KERAS_STALLS_REPEAT"):  # one iterator for the whole fit
+            data, fit_args = data.repeat(), {"steps_per_epoch": 16}
+        data = data.prefetch(2)
     else:
 
         def batches():
@@ -181,10 +182,10 @@ def main(argv=None) -> int:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--backend", choices=("tensorflow", "jax"), default="tensorflow")
     parser.add_argument("--epochs", type=int, default=5)
-    parser.add_argument("--cached-data", action="store_true", help="TensorFlow: cache the batches (see above)")
+    parser.add_argument("--repeat-data", action="store_true", help="TensorFlow: one iterator for the fit (see above)")
     args = parser.parse_args(argv)
-    if args.cached_data:
-        os.environ["XLA_KERAS_STALLS_CACHED"] = "1"
+    if args.repeat_data:
+        os.environ["XLA_KERAS_STALLS_REPEAT"] = "1"
     result = measure(args.backend, args.runs, args.epochs)
     truth = "the bare fits' epochs' wall time per step" if args.backend == "jax" else "the median step period"
     print(f"steady / {truth}, per run: {', '.join(f'{x:.2f}' for x in result['steady_over_period'])}")
