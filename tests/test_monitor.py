@@ -134,9 +134,18 @@ def test_event_files_match_the_report(tmp_path):
     model.fit(x, y, batch_size=64, epochs=2, validation_data=_data(100, seed=1), callbacks=[monitor], verbose=0)
     report = monitor.report
     train = _events(os.path.join(log_dir, "train"))
-    expected = [(c.step, c.seconds * 1e3) for c in report.compilations if c.phase == "train"]
+    records = [c for c in report.compilations if c.phase == "train"]
+    expected = [(c.step, c.seconds * 1e3) for c in records]
     assert [s for s, _ in train["xla/compile_time_ms"]] == [s for s, _ in expected]
-    for (_, got), (_, want) in zip(train["xla/compile_time_ms"], expected):
+    # A probe's figure is written as measured; an estimate from step time (past the probes' budget on a
+    # loaded machine) is written against the steady step known then, and the report's rests on the final one.
+    measured = [
+        (got, want)
+        for (_, got), (_, want), c in zip(train["xla/compile_time_ms"], expected, records)
+        if c.source != "timing"
+    ]
+    assert measured and records[0].source != "timing"
+    for got, want in measured:
         assert got == pytest.approx(want, rel=1e-4)
     assert train["xla/compilations"] == [(s, float(i + 1)) for i, (s, _) in enumerate(expected)]
     # update_freq="batch": one step time per steady (non-compile) train step.
