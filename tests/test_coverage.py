@@ -16,6 +16,7 @@ import glob
 import json
 import os
 import re
+import statistics
 import subprocess
 import sys
 
@@ -146,10 +147,19 @@ def _raw_trace_events(session_dir):
     return events
 
 
+def _node_times(session_dir):
+    """Each node's op time in a saved trace window: (node, kernel, its median run x its runs). The report's
+    rule, so that one preempted run cannot decide the advice; counted here from the raw events."""
+    runs = {}
+    for node, kind, ps in _raw_trace_events(session_dir):
+        runs.setdefault((node, kind), []).append(ps)
+    return [(node, kind, statistics.median(d) * len(d)) for (node, kind), d in runs.items()]
+
+
 def _share_inside_from_the_raw_trace(session_dir):
     """XLA's share of the op kernels' time in a saved trace window, read with TensorFlow's protobuf."""
     inside = outside = 0
-    for _, kind, ps in _raw_trace_events(session_dir):
+    for _, kind, ps in _node_times(session_dir):
         if kind == "_XlaRun":
             inside += ps
         elif kind not in _LAUNCH:
@@ -160,10 +170,10 @@ def _share_inside_from_the_raw_trace(session_dir):
 def _raw_shares_by_op(session_dir, marked):
     """Each graph op type's share of the op kernels' time in the raw trace (an event's op from TensorFlow's
     marked graph, by its node's name)."""
-    events = _raw_trace_events(session_dir)
-    total = sum(ps for _, kind, ps in events if kind not in _LAUNCH)
+    times = _node_times(session_dir)
+    total = sum(ps for _, kind, ps in times if kind not in _LAUNCH)
     shares = {}
-    for node, kind, ps in events:
+    for node, kind, ps in times:
         if kind not in _LAUNCH and kind != "_XlaRun" and node in marked:
             shares[marked[node][0]] = shares.get(marked[node][0], 0.0) + ps / total
     return shares
@@ -509,3 +519,14 @@ def test_the_advice_that_undoes_grapplers_fusion_says_it_brings_the_op_into_xla(
     events = [("cluster_0_1/xla_run:_XlaRun", 60), ("f/dense_1/Relu:_MklNativeFusedMatMul", 40)]
     advice = trace_coverage(events, ["dense"], steps=1)["advice"]
     assert advice["effect"] == "brings _FusedMatMul into XLA" and advice["code"].startswith("tf.config.optimizer")
+
+
+def test_one_preempted_run_of_a_kernel_does_not_decide_the_advice():
+    # 5 steps: the fused matmul takes 40 a run, the lookup 25, but one lookup run was preempted (+500).
+    steps = 5
+    events = [("cluster_0_1/xla_run:_XlaRun", 300)] * steps + [("f/dense_1/Relu:_MklNativeFusedMatMul", 40)] * steps
+    events += [("f/lookup_1/Find:LookupTableFindV2", 25)] * (steps - 1) + [("f/lookup_1/Find:LookupTableFindV2", 525)]
+    coverage = trace_coverage(events, ["dense", "lookup"], steps=steps)
+    ops = {op["op"]: op for op in coverage["ops_outside"]}
+    assert coverage["advice"]["op"] == "_FusedMatMul"  # by the summed runs, the lookup's 625 would beat 200
+    assert ops["LookupTableFindV2"]["seconds_per_step"] == 25 / 1e12 and coverage["share_inside"] == 300 / 365

@@ -23,6 +23,7 @@ monitor never sets those flags in the user's process: ``xla-keras explain`` read
 from __future__ import annotations
 
 import re
+import statistics
 import textwrap
 from dataclasses import dataclass, field
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
@@ -339,6 +340,13 @@ def step_graph(graphs: Sequence[Sequence[GraphNode]], events: Sequence[Tuple[str
     return best
 
 
+def node_time_ps(durations: Sequence[int]) -> int:
+    """One node's op time in a trace window: its median run times its runs. A run the OS preempted (a
+    stall of milliseconds in a kernel of microseconds) would otherwise decide which op type holds the most
+    time, and so the advice; a node that ran once keeps its one run."""
+    return round(statistics.median(durations) * len(durations))
+
+
 def trace_coverage(
     events: Iterable[Tuple[str, int]],
     layer_names: Iterable[str],
@@ -350,9 +358,10 @@ def trace_coverage(
     outside (its nodes, their layers, their time per step and share of the op time, the reason), the op time
     under ``_XlaRun`` against the rest, and the advice. The nodes come from ``graph`` (the step's graph as
     TensorFlow runs it), whatever the window saw; their times from the window's events
-    (``(name, duration_ps)``). Without the graph, the nodes are the op kernels the window saw (TensorFlow
-    traces no cheap kernel: some are missing). None when neither names an op. ``op_time`` False (an
-    accelerator): the counts stand, the times are withheld (``ON_AN_ACCELERATOR``)."""
+    (``(name, duration_ps)``: each node's median run times its runs, ``node_time_ps``). Without the graph,
+    the nodes are the op kernels the window saw (TensorFlow traces no cheap kernel: some are missing). None
+    when neither names an op. ``op_time`` False (an accelerator): the counts stand, the times are withheld
+    (``ON_AN_ACCELERATOR``)."""
     names = list(layer_names)
     inside_ps, clusters = 0, set()
     outside: Dict[str, Dict[str, Any]] = {}
@@ -375,6 +384,7 @@ def trace_coverage(
             if node.dtype:
                 found["dtypes"].add(node.dtype)
     seen_any = bool(outside or clusters)
+    runs: Dict[Tuple[str, str], List[int]] = {}  # (node, kernel) -> its runs' durations in the window
     for name, duration_ps in events:
         match = _OP_EVENT.match(name)
         if not match:
@@ -386,17 +396,20 @@ def trace_coverage(
                 continue  # another function's kernel (the input pipeline's): not the step's
             node_name = member
         seen_any = True
+        runs.setdefault((node_name, kernel), []).append(duration_ps)
+    if not seen_any:
+        return None
+    for (node_name, kernel), durations in runs.items():
+        ps = node_time_ps(durations)
         if kernel == XLA_RUN:
-            inside_ps += duration_ps
+            inside_ps += ps
             clusters.add(node_name)
         elif kernel not in XLA_LAUNCH and (graph is None or members[node_name] is not None):
             member_node = members.get(node_name)
             found = entry(member_node.op if member_node is not None else kernel)
             found["nodes"].add(node_name)
             found["timed"].add(node_name)
-            found["ps"] += duration_ps
-    if not seen_any:
-        return None
+            found["ps"] += ps
     total_ps = inside_ps + sum(found["ps"] for found in outside.values())
     ops: List[Dict[str, Any]] = []
     whys: List[Why] = []
