@@ -23,10 +23,16 @@ def _cache_jobs(root):
         first = run_scenario(str(root / name / "p1"), "partial_batch", "on", **kwargs)
         return first, run_scenario(str(root / name / "p2"), "partial_batch", "on", **kwargs)
 
+    def storm_pair():
+        flag = f"--tf_xla_persistent_cache_directory={root / 'storm' / 'cache'}"
+        first = run_scenario(str(root / "storm" / "p1"), "storm", "on", env_flags=flag)
+        return first, run_scenario(str(root / "storm" / "p2"), "storm", "on", env_flags=flag)
+
     env_flag = f"--tf_xla_persistent_cache_directory={root / 'env' / 'cache'}"
     late_cache = str(root / "late" / "cache")
     return {
         "env": lambda: pair("env", env_flags=env_flag),
+        "storm": storm_pair,
         "configure": lambda: pair("configure", extra_args=("--cache-dir", str(root / "configure" / "cache"))),
         "late": lambda: run_scenario(
             str(root / "late" / "p"), "partial_batch", "on", extra_args=("--cache-dir-late", late_cache)
@@ -89,3 +95,13 @@ def test_sidecar_holds_fresh_compile_seconds(env_runs):
     assert sorted(e["seconds"] for e in entries) == pytest.approx(
         sorted(c["seconds"] for c in first.report["compilations"])
     )
+
+
+def test_every_storm_compile_is_probed_where_the_cache_may_serve_it(cache_runs):
+    # Past the probes' budget a new shape is counted as a compile without a probe; with the cache a new shape
+    # may be a load instead, which only a probe tells: every one is probed, and the loads are said as loads.
+    first, second = cache_runs["storm"]
+    assert _total(first) == first.dump_modules > 8 and second.dump_modules == 0
+    assert _total(second) == first.dump_modules and all(c["cached"] for c in second.report["compilations"])
+    for run in (first, second):
+        assert not [c for c in run.report["compilations"] if c["estimated_because"] == "probe_budget"]

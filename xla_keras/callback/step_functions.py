@@ -90,6 +90,9 @@ class StepFunctions:
         effective = current.cache if current.cache and current.cache["effective"] else None
         current.cache_account.times = CompileTimes(effective["dir"]) if effective else None
         current.cache_account.model = model_key(model, serialize=state.backend.name != "jax") if effective else ""
+        # A new shape loaded from the persistent cache is no compile, and only a probe tells the two apart:
+        # with the cache every new signature is probed (the probes' budget holds without it).
+        current.session.probe_budget = not state.backend.probes_every_call and effective is None
         if current.probe is None:
             current.probe = state.backend.probe(current.session.notes, model, state.dist.multi_worker)
         current.probe.configure(current.cache, multi_worker=state.dist.multi_worker)
