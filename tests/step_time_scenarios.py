@@ -308,8 +308,8 @@ def main(out_path, specs):
         logging.getLogger("jax").addHandler(jax_lines)
         logging.getLogger("jax").setLevel(logging.DEBUG)
         logging.getLogger("jax").propagate = False  # the lines go to the handler, not to stderr
-    from xla_keras.core import session
     from xla_keras.jit import trial
+    from xla_keras.session import session
 
     results = []
     for spec in specs:

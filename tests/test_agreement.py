@@ -8,8 +8,8 @@ import pytest
 from xla_keras.callback.agreement import Verdict, agreed_check, chief_row
 from xla_keras.callback.fastest import FastestRun
 from xla_keras.config import MonitorConfig
-from xla_keras.core.session import Session
 from xla_keras.jit.trial import NEVER
+from xla_keras.session.session import Session
 
 STEPS = 20000  # the fit's length: long enough for the trial to try both modes
 

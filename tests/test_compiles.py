@@ -3,8 +3,8 @@
 import pytest
 
 from xla_keras.backends.tensorflow.trace_events import TraceEvent, compile_seconds_from_trace
-from xla_keras.core.ledger import CompileLedger
 from xla_keras.core.signatures import Leaf
+from xla_keras.session.ledger import CompileLedger
 
 PS_PER_MS = 10**9  # profiler times are in picoseconds: 1 ms = 1e9 ps
 MAIN = (1, 101)

@@ -10,7 +10,6 @@ import pytest
 from xla_keras.backends.tensorflow.cost import dot_conv_flops
 from xla_keras.callback.cost_card import CostMeter
 from xla_keras.config import MonitorConfig
-from xla_keras.core.phases import PhaseStats
 from xla_keras.core.program_cost import (
     ANALYSES_PER_CALL,
     MIN_RATE_STEPS,
@@ -23,6 +22,7 @@ from xla_keras.core.program_cost import (
 from xla_keras.core.signatures import Leaf
 from xla_keras.core.types import CallPlan, Notes
 from xla_keras.report.model import Compilation
+from xla_keras.session.phases import PhaseStats
 
 
 @pytest.mark.parametrize(

@@ -908,7 +908,7 @@ def test_an_internal_error_after_a_storm_fallback_lets_the_fit_finish(monkeypatc
     def boom(self, phase):
         raise RuntimeError("injected internal error")
 
-    from xla_keras.core.session import Session
+    from xla_keras.session.session import Session
 
     monkeypatch.setattr(Session, "end_of_run", boom)  # at the first epoch end, after the fallback
     with caplog.at_level(logging.ERROR, logger="xla_keras"):
@@ -964,7 +964,7 @@ def test_an_internal_error_after_a_fallback_in_a_standalone_evaluate_lets_it_fin
     model = _model()
     model.fit(*_xy(), batch_size=BATCH, epochs=1, verbose=0)
     monitor = xla_keras.XlaMonitor(log_dir=None, jit="on", on_storm="fallback", storm_threshold=3, verbose=0)
-    from xla_keras.core.session import Session
+    from xla_keras.session.session import Session
 
     real_call_ended = Session.call_ended
 

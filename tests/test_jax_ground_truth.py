@@ -24,7 +24,7 @@ from note_checks import problems
 from runs import Runs
 from scenario import failed
 
-from xla_keras.report.figures import ms_text
+from xla_keras.core.timing import ms_text
 
 pytest.importorskip("jax")
 

@@ -16,8 +16,8 @@ from runs import Runs
 from test_quiet import _normalise, _ours
 from test_tab_plugin import get_json, tab_client
 
+from xla_keras.core.tags import TAG_COMPILATIONS, TAG_STEP_TIME
 from xla_keras.report.schema import REPORT_FILE, parse_report
-from xla_keras.tensorboard.metadata import TAG_COMPILATIONS, TAG_STEP_TIME
 
 pytestmark = [pytest.mark.scenario, pytest.mark.xdist_group("test_jax_monitor")]
 

@@ -24,7 +24,7 @@ from xla_keras.jit.modes import JitState
 from xla_keras.report.figures import fallback_cost
 from xla_keras.report.model import SCHEMA_VERSION
 from xla_keras.report.schema import parse_report
-from xla_keras.storms.advice import analyse
+from xla_keras.session.storm_analysis import analyse
 from xla_keras.storms.detection import ShapeHistory
 
 HERE = os.path.dirname(os.path.abspath(__file__))

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from xla_keras.core.signatures import signature_of
-from xla_keras.storms.advice import analyse
+from xla_keras.session.storm_analysis import analyse
 from xla_keras.storms.buckets import best_buckets, pad_target
 from xla_keras.storms.detection import ShapeHistory
 from xla_keras.storms.lengths import BatchSample, SampleView, bucket_epoch, countable_leaves, real_lengths

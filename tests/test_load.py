@@ -15,10 +15,10 @@ import numpy as np
 import pytest
 
 from xla_keras.config import MonitorConfig
-from xla_keras.core.session import Session
 from xla_keras.core.signatures import signature_of
 from xla_keras.jit.modes import JitState, ProbeFacts
-from xla_keras.report.build import ReportContext, build_report
+from xla_keras.session.build import ReportContext, build_report
+from xla_keras.session.session import Session
 
 STEPS, DISTINCT, MAX_RECORDS = 20_000, 1000, 100
 

@@ -21,7 +21,7 @@ import textwrap
 import numpy as np
 import pytest
 
-from xla_keras.jit.pipeline_move import CODE_WIDTH, pipeline_move
+from xla_keras.backends.keras.pipeline_move import CODE_WIDTH, pipeline_move
 
 pytestmark = pytest.mark.xdist_group("test_not_compiled")
 

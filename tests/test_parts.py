@@ -9,9 +9,9 @@ import pytest
 
 from xla_keras.callback.traces import TraceWindows
 from xla_keras.config import MonitorConfig
+from xla_keras.core.tags import TAG_COMPILE_TIME
 from xla_keras.core.types import Notes, Scalar
 from xla_keras.report.schema import REPORT_FILE
-from xla_keras.tensorboard.metadata import TAG_COMPILE_TIME
 from xla_keras.tensorboard.sink import FLUSH_EVERY_SECONDS, OutputSink
 
 # ------------------------------------------------------------------ MonitorConfig

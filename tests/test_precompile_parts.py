@@ -8,7 +8,6 @@ from typing import Tuple
 import pytest
 
 from xla_keras.config import MonitorConfig
-from xla_keras.core.ledger import CompileLedger
 from xla_keras.core.precompile import (
     MAX_SIGNATURES,
     from_applied,
@@ -17,14 +16,15 @@ from xla_keras.core.precompile import (
     signatures_in_report,
     validate_precompile,
 )
-from xla_keras.core.session import Session
 from xla_keras.core.signatures import Leaf, to_jsonable
 from xla_keras.core.types import CompileObservation, Precompiled
 from xla_keras.jit.modes import JitState, ProbeFacts
-from xla_keras.report.build import ReportContext, build_report
 from xla_keras.report.figures import precompile_words
 from xla_keras.report.ledger_rows import ledger_rows, steps_words
 from xla_keras.report.render import summary
+from xla_keras.session.build import ReportContext, build_report
+from xla_keras.session.ledger import CompileLedger
+from xla_keras.session.session import Session
 from xla_keras.storms.fixes import AppliedLengths
 
 ON = JitState("on", active=True, reason="jit_compile=True")

@@ -10,10 +10,10 @@ from xla_keras.backends.base import Distribution
 from xla_keras.callback.agreement import AGREE_EVERY_STEPS, StormAgreement, gather_processes, records_of, values_of
 from xla_keras.callback.storm_action import PendingStorm, StormAction
 from xla_keras.config import MonitorConfig
-from xla_keras.core.session import Session
 from xla_keras.core.types import PHASES
 from xla_keras.report.model import XlaReport
 from xla_keras.report.render import summary
+from xla_keras.session.session import Session
 from xla_keras.tensorboard.views import status
 
 

@@ -6,7 +6,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from xla_keras.core.signatures import Leaf, diff, fingerprint, from_jsonable, signature_of, to_jsonable
-from xla_keras.storms.advice import analyse
+from xla_keras.session.storm_analysis import analyse
 from xla_keras.storms.buckets import best_buckets, best_cost_overhead
 from xla_keras.storms.detection import ShapeHistory, StormDetector, partial_batch_signatures
 

@@ -1,4 +1,4 @@
-"""The step path's steady case (core/repeats.py), driven directly. Pure: numpy batches, a fake clock.
+"""The step path's steady case (session/repeats.py), driven directly. Pure: numpy batches, a fake clock.
 
 Ground truth for the steady lane is the path it shortcuts: the same calls counted by
 ``Repeats.count`` alone (itself checked against full calls in test_session.py) must leave the
@@ -12,11 +12,11 @@ import pytest
 
 from xla_keras.callback.traces import QUIET_FOR_GOOD, TraceWindows
 from xla_keras.config import MonitorConfig
-from xla_keras.core.repeats import REPEAT_DRAIN, SteadyLane
-from xla_keras.core.session import Session
 from xla_keras.core.signatures import SameShapes, signature_of
 from xla_keras.core.types import Notes
 from xla_keras.jit.modes import JitState
+from xla_keras.session.repeats import REPEAT_DRAIN, SteadyLane
+from xla_keras.session.session import Session
 
 ON = JitState("on", active=True, reason="jit_compile=True")
 F32 = np.float32
@@ -274,9 +274,9 @@ def test_steady_steps_in_runs_end_as_one_by_one(after_switch):
     scalars come out as if each time were added alone (the path of a TensorFlow call's end)."""
     import random
 
-    from xla_keras.core.phases import PhaseStats
-    from xla_keras.core.recording import StepRecorder
     from xla_keras.core.timing import PhaseTiming
+    from xla_keras.session.phases import PhaseStats
+    from xla_keras.session.recording import StepRecorder
 
     rng = random.Random(3)
     times = []

@@ -9,12 +9,12 @@ import dataclasses
 import pytest
 
 from xla_keras.config import MonitorConfig
-from xla_keras.core.session import Session
 from xla_keras.core.signatures import Leaf
+from xla_keras.core.tags import TAG_COMPILATIONS, TAG_COMPILE_TIME, TAG_DISTINCT_SIGNATURES, TAG_STEP_TIME
 from xla_keras.core.types import CompileObservation
 from xla_keras.jit.modes import JitState, ProbeFacts, verdict
-from xla_keras.report.build import ReportContext, build_report, estimate_notes
-from xla_keras.tensorboard.metadata import TAG_COMPILATIONS, TAG_COMPILE_TIME, TAG_DISTINCT_SIGNATURES, TAG_STEP_TIME
+from xla_keras.session.build import ReportContext, build_report, estimate_notes
+from xla_keras.session.session import Session
 
 ON = JitState("on", active=True, reason="jit_compile=True")
 OFF = JitState("off", active=False, reason="jit='off'")
@@ -173,7 +173,7 @@ def test_calls_inside_a_trace_window_are_not_steady_and_their_records_say_why_th
 
 
 def test_past_the_probes_budget_a_new_signature_is_timed_from_its_step_and_says_why():
-    from xla_keras.core.session import PROBE_ALLOWANCE_SECONDS, PROBE_SHARE
+    from xla_keras.session.session import PROBE_ALLOWANCE_SECONDS, PROBE_SHARE
 
     clock = Clock()
     s = session(clock)

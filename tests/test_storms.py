@@ -7,7 +7,7 @@ import pytest
 
 from xla_keras.core.signatures import Leaf, fingerprint
 from xla_keras.errors import RecompilationStormError
-from xla_keras.storms.advice import analyse
+from xla_keras.session.storm_analysis import analyse
 from xla_keras.storms.buckets import EXACT_UP_TO, best_buckets, best_cost_overhead, pad_target
 from xla_keras.storms.detection import (
     ShapeHistory,
@@ -604,7 +604,7 @@ def test_only_float_inputs_padded_on_two_axes_are_images(leaf):
 
 
 def test_batches_with_the_lengths_of_an_applied_fix_are_recognised():
-    from xla_keras.storms.advice import already_fixed
+    from xla_keras.session.storm_analysis import already_fixed
     from xla_keras.storms.fixes import AppliedLengths
 
     # Sequences already padded to [48, 64]: one length would pad 14% more, under the 20% target.
@@ -630,7 +630,7 @@ def test_batches_with_the_lengths_of_an_applied_fix_are_recognised():
 
 
 def test_a_pad_fix_that_pads_nothing_and_changes_no_rows_is_no_fix():
-    from xla_keras.storms.advice import already_fixed
+    from xla_keras.session.storm_analysis import already_fixed
 
     # The pad fix's own output, [32, 40]: padding both to 40 would add 37% of elements (over the target).
     history = history_of([image(8, 32)] * 9 + [image(8, 40)] * 3)

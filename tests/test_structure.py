@@ -21,7 +21,14 @@ PACKAGE_DIR = os.path.join(ROOT, "xla_keras")
 MONITOR_MAX_LINES, MODULE_MAX_LINES, CLASS_MAX_LINES = 600, 800, 500
 
 # Pure by design: every module of these subpackages, found on disk, imports no framework.
-PURE_PACKAGES = ("xla_keras.core", "xla_keras.storms", "xla_keras.report", "xla_keras.jit", "xla_keras.data")
+PURE_PACKAGES = (
+    "xla_keras.core",
+    "xla_keras.storms",
+    "xla_keras.report",
+    "xla_keras.jit",
+    "xla_keras.data",
+    "xla_keras.session",
+)
 PURE_MODULES = ("xla_keras", "xla_keras.config", "xla_keras.errors")
 # The framework paths of xla_keras.data (tf.data, PyDataset) may import their framework: the rest
 # of it (the public functions, the planning) is pure.
@@ -33,6 +40,7 @@ ALSO_PURE = (
     "xla_keras.backends",
     "xla_keras.backends.base",
     "xla_keras.backends.chain",
+    "xla_keras.backends.keras.pipeline_move",
     "xla_keras.backends.keras_backend",
     "xla_keras.backends.base",
     "xla_keras.backends.tensorflow",
@@ -102,12 +110,13 @@ def _is_type_checking(node):
     )
 
 
-def _runtime_imports(tree):
-    """Every Import / ImportFrom that can run, at any depth (functions too); not `if TYPE_CHECKING:`."""
+def _runtime_imports(tree, type_checking=False):
+    """Every Import / ImportFrom that can run, at any depth (functions too); not `if TYPE_CHECKING:`
+    unless ``type_checking`` (the layers count what a module needs to be read, not only to run)."""
     stack = [tree]
     while stack:
         node = stack.pop()
-        if isinstance(node, ast.If) and _is_type_checking(node):
+        if isinstance(node, ast.If) and _is_type_checking(node) and not type_checking:
             stack.extend(node.orelse)
             continue
         if isinstance(node, (ast.Import, ast.ImportFrom)):
@@ -126,13 +135,14 @@ def _lazy_names():
     return lazy
 
 
-def _import_edges(module):
-    """{imported package module: line} for one module, resolving relative and `from a import b` forms."""
+def _import_edges(module, type_checking=False):
+    """{imported package module: line} for one module, resolving relative and `from a import b` forms
+    (``type_checking``: the imports under `if TYPE_CHECKING:` too)."""
     is_package = os.path.basename(MODULES[module]) == "__init__.py"
     package = module if is_package else module.rpartition(".")[0]
     lazy = _lazy_names()
     edges = {}
-    for node in _runtime_imports(_tree(module)):
+    for node in _runtime_imports(_tree(module), type_checking):
         if isinstance(node, ast.Import):
             targets = [alias.name for alias in node.names]
         else:
@@ -298,6 +308,83 @@ def test_no_import_cycle_between_the_packages_modules():
     assert not described, "import cycles (imports inside functions count):\n    " + "\n\n    ".join(described)
 
 
+# ------------------------------------------------------------------ layers
+
+# The package's layers, bottom first: a module imports only from its own layer or below. A unit is a
+# subpackage or a top-level module; the root (`xla_keras/__init__.py`: `__version__`, the public names
+# loaded lazily) imports nothing of the package, so it is base.
+LAYERS = {
+    "base": ("xla_keras", "errors", "core"),
+    "analysis": ("jit", "storms", "data"),
+    "report records": ("report",),
+    "session": ("config", "session"),
+    "presentation": ("tensorboard",),
+    "runtime": ("backends", "callback", "monitor", "tools", "multiworker", "testing", "pytest_plugin", "__main__"),
+}
+# Every package-level edge there is (TYPE_CHECKING imports included), each downward or within a layer one
+# way. A new edge is a decision: add it here, in its layer's order.
+ALLOWED_EDGES = {
+    "core": {"errors", "xla_keras"},
+    "jit": {"core"},
+    "storms": {"core"},
+    "data": {"core", "storms"},
+    "report": {"core", "jit", "storms", "xla_keras"},
+    "config": {"core", "jit", "storms"},
+    "session": {"config", "core", "jit", "report", "storms"},
+    "tensorboard": {"core", "report", "storms"},
+    "backends": {"core", "errors", "jit", "session", "storms", "xla_keras"},
+    "callback": {"backends", "config", "core", "errors", "jit", "report", "session", "storms", "tensorboard"},
+    "monitor": {"backends", "callback", "config", "core", "errors", "report", "session", "tensorboard"},
+    "tools": {"backends", "core", "jit", "monitor", "report", "tensorboard", "xla_keras"},
+    "multiworker": {"backends"},
+    "testing": {"core", "tensorboard", "xla_keras"},
+    "pytest_plugin": {"testing"},
+    "__main__": {"tools"},
+}
+
+
+def _unit(module):
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "xla_keras"
+
+
+def _package_edges():
+    """{(unit, unit): [module -> module, ...]} read with `ast`, TYPE_CHECKING imports included."""
+    edges = {}
+    for module in MODULES:
+        for target in _import_edges(module, type_checking=True):
+            if _unit(module) != _unit(target):
+                edges.setdefault((_unit(module), _unit(target)), []).append(f"{module} -> {target}")
+    return edges
+
+
+def test_the_allowed_edges_point_down_the_layers_and_never_both_ways():
+    rank = {unit: i for i, units in enumerate(LAYERS.values()) for unit in units}
+    assert sorted(rank) == sorted({_unit(m) for m in MODULES}), "every unit in exactly one layer"
+    allowed = {(a, b) for a, targets in ALLOWED_EDGES.items() for b in targets}
+    upward = sorted((a, b) for a, b in allowed if rank[a] < rank[b])
+    assert not upward, f"allowed edges that point up the layers: {upward}"
+    both = sorted((a, b) for a, b in allowed if (b, a) in allowed)
+    assert not both, f"allowed both ways: {both}"
+
+
+def test_the_package_level_imports_are_the_allowed_edges():
+    edges = _package_edges()
+    allowed = {(a, b) for a, targets in ALLOWED_EDGES.items() for b in targets}
+    other = {edge: edges[edge][:3] for edge in sorted(set(edges) - allowed)}
+    assert not other, f"imports across units that ALLOWED_EDGES does not list (see LAYERS): {other}"
+    gone = sorted(allowed - set(edges))
+    assert not gone, f"allowed edges no import uses any more (remove them from ALLOWED_EDGES): {gone}"
+
+
+def test_the_layer_check_reads_type_checking_imports_and_refuses_an_upward_one():
+    source = "if TYPE_CHECKING:\n    from xla_keras.session.phases import PhaseStats\n"
+    tree = ast.parse(source)
+    assert not list(_runtime_imports(tree))  # it never runs ...
+    (node,) = _runtime_imports(tree, type_checking=True)  # ... but the layers count it
+    assert _unit(node.module) == "session" and "session" not in ALLOWED_EDGES["core"]
+
+
 def test_the_cycle_finder_finds_a_cycle_and_passes_a_tree():
     assert _cycles({"a": ["b"], "b": ["c"], "c": ["a"], "d": ["a"]}) == [["a", "b", "c", "a"]]
     assert _cycles({"a": ["b", "c"], "b": ["c"], "c": []}) == []
@@ -353,7 +440,7 @@ def test_pure_modules_import_without_any_framework():
         timeout=120,
     )
     assert proc.returncode == 0, f"a pure module imported a framework (checked {len(pure)} modules):\n{proc.stderr}"
-    assert {"xla_keras.core.session", "xla_keras.storms.advice", "xla_keras.report.model"} <= set(pure)
+    assert {"xla_keras.session.session", "xla_keras.session.storm_analysis", "xla_keras.report.model"} <= set(pure)
 
 
 # ------------------------------------------------------------------ private framework APIs

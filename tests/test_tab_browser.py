@@ -22,10 +22,11 @@ from test_tensorboard import _sequences  # noqa: E402  (storm data: padded batch
 
 import xla_keras
 from xla_keras.core.signatures import describe, from_jsonable
+from xla_keras.core.tags import TAG_STEP_TIME
 from xla_keras.report.figures import quantity
 from xla_keras.report.ledger_rows import cause_words, ledger_rows
 from xla_keras.report.schema import REPORT_FILE
-from xla_keras.tensorboard.metadata import PLUGIN_NAME, TAG_STEP_TIME
+from xla_keras.tensorboard.metadata import PLUGIN_NAME
 
 pytestmark = [
     pytest.mark.slow,

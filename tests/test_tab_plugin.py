@@ -8,10 +8,11 @@ import os
 import pytest
 from werkzeug.test import Client
 
+from xla_keras.core.tags import TAG_STEP_TIME
 from xla_keras.core.types import Scalar
 from xla_keras.report.model import XlaReport
 from xla_keras.report.schema import REPORT_FILE
-from xla_keras.tensorboard.metadata import PLUGIN_NAME, TAG_REPORT_DATA, TAG_STEP_TIME
+from xla_keras.tensorboard.metadata import PLUGIN_NAME, TAG_REPORT_DATA
 from xla_keras.tensorboard.sink import OutputSink, SummaryWriters
 
 PREFIX = f"/data/plugin/{PLUGIN_NAME}"

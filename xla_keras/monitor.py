@@ -40,15 +40,15 @@ from xla_keras.callback.step_path import StepPath
 from xla_keras.callback.storm_action import StormAction
 from xla_keras.callback.unsupported_action import UnsupportedAction
 from xla_keras.config import MonitorConfig
-from xla_keras.core.repeats import SteadyLane
 from xla_keras.core.types import PrecompileRunner
 from xla_keras.errors import CompileAfterPrecompileError, LogDirError, RecompilationStormError, UnsupportedOpError
+from xla_keras.session.repeats import SteadyLane
 
 if TYPE_CHECKING:
     from xla_keras.backends.base import CompileProbe
     from xla_keras.callback.traces import TraceWindows
-    from xla_keras.core.session import Session
     from xla_keras.report.model import XlaReport
+    from xla_keras.session.session import Session
     from xla_keras.tensorboard.sink import OutputSink
 
 __all__ = ["XlaMonitor", "LogDirError"]
@@ -465,7 +465,7 @@ class XlaMonitor(keras.callbacks.Callback):
         self._steps.unobserved(phase)
 
     def steady_lane(self, phase: str) -> SteadyLane:
-        """The lane the JAX step wrapper asks first (core/repeats.py)."""
+        """The lane the JAX step wrapper asks first (session/repeats.py)."""
         return self._steps.lanes[phase]
 
     @_hook

@@ -192,7 +192,7 @@ class expect_compiles:  # noqa: N801 - used like a function: `with expect_compil
     def problems(self) -> List[str]:
         """What is off, one line per count or extra compile ([] when all is as expected)."""
         from xla_keras.core.signatures import describe, to_jsonable
-        from xla_keras.report.figures import ms_text
+        from xla_keras.core.timing import ms_text
         from xla_keras.tensorboard.views import change_text
 
         lines: List[str] = []

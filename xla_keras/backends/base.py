@@ -1,7 +1,7 @@
 """The contract between XlaMonitor and a Keras backend. Pure: typing only.
 
 The monitor (``monitor.py``) keeps Keras's callback hooks and wires its parts
-(``callback/``); the session (``core/session.py``) keeps the statistics. What
+(``callback/``); the session (``session/session.py``) keeps the statistics. What
 depends on the framework under Keras lives behind this interface:
 
 * step functions: install a wrapper around ``model.<phase>_function`` that
@@ -21,12 +21,12 @@ from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Protocol, Sequence, Tuple, Type
 
 from xla_keras.core.program_cost import ProgramCost
-from xla_keras.core.repeats import SteadyLane
 from xla_keras.core.signatures import InputSignature
 from xla_keras.core.types import CallPlan, CompileObservation, Notes, PrecompileRunner
 from xla_keras.jit.modes import JitState, ProbeFacts
 from xla_keras.jit.unsupported import Unsupported
 from xla_keras.jit.value_keys import ValueKey
+from xla_keras.session.repeats import SteadyLane
 
 
 @dataclass(frozen=True)

@@ -17,9 +17,9 @@ from typing import Any, Callable, ClassVar, Dict, List, Optional, Sequence, Tupl
 from xla_keras.backends.base import CompileProbe, Installed, StepObserver
 from xla_keras.backends.chain import FUNCTION_ATTR, MAKE_FUNCTION, unwrap
 from xla_keras.backends.keras._internals import layer_classes, layer_names, outermost_layers
+from xla_keras.backends.keras.pipeline_move import PipelineMove, layers_on_inputs, pipeline_move
 from xla_keras.core.signatures import InputSignature
 from xla_keras.jit.modes import JitState
-from xla_keras.jit.pipeline_move import PipelineMove, layers_on_inputs, pipeline_move
 from xla_keras.jit.unsupported import Unsupported, autoclustering_fix
 from xla_keras.jit.value_keys import ValueKey, static_words
 

@@ -16,11 +16,11 @@ import time
 from typing import Any, Dict, List, Optional, Tuple
 
 from xla_keras.backends.base import Backend
-from xla_keras.core.phases import PhaseStats
 from xla_keras.core.program_cost import ANALYSES_PER_CALL, ProgramCost, ProgramSteps, peak_flops_for, phase_rates
 from xla_keras.core.signatures import fingerprint
+from xla_keras.core.tags import TAG_FLOPS_PER_SECOND, TAG_MFU
 from xla_keras.core.types import CallPlan, Notes, Scalar
-from xla_keras.tensorboard.metadata import TAG_FLOPS_PER_SECOND, TAG_MFU
+from xla_keras.session.phases import PhaseStats
 
 CAPPED = (
     "cost card: {cap} {phase} programs analysed in this call (the cap); of the {phase} programs compiled after "

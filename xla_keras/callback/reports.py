@@ -19,10 +19,10 @@ from xla_keras.callback.cost_card import CostMeter
 from xla_keras.callback.traces import TraceWindows
 from xla_keras.config import MonitorConfig
 from xla_keras.core.cache import CacheAccount
-from xla_keras.core.session import Session
 from xla_keras.jit.modes import JitState, ProbeFacts
-from xla_keras.report.build import ReportContext, build_report
 from xla_keras.report.model import XlaReport
+from xla_keras.session.build import ReportContext, build_report
+from xla_keras.session.session import Session
 from xla_keras.tensorboard.sink import OutputSink
 
 

@@ -13,8 +13,8 @@ from xla_keras.backends.base import Backend, CompileProbe, Distribution, StepObs
 from xla_keras.callback.guards import Guarded
 from xla_keras.callback.reports import ModelReport, ReportBook
 from xla_keras.config import MonitorConfig
-from xla_keras.core.session import Session
 from xla_keras.report.model import XlaReport
+from xla_keras.session.session import Session
 from xla_keras.tensorboard.sink import OutputSink
 
 if TYPE_CHECKING:  # callback/fastest.py imports this module

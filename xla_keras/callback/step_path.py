@@ -17,10 +17,11 @@ from typing import Any, Callable, Dict, Iterable, Optional, Sequence
 
 from xla_keras.callback.fastest import FastestDriver
 from xla_keras.callback.state import CallState
-from xla_keras.core.repeats import SteadyLane
 from xla_keras.core.signatures import describe
-from xla_keras.core.types import PHASES, CallOutcome, CallPlan
+from xla_keras.core.types import PHASES, CallPlan
 from xla_keras.report.model import Compilation
+from xla_keras.session.recording import CallOutcome
+from xla_keras.session.repeats import SteadyLane
 
 # JAX: the monitor's own work at a call's start longer than this (a trace saved, a flush) spoils the open
 # interval (its device time went on meanwhile, so subtracting it would be wrong); shorter, it is noise.
@@ -47,9 +48,9 @@ class StepPath:
         self.on_storm: StormHandler = _unwired
         self.on_compiles: CompilesHandler = _no_compiles_handler
         self._plans: Dict[str, CallPlan] = {}
-        # The plan of a repeat call (core/repeats.py): one per phase, made once.
+        # The plan of a repeat call (session/repeats.py): one per phase, made once.
         self._repeat_plans = {p: CallPlan(p, 0, 1, (), False) for p in PHASES}
-        # The steady lanes (core/repeats.py): the JAX wrapper asks its phase's first, at every call.
+        # The steady lanes (session/repeats.py): the JAX wrapper asks its phase's first, at every call.
         self.lanes: Dict[str, SteadyLane] = {p: SteadyLane() for p in PHASES}
         # JAX: the running call of each phase ends with the device drained (the wrapper waits after it).
         self._sync: Dict[str, bool] = dict.fromkeys(PHASES, False)
@@ -78,7 +79,7 @@ class StepPath:
 
     def disarm(self) -> None:
         """Every phase's steady lane stops and counts the calls it took: the full path decides the next
-        calls, and whatever reads the session next finds every call counted (``core/repeats.py``)."""
+        calls, and whatever reads the session next finds every call counted (``session/repeats.py``)."""
         for lane in self.lanes.values():
             lane.disarm()
 

@@ -336,3 +336,10 @@ def break_even_steps(
     if gain <= 0:
         return float("inf")
     return compile_seconds / gain
+
+
+def ms_text(seconds: Optional[float]) -> str:
+    """``12.3 ms`` below a second, ``1.23 s`` from a second up; ``n/a`` when unknown."""
+    if seconds is None:
+        return "n/a"
+    return f"{seconds * 1e3:.3g} ms" if seconds < 1 else f"{seconds:.2f} s"

@@ -2,20 +2,18 @@
 
 A backend's step wrapper tells the session "a call began with these batches" and gets a ``CallPlan``
 back (its probe reads it); its probe's ``CompileObservation`` goes in when the call ends, and a
-``CallOutcome`` comes out: the compiles recorded, the scalars to write, a storm that opened.
+``CallOutcome`` (session/recording.py) comes out: the compiles recorded, the scalars to write, a storm
+that opened.
 """
 
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, Callable, List, NamedTuple, Optional, Sequence, Tuple
 
 from xla_keras.core.messages import wrapped
 from xla_keras.core.signatures import InputSignature
-
-if TYPE_CHECKING:
-    from xla_keras.report.model import Compilation
 
 logger = logging.getLogger("xla_keras")
 
@@ -119,19 +117,6 @@ class CallPlan(NamedTuple):
     @property
     def new_indices(self) -> Tuple[int, ...]:
         return tuple(i for i, _, _ in self.new)
-
-
-class CallOutcome:
-    """What one call added: compiles recorded, scalars to write, a storm that opened.
-    (Slots, not a dataclass: one is made per step.)"""
-
-    __slots__ = ("compiles", "scalars", "storm", "seconds")
-
-    def __init__(self):
-        self.compiles: List[Compilation] = []
-        self.scalars: List[Scalar] = []
-        self.storm: Optional[Tuple[int, int, int]] = None  # (step, count, window_start) of a storm that opened
-        self.seconds = 0.0
 
 
 class Notes:

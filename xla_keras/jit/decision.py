@@ -20,7 +20,7 @@ from statistics import median
 from typing import Deque, Dict, Iterable, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 from xla_keras.core.plain_data import known_fields
-from xla_keras.report.figures import ms_text
+from xla_keras.core.timing import ms_text
 
 MAX_SAMPLES = 2048  # per mode: bounded memory on the step path
 

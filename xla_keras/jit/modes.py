@@ -26,7 +26,7 @@ class JitState:
     active: Optional[bool] = None
     reason: str = ""
     autoclustering: bool = False  # clusters may compile (verified by the probe)
-    fix: Optional[str] = None  # code that lets XLA compile what it did not (jit/pipeline_move.py)
+    fix: Optional[str] = None  # code that lets XLA compile what it did not (backends/keras/pipeline_move.py)
     unsupported: Optional[Dict[str, Any]] = None  # an op XLA cannot compile stopped it (jit/unsupported.py)
 
     @property

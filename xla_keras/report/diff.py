@@ -17,8 +17,9 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
+from xla_keras.core.timing import ms_text
 from xla_keras.core.types import PHASES
-from xla_keras.report.figures import ms_text, quantity
+from xla_keras.report.figures import quantity
 from xla_keras.report.model import XlaReport
 from xla_keras.report.schema import DISPATCH
 

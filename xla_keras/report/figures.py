@@ -1,15 +1,14 @@
 """The report's figures in words, each with what it rests on: the compile time with every compile
 the monitored calls made, the steady step with its step count, and the comparisons of steady steps
 (a fallback's before and after, a break-even), withheld below ``MIN_COMPARE_STEPS`` a side. One
-place for the summary, ``str(report)``, the Text tab and the XLA tab's cards, and durations in the
-report's and the trial's words (``ms_text``). Pure.
+place for the summary, ``str(report)``, the Text tab and the XLA tab's cards. Pure.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
-from xla_keras.core.timing import comparable, share, too_few_words
+from xla_keras.core.timing import comparable, ms_text, share, too_few_words
 from xla_keras.core.types import PHASES
 
 if TYPE_CHECKING:
@@ -342,10 +341,3 @@ def cost_words(report: XlaReport) -> Optional[str]:
 
 
 # Durations as the report and the jit='fastest' trial write them.
-
-
-def ms_text(seconds: Optional[float]) -> str:
-    """``12.3 ms`` below a second, ``1.23 s`` from a second up; ``n/a`` when unknown."""
-    if seconds is None:
-        return "n/a"
-    return f"{seconds * 1e3:.3g} ms" if seconds < 1 else f"{seconds:.2f} s"

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
 from xla_keras.core.messages import WIDTH, code_within, within
 from xla_keras.core.signatures import describe, from_jsonable
+from xla_keras.core.timing import ms_text
 from xla_keras.core.types import PHASES
 from xla_keras.jit.coverage import coverage_words, outside_words
 from xla_keras.report.figures import (
@@ -17,7 +18,6 @@ from xla_keras.report.figures import (
     cost_words,
     decision_lines,
     fallback_cost,
-    ms_text,
     op_by_op_words,
     own_words,
     precompile_words,

@@ -1,5 +1,6 @@
-"""What the monitor writes for TensorBoard: run names, tags, the custom-scalars layout and the XLA tab's
-report data (plugin name, content version, encoding). Pure: TensorBoard is imported inside functions only.
+"""What the monitor writes for TensorBoard: run names, the report's tags, the custom-scalars layout and the XLA tab's
+report data (plugin name, content version, encoding); the scalars' tags are in ``core/tags.py``. Pure: TensorBoard is
+imported inside functions only.
 
 In the spirit of TensorBoard's ``plugins/*/metadata.py``: the writer (``sink.py``) and the readers (the
 tab's backend) share these. The tab reads the report from the event files, not from the loose JSON file
@@ -15,28 +16,21 @@ import io
 import json
 from typing import Any, Dict
 
-# Runs, as keras.callbacks.TensorBoard names them.
-RUNS = {"train": "train", "test": "validation"}
-
-TAG_STEP_TIME = "xla/step_time_ms"
-TAG_STEADY_STEP_TIME = "xla/steady_step_time_ms"
-TAG_COMPILATIONS = "xla/compilations"
-TAG_COMPILE_TIME = "xla/compile_time_ms"
-TAG_DISTINCT_SIGNATURES = "xla/distinct_signatures"
-TAG_STORM = "xla/storm"
-TAG_FLOPS_PER_SECOND = "xla/flops_per_second"  # achieved at the steady step (the cost card)
-TAG_MFU = "xla/mfu"  # of the device's peak, where it is known
-TAG_REPORT = "xla/report"
-SCALAR_TAGS = (
-    TAG_STEP_TIME,
-    TAG_STEADY_STEP_TIME,
+from xla_keras.core.tags import (
     TAG_COMPILATIONS,
     TAG_COMPILE_TIME,
     TAG_DISTINCT_SIGNATURES,
-    TAG_STORM,
     TAG_FLOPS_PER_SECOND,
     TAG_MFU,
+    TAG_STEADY_STEP_TIME,
+    TAG_STEP_TIME,
+    TAG_STORM,
 )
+
+# Runs, as keras.callbacks.TensorBoard names them.
+RUNS = {"train": "train", "test": "validation"}
+
+TAG_REPORT = "xla/report"
 
 # The custom-scalars layout: one category, five charts (title, tags).
 LAYOUT_CATEGORY = "XLA"

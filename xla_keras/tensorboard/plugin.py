@@ -30,6 +30,7 @@ from typing import Any, Callable, Dict, NamedTuple, Optional, Tuple
 from tensorboard.plugins import base_plugin
 from werkzeug import wrappers
 
+from xla_keras.core.tags import TAG_STEADY_STEP_TIME, TAG_STEP_TIME
 from xla_keras.core.versions import profile_tab_install, profile_tab_installed
 from xla_keras.report.schema import ParsedReport
 from xla_keras.tensorboard import views
@@ -37,8 +38,6 @@ from xla_keras.tensorboard.metadata import (
     PLUGIN_CONTENT,
     PLUGIN_NAME,
     TAG_REPORT_DATA,
-    TAG_STEADY_STEP_TIME,
-    TAG_STEP_TIME,
     content_version,
     decode_report_data,
 )

@@ -81,7 +81,7 @@ def _make_wrapper(model: Any, phase: str, observer: StepObserver):
 
     def wrapped(state, iterator):
         original = wrapped._xla_keras_original  # type: ignore[attr-defined]  # relinked when monitors come and go
-        if lane.budget:  # the steady case: a few operations, no observer call (core/repeats.py)
+        if lane.budget:  # the steady case: a few operations, no observer call (session/repeats.py)
             start = clock()
             batch = next(iterator)  # StopIteration: the end of an epoch, as in Keras's own pull
             try:

@@ -19,11 +19,11 @@ from __future__ import annotations
 
 from typing import Any, Callable, Dict, List, Optional
 
-from xla_keras.core.ledger import CompileLedger
-from xla_keras.core.phases import CallScratch, PhaseStats, WallClock
 from xla_keras.core.signatures import InputSignature, SameShapes
 from xla_keras.core.types import Scalar
 from xla_keras.jit.modes import JitState
+from xla_keras.session.ledger import CompileLedger
+from xla_keras.session.phases import CallScratch, PhaseStats, WallClock
 
 # Repeats are timed in bulk once this many are waiting.
 REPEAT_DRAIN = 64

@@ -15,9 +15,9 @@ import dataclasses
 import statistics
 from typing import TYPE_CHECKING, Any, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
-from xla_keras.core.phases import CallBase
 from xla_keras.core.signatures import InputSignature
 from xla_keras.core.types import KNOWN_SIGNATURE_CAUSES, MEASURED
+from xla_keras.session.phases import CallBase
 from xla_keras.storms.buckets import TARGET_PADDING_OVERHEAD, best_buckets, pad_to_boundary
 from xla_keras.storms.budget import PhaseAdvice, budget_text, over_budget
 from xla_keras.storms.detection import (
@@ -56,7 +56,7 @@ from xla_keras.storms.lengths import (
 
 if TYPE_CHECKING:
     from xla_keras.config import MonitorConfig
-    from xla_keras.core.phases import PhaseStats
+    from xla_keras.session.phases import PhaseStats
 
 
 def _padded_keys(a: VaryingAxis) -> List[Tuple[str, int]]:

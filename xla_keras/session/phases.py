@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Tuple
 
 from xla_keras.core.signatures import InputSignature
+from xla_keras.core.tags import TAG_STEADY_STEP_TIME, TAG_STEP_TIME
 from xla_keras.core.timing import BETWEEN_DRAINS, PER_STEP, DrainedInterval, PhaseTiming
 from xla_keras.core.types import MEASURED, CompileObservation, Scalar
 from xla_keras.jit.value_keys import VALUE_PROBE_EVERY, VALUE_PROBE_MISSES, ValueKey
@@ -20,7 +21,6 @@ from xla_keras.report.model import Compilation, SlowStep
 from xla_keras.storms.budget import PhaseAdvice
 from xla_keras.storms.detection import ShapeHistory, Storm
 from xla_keras.storms.lengths import BatchSample, SampleView
-from xla_keras.tensorboard.metadata import TAG_STEADY_STEP_TIME, TAG_STEP_TIME
 
 
 @dataclass
@@ -384,4 +384,4 @@ class SessionSnapshot:
     advice: Tuple[PhaseAdvice, ...] = ()
     jit_decision: Optional[dict] = None
     own_seconds: Optional[Dict[str, float]] = None  # the monitor's own work by kind, and its total
-    precompile: Optional[Dict[str, dict]] = None  # per phase: its precompile (core/session.py Session.precompiled)
+    precompile: Optional[Dict[str, dict]] = None  # per phase: its precompile (session/session.py Session.precompiled)

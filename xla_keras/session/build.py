@@ -5,11 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
-from xla_keras.core.phases import SessionSnapshot
 from xla_keras.core.timing import break_even_steps, comparable, share
 from xla_keras.core.types import MEASURED, PHASES
 from xla_keras.jit.modes import JitState, ProbeFacts, verdict
 from xla_keras.report.model import ESTIMATED_BECAUSE, Compilation, XlaReport
+from xla_keras.session.phases import SessionSnapshot
 from xla_keras.storms.detection import partial_batch_note, train_vs_validation_note
 
 

@@ -4,15 +4,28 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Dict, List, Optional, Tuple
 
-from xla_keras.core.phases import CallScratch, PhaseStats
 from xla_keras.core.signatures import InputSignature
+from xla_keras.core.tags import TAG_COMPILATIONS, TAG_COMPILE_TIME, TAG_STEP_TIME
 from xla_keras.core.timing import SLOW_FACTOR, SLOW_MIN_EXCESS_SECONDS, PhaseTiming
-from xla_keras.core.types import CallOutcome, CompileObservation, Scalar
+from xla_keras.core.types import CompileObservation, Scalar
 from xla_keras.report.model import Compilation, SlowStep
-from xla_keras.tensorboard.metadata import TAG_COMPILATIONS, TAG_COMPILE_TIME, TAG_STEP_TIME
+from xla_keras.session.phases import CallScratch, PhaseStats
 
 if TYPE_CHECKING:
     from xla_keras.jit.trial import Trial
+
+
+class CallOutcome:
+    """What one call added: compiles recorded, scalars to write, a storm that opened.
+    (Slots, not a dataclass: one is made per step.)"""
+
+    __slots__ = ("compiles", "scalars", "storm", "seconds")
+
+    def __init__(self):
+        self.compiles: List[Compilation] = []
+        self.scalars: List[Scalar] = []
+        self.storm: Optional[Tuple[int, int, int]] = None  # (step, count, window_start) of a storm that opened
+        self.seconds = 0.0
 
 
 # JAX: host times far enough above anything a steady step could be, kept until the first interval tells

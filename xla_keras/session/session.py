@@ -8,7 +8,7 @@ A backend's step wrapper tells the session "a call began with these batches"
 compile observation or none"; the session answers with what happened: the
 compiles it recorded, the scalars to write, a storm that opened. Everything it
 keeps is bounded (``phases.py``); ``snapshot()`` freezes it for a report
-(``report/build.py``).
+(``session/build.py``).
 """
 
 from __future__ import annotations
@@ -17,24 +17,12 @@ import time
 from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Sequence, Set, Tuple, Union
 
 from xla_keras.config import MonitorConfig
-from xla_keras.core.ledger import CompileLedger
-from xla_keras.core.phases import (
-    CallScratch,
-    OwnTime,
-    PhaseStats,
-    SessionSnapshot,
-    WallClock,
-    fallback_began,
-    fallback_view,
-)
 from xla_keras.core.precompile import count_in_loop, precompile_facts
-from xla_keras.core.recording import StepRecorder
-from xla_keras.core.repeats import Repeats
 from xla_keras.core.signatures import InputSignature, is_ragged
+from xla_keras.core.tags import TAG_DISTINCT_SIGNATURES, TAG_STORM
 from xla_keras.core.types import (
     KNOWN_SIGNATURE_CAUSES,
     PHASES,
-    CallOutcome,
     CallPlan,
     CompileObservation,
     Notes,
@@ -46,14 +34,25 @@ from xla_keras.jit.modes import JitState
 from xla_keras.jit.trial import Trial, trial_view
 from xla_keras.jit.value_keys import ValueKey, value_keys_note
 from xla_keras.report.model import Compilation
-from xla_keras.storms.advice import CallFacts, StormAnalysis
+from xla_keras.session.ledger import CompileLedger
+from xla_keras.session.phases import (
+    CallScratch,
+    OwnTime,
+    PhaseStats,
+    SessionSnapshot,
+    WallClock,
+    fallback_began,
+    fallback_view,
+)
+from xla_keras.session.recording import CallOutcome, StepRecorder
+from xla_keras.session.repeats import Repeats
+from xla_keras.session.storm_analysis import CallFacts, StormAnalysis
 from xla_keras.storms.detection import Storm, StormDetector, batch_rows
 from xla_keras.storms.fixes import AppliedLengths
-from xla_keras.tensorboard.metadata import TAG_DISTINCT_SIGNATURES, TAG_STORM
 
 if TYPE_CHECKING:
-    from xla_keras.core.ledger import CompileLedger
-    from xla_keras.core.phases import PhaseStats
+    from xla_keras.session.ledger import CompileLedger
+    from xla_keras.session.phases import PhaseStats
 
 # Auto-clustering compiles a new signature of an already-run cluster only on
 # its second request (TensorFlow's lazy compilation): probe the first few occurrences.
