@@ -6,7 +6,7 @@ tests/test_jax_multiprocess.py's."""
 import pytest
 
 from xla_keras.callback.agreement import Verdict, agreed_check, chief_row
-from xla_keras.callback.fastest import FastestRun
+from xla_keras.callback.fastest_run import FastestRun
 from xla_keras.config import MonitorConfig
 from xla_keras.jit.trial import NEVER
 from xla_keras.session.session import Session

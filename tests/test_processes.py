@@ -7,8 +7,8 @@ from types import SimpleNamespace
 import pytest
 
 from xla_keras.backends.base import Distribution
-from xla_keras.callback.agreement import AGREE_EVERY_STEPS, StormAgreement, gather_processes, records_of, values_of
-from xla_keras.callback.storm_action import PendingStorm, StormAction
+from xla_keras.callback.agreement import gather_processes, records_of, values_of
+from xla_keras.callback.storm_action import AGREE_EVERY_STEPS, PendingStorm, StormAction, StormAgreement
 from xla_keras.config import MonitorConfig
 from xla_keras.core.types import PHASES
 from xla_keras.report.model import XlaReport

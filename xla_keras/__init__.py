@@ -65,8 +65,8 @@ _LAZY = {
     "MonitorConfig": "config",
     "parse_report": "report.schema",
     "PhaseAdvice": "storms.budget",
-    "jit_decision": "callback.fastest",
-    "forget_jit_decision": "callback.fastest",
+    "jit_decision": "callback.fastest_run",
+    "forget_jit_decision": "callback.fastest_run",
 }
 
 

@@ -3,8 +3,9 @@
 * ``config.MonitorConfig``: the arguments, validated once;
 * ``callback.state.CallState``: what the parts share (the backend, the per-model reports, the call);
 * ``callback.lifecycle``: a call from its begin hook to its end; ``callback.step_path``: the step path;
-  ``callback.storm_action``, ``callback.fastest``: storms and jit='fastest'; ``callback.guards``: error
-  containment and cleanup backstops; ``callback.agreement``: several processes agree;
+  ``callback.storm_action``, ``callback.fastest``: storms and jit='fastest'; ``callback.guards`` and
+  ``callback.containment``: the guards, error containment and cleanup backstops; ``callback.agreement``:
+  several processes agree;
 * ``backends.<name>``: what depends on the framework under Keras (step wrappers, the compile probe,
   JIT modes, distribution facts).
 
@@ -28,16 +29,17 @@ except ModuleNotFoundError as _missing:  # Keras without its backend (TensorFlow
 
 from xla_keras.backends import backend_for
 from xla_keras.backends.base import Backend
-from xla_keras.callback.agreement import StormAgreement, gather_processes
+from xla_keras.callback.agreement import gather_processes
+from xla_keras.callback.containment import Containment
 from xla_keras.callback.fastest import FastestDriver
-from xla_keras.callback.guards import Containment, flush_at_exit, guarded
+from xla_keras.callback.guards import flush_at_exit, guarded
 from xla_keras.callback.lifecycle import Lifecycle, warn_keras_multi_worker_fault
 from xla_keras.callback.precompile import Precompiler
 from xla_keras.callback.reports import ModelReport, ReportBook
 from xla_keras.callback.state import CallState
 from xla_keras.callback.step_functions import StepFunctions
 from xla_keras.callback.step_path import StepPath
-from xla_keras.callback.storm_action import StormAction
+from xla_keras.callback.storm_action import StormAction, StormAgreement
 from xla_keras.callback.unsupported_action import UnsupportedAction
 from xla_keras.config import MonitorConfig
 from xla_keras.core.types import PrecompileRunner

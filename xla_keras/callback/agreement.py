@@ -1,7 +1,7 @@
 """Several processes in one run (multi-process JAX, MultiWorkerMirroredStrategy's workers) agree:
 
 * the chief's report holds every process's counts (``gather_processes``);
-* TensorFlow's workers act on a storm at the same step (``StormAgreement``);
+* TensorFlow's workers act on a storm at the same step (``StormAgreement``, callback/storm_action.py);
 * jit='fastest' switches and keeps the chief's mode at the same step in every process (``agreed_check``).
 
 Each process counts its own compiles (its own XLA compiles its own copy of each program). At points
@@ -15,16 +15,13 @@ collective there would wait forever).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
+from xla_keras.callback.fastest_run import FastestRun
 from xla_keras.callback.state import CallState
 from xla_keras.core.types import PHASES
 from xla_keras.jit.decision import BASES
 from xla_keras.jit.trial import NEVER, Trial
-
-if TYPE_CHECKING:  # both import this module
-    from xla_keras.callback.fastest import FastestRun
-    from xla_keras.callback.storm_action import StormAction
 
 # What each process gives, per phase, in PHASES order: a report key and how a phase's stats read it.
 FIGURES = {
@@ -70,48 +67,6 @@ def gather_processes(state: CallState) -> None:
         return
     if rows is not None:
         state.current.processes = records_of(rows)
-
-
-# TensorFlow's workers act on a storm together.
-
-
-AGREE_EVERY_STEPS = 50  # a storm waits at most this many train batches; ~3 ms each time (<0.1 ms a step)
-
-
-class StormAgreement:
-    def __init__(self, state: CallState, action: StormAction):
-        self.state = state
-        self.action = action
-        self.batches = 0  # train batches of this fit: the same count in every worker
-        self.on = False  # this fit's workers agree (read by the batch-end hook: one attribute a step)
-
-    def fit_began(self) -> None:
-        """After the fit's set-up (its distribution known)."""
-        self.batches = 0
-        self.action.pending = None
-        self.on = self.needed()
-
-    def needed(self) -> bool:
-        """A storm may have to act in every worker (the same answer in each: one program, one config)."""
-        return self.state.config.on_storm != "warn" and self.action.deferred()
-
-    def batch_ended(self) -> None:
-        """Keras's train batch-end hook (TensorFlow), while ``on``: every ``AGREE_EVERY_STEPS`` batches, agree."""
-        self.batches += 1
-        if self.batches % AGREE_EVERY_STEPS == 0:
-            self.agree()
-
-    def agree(self) -> None:
-        """At a point every worker reaches in a fit: the first worker's pending storm, acted on by all."""
-        if not self.needed() or not self.state.in_fit:
-            return
-        pending = self.action.pending
-        row = [float(PHASES.index(pending.phase)), float(pending.step)] if pending else [-1.0, 0.0]
-        rows = self.state.backend.gather(row)
-        first = next(((worker, r) for worker, r in enumerate(rows or []) if r[0] >= 0), None)
-        if first is not None:
-            worker, (phase, step) = first
-            self.action.agreed(worker, PHASES[int(phase)], int(step))
 
 
 # jit='fastest' across processes: every process switches and keeps the chief's mode at the same step.

@@ -10,7 +10,8 @@ from typing import Any, Optional, Tuple
 
 from xla_keras.backends.base import Backend
 from xla_keras.callback.agreement import gather_processes
-from xla_keras.callback.fastest import FastestDriver, kept_decision
+from xla_keras.callback.fastest import FastestDriver
+from xla_keras.callback.fastest_run import kept_decision
 from xla_keras.callback.guards import guard_callback_list
 from xla_keras.callback.state import CallState
 from xla_keras.callback.step_functions import StepFunctions

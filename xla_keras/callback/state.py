@@ -7,18 +7,16 @@ attributes. No TensorFlow: the framework sits behind ``backend``.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, List, Optional, Protocol, Set
+from typing import Any, Callable, List, Optional, Protocol, Set
 
 from xla_keras.backends.base import Backend, CompileProbe, Distribution, StepObserver
+from xla_keras.callback.fastest_run import FastestRun
 from xla_keras.callback.guards import Guarded
 from xla_keras.callback.reports import ModelReport, ReportBook
 from xla_keras.config import MonitorConfig
 from xla_keras.report.model import XlaReport
 from xla_keras.session.session import Session
 from xla_keras.tensorboard.sink import OutputSink
-
-if TYPE_CHECKING:  # callback/fastest.py imports this module
-    from xla_keras.callback.fastest import FastestRun
 
 RUN_WORD = {"train": "fit", "test": "evaluation", "predict": "prediction"}
 

@@ -10,6 +10,7 @@ from xla_keras.callback.lifecycle import Lifecycle
 from xla_keras.callback.state import RUN_WORD, CallState
 from xla_keras.callback.step_functions import StepFunctions
 from xla_keras.core.messages import warn
+from xla_keras.core.types import PHASES
 from xla_keras.errors import RecompilationStormError
 from xla_keras.storms.detection import Storm, storm_text
 
@@ -124,3 +125,45 @@ class StormAction:
     def _fall_back(self, phase: str, step: int, why: str = "after a recompilation storm") -> None:
         reason = f"switched XLA off at {phase} step {step} {why} (on_storm='fallback')"
         self.functions.switch_off(phase, step, reason)
+
+
+# TensorFlow's workers act on a storm together.
+
+
+AGREE_EVERY_STEPS = 50  # a storm waits at most this many train batches; ~3 ms each time (<0.1 ms a step)
+
+
+class StormAgreement:
+    def __init__(self, state: CallState, action: StormAction):
+        self.state = state
+        self.action = action
+        self.batches = 0  # train batches of this fit: the same count in every worker
+        self.on = False  # this fit's workers agree (read by the batch-end hook: one attribute a step)
+
+    def fit_began(self) -> None:
+        """After the fit's set-up (its distribution known)."""
+        self.batches = 0
+        self.action.pending = None
+        self.on = self.needed()
+
+    def needed(self) -> bool:
+        """A storm may have to act in every worker (the same answer in each: one program, one config)."""
+        return self.state.config.on_storm != "warn" and self.action.deferred()
+
+    def batch_ended(self) -> None:
+        """Keras's train batch-end hook (TensorFlow), while ``on``: every ``AGREE_EVERY_STEPS`` batches, agree."""
+        self.batches += 1
+        if self.batches % AGREE_EVERY_STEPS == 0:
+            self.agree()
+
+    def agree(self) -> None:
+        """At a point every worker reaches in a fit: the first worker's pending storm, acted on by all."""
+        if not self.needed() or not self.state.in_fit:
+            return
+        pending = self.action.pending
+        row = [float(PHASES.index(pending.phase)), float(pending.step)] if pending else [-1.0, 0.0]
+        rows = self.state.backend.gather(row)
+        first = next(((worker, r) for worker, r in enumerate(rows or []) if r[0] >= 0), None)
+        if first is not None:
+            worker, (phase, step) = first
+            self.action.agreed(worker, PHASES[int(phase)], int(step))
