@@ -26,11 +26,11 @@ def fastest_fit(mode, log_dir):
     callbacks = []
     if mode == "fastest":
         import xla_keras
-        from xla_keras.jit import trial as fastest
+        from xla_keras.jit import trial as jit_trial
 
-        fastest.MIN_STEPS_LEFT, fastest.TRIAL_BUDGET = 0, math.inf
-        fastest.EARLY_RATIO = fastest.FAR_APART = fastest.MIN_GAIN = math.inf
-        fastest.MIN_ROUNDS = fastest.MAX_ROUNDS = 3
+        jit_trial.MIN_STEPS_LEFT, jit_trial.TRIAL_BUDGET = 0, math.inf
+        jit_trial.EARLY_RATIO = jit_trial.FAR_APART = jit_trial.MIN_GAIN = math.inf
+        jit_trial.MIN_ROUNDS = jit_trial.MAX_ROUNDS = 3
         callbacks = [xla_keras.XlaMonitor(log_dir=log_dir, jit="fastest", verbose=0)]
     model.fit(x, y, batch_size=32, epochs=1, verbose=0, callbacks=callbacks)
     if callbacks:

@@ -5,7 +5,7 @@ tests/test_jax_multiprocess.py's."""
 
 import pytest
 
-from xla_keras.callback.agreement import Verdict, agreed_check, chief_row
+from xla_keras.callback.agreement import ChiefRow, agreed_check, chief_row
 from xla_keras.callback.fastest_run import FastestRun
 from xla_keras.config import MonitorConfig
 from xla_keras.jit.trial import NEVER
@@ -93,13 +93,13 @@ def test_the_other_process_alone_would_have_decided_otherwise():
     ],
 )
 def test_a_row_reads_back_as_the_chief_check(row, verdict):
-    read = Verdict.of([float(v) for v in row])
+    read = ChiefRow.of([float(v) for v in row])
     assert (read.switch, read.decided, read.on, read.basis, read.next_at) == verdict
 
 
 def test_the_chief_row_names_the_next_agreed_step_after_this_one():
     run = _run()
     trial = run.trial
-    assert Verdict.of(chief_row(trial, None, 3)).next_at == trial.next_check
+    assert ChiefRow.of(chief_row(trial, None, 3)).next_at == trial.next_check
     trial.next_check = 2  # a check wanted at once (a watch lost): the next agreed step is still ahead
-    assert Verdict.of(chief_row(trial, None, 5)).next_at == 6
+    assert ChiefRow.of(chief_row(trial, None, 5)).next_at == 6

@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from xla_keras.core.signatures import Leaf
-from xla_keras.report.diff import DIFF_SCHEMA_VERSION, Bounds, check, diff_reports, render
+from xla_keras.report.diff import DIFF_SCHEMA_VERSION, Bounds, check, diff_reports, render_diff
 from xla_keras.report.model import Compilation, XlaReport
 from xla_keras.tensorboard.sink import write_report_json
 
@@ -39,7 +39,7 @@ def test_the_diff_says_what_changed_per_phase():
     assert train.run["compile_seconds"] == pytest.approx(0.9)
     assert train.added == ["x:int32[8,24]", "x:int32[8,32]"] and train.removed == []
     assert (train.baseline["storms"], train.run["storms"]) == (0, 1)
-    text = render(diff)
+    text = render_diff(diff)
     assert "train  1 -> 3" in text and "1 ms -> 1.2 ms (90 steps)" in text and "+2 -0" in text
     assert "train: + x:int32[8,24]" in text and "within bounds" in text
 
@@ -100,39 +100,39 @@ def test_an_old_jax_reports_dispatch_time_is_not_compared_and_the_diff_says_so()
         "a dispatch time, not a step time"
     ]
     for fmt in ("text", "markdown"):
-        text = render(diff, fmt)
+        text = render_diff(diff, fmt)
         assert "not compared: a dispatch time" in text and "33 ms" not in text
         assert "not compared: train steady step: the baseline timed it as JAX dispatched it" in text
-    assert json.loads(render(diff, "json"))["not_compared"] == diff.not_compared
+    assert json.loads(render_diff(diff, "json"))["not_compared"] == diff.not_compared
 
 
 def test_a_withheld_steady_step_is_said_withheld():
     run = _report([16], steady=None)
     run.step_timing = {"train": {"basis": "between_drains", "steps": 0, "intervals": 0, "withheld": "no interval"}}
-    text = render(diff_reports(_report([16]), run))
+    text = render_diff(diff_reports(_report([16]), run))
     assert "1 ms -> withheld" in text
 
 
 def test_markdown_is_a_table_for_a_pull_request_and_json_carries_its_schema():
     diff = diff_reports(_report([16]), _report([16, 24], storms=1))
     check(diff, Bounds({"train": 1}))
-    markdown = render(diff, "markdown", ("main", "branch"))
+    markdown = render_diff(diff, "markdown", ("main", "branch"))
     assert markdown.startswith("**XLA compiles: `branch` against `main`**")
     assert "| phase | compiles | compile time | steady step | signatures | storms |" in markdown
     assert "| train | 1 -> 2 |" in markdown and "- train: new signature `x:int32[8,24]`" in markdown
     assert markdown.endswith("**bounds crossed: train compiled 2 times (at most 1)**")
-    data = json.loads(render(diff, "json", ("main", "branch")))
+    data = json.loads(render_diff(diff, "json", ("main", "branch")))
     assert data["diff_schema_version"] == DIFF_SCHEMA_VERSION and data["run"] == "branch"
     assert data["phases"][0]["signatures_added"] == ["x:int32[8,24]"]
     assert data["crossed"] == "train compiled 2 times (at most 1)"
     with pytest.raises(ValueError, match="format must be one of text, markdown, json; got 'html'"):
-        render(diff, "html")
+        render_diff(diff, "html")
 
 
 def test_capped_records_and_the_fastest_decision_are_said():
     base = _report([16], jit_decision={"mode": "on", "basis": "measured"})
     run = _report([16], compilations_dropped=3, jit_decision={"mode": "off", "basis": "measured"})
-    text = render(diff_reports(base, run))
+    text = render_diff(diff_reports(base, run))
     assert "jit='fastest' decision: on (measured) -> off (measured)" in text
     assert "some signatures may be missing" in text
 

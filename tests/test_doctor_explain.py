@@ -7,7 +7,7 @@ import sys
 import pytest
 from runs import Runs
 
-from xla_keras.tools.explain import explain, render
+from xla_keras.tools.explain import explain, render_findings
 
 pytestmark = pytest.mark.xdist_group("scenario_runs")  # the session's scenario runs: read on one worker
 
@@ -104,7 +104,7 @@ def test_explain_a_real_autoclustering_run(scenario_runs):
     compile_time = findings["compile_time"]
     assert compile_time.count == len(run.tf_compile_seconds)
     assert compile_time.total_ms == pytest.approx(sum(run.tf_compile_seconds) * 1e3, rel=1e-6)
-    assert f"{compile_time.count} compiles" in render(list(findings.values()))
+    assert f"{compile_time.count} compiles" in render_findings(list(findings.values()))
 
 
 @pytest.mark.slow
@@ -120,7 +120,7 @@ def test_explain_an_unknown_tf_xla_flag_that_killed_tensorflow(processes):
 def test_explain_warnings_from_real_runs(processes, kind, key):
     findings = {f.pattern.key: f for f in explain(processes[f"log: {kind}"].stderr.splitlines())}
     assert key in findings
-    text = render(list(findings.values()))
+    text = render_findings(list(findings.values()))
     assert f"[{key}]" in text and "fix" in text
 
 

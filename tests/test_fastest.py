@@ -12,7 +12,7 @@ import re
 import numpy as np
 import pytest
 
-from xla_keras.jit import trial as fastest
+from xla_keras.jit import trial as jit_trial
 from xla_keras.jit.decision import (
     Decision,
     Outlook,
@@ -246,7 +246,7 @@ def test_large_differences_are_decided_in_one_round_and_the_slow_mode_runs_few_s
     decision = fit.run()
     assert decision.mode == "on" and decision.ratio["rounds"] == 1
     slow_steps = sum(1 for on in fit.modes if not on)
-    assert slow_steps <= 1 + fastest.WARMUP_STEPS + fastest.PEEK_STEPS  # the peek ended the off block early
+    assert slow_steps <= 1 + jit_trial.WARMUP_STEPS + jit_trial.PEEK_STEPS  # the peek ended the off block early
 
 
 def test_the_trial_costs_little_when_xla_is_slower():
@@ -503,8 +503,8 @@ def test_under_jax_a_sample_is_an_interval_past_the_blocks_settling_steps():
     assert trial.sample_due(stats, 0.0)  # each settling step ends with a drain: the measured part starts clean
     stats.step = settle - 1
     stats.interval.open_at(10.0, stats.step)
-    assert not trial.sample_due(stats, 10.0 + fastest.TRIAL_SAMPLE_SECONDS / 2)
-    assert trial.sample_due(stats, 10.0 + 1.01 * fastest.TRIAL_SAMPLE_SECONDS)
+    assert not trial.sample_due(stats, 10.0 + jit_trial.TRIAL_SAMPLE_SECONDS / 2)
+    assert trial.sample_due(stats, 10.0 + 1.01 * jit_trial.TRIAL_SAMPLE_SECONDS)
     trial.add_interval(settle - 1, 0.004, 3)  # reaches into the settling steps: not this block's sample
     trial.add_interval(settle + 4, 0.002, 5)
     trial.add_interval(settle + 9, 0.003, 5)
@@ -520,7 +520,7 @@ _NEEDED = re.compile(r"a decision needs at least (\d+) \(.*\): a fit of (\d+) tr
 
 def _gate(steps_left, one_time, step=1e-3, done=14):
     return keep_default_reason(
-        Outlook(steps_left), StormRule(), False, one_time, step, MIN_STEPS_LEFT, fastest.TRIAL_BUDGET, done
+        Outlook(steps_left), StormRule(), False, one_time, step, MIN_STEPS_LEFT, jit_trial.TRIAL_BUDGET, done
     )
 
 

@@ -393,6 +393,22 @@ def test_no_import_cycle_inside_the_callback_even_for_the_type_checker():
     assert not [m for m in callback if "TYPE_CHECKING" in open(MODULES[m], encoding="utf-8").read()]
 
 
+def test_no_two_modules_define_one_public_name_unless_per_backend():
+    # A name means one thing in the package; the backends implement the same role each (`configure`,
+    # `StepWrappers`, `findings`, ...), one module per backend.
+    defined = {}
+    for module in MODULES:
+        for node in _tree(module).body:
+            if isinstance(node, (ast.ClassDef, ast.FunctionDef)) and not node.name.startswith("_"):
+                defined.setdefault(node.name, []).append(module)
+    twice = {
+        name: modules
+        for name, modules in sorted(defined.items())
+        if len(modules) > 1 and not all(m.startswith("xla_keras.backends") for m in modules)
+    }
+    assert not twice, f"one public name, several meanings (rename one): {twice}"
+
+
 def test_the_cycle_finder_finds_a_cycle_and_passes_a_tree():
     assert _cycles({"a": ["b"], "b": ["c"], "c": ["a"], "d": ["a"]}) == [["a", "b", "c", "a"]]
     assert _cycles({"a": ["b", "c"], "b": ["c"], "c": []}) == []

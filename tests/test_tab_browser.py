@@ -195,19 +195,19 @@ def _fastest_fit(model, x, y, log_dir):
     """jit='fastest' with its rules set for a short fit: three rounds, then a tie (the default kept)."""
     import math
 
-    from xla_keras.jit import trial as fastest
+    from xla_keras.jit import trial as jit_trial
 
     names = ("MIN_STEPS_LEFT", "TRIAL_BUDGET", "EARLY_RATIO", "FAR_APART", "MIN_GAIN", "MIN_ROUNDS", "MAX_ROUNDS")
-    saved = {n: getattr(fastest, n) for n in names}
-    fastest.MIN_STEPS_LEFT, fastest.TRIAL_BUDGET = 0, math.inf
-    fastest.EARLY_RATIO = fastest.FAR_APART = fastest.MIN_GAIN = math.inf
-    fastest.MIN_ROUNDS = fastest.MAX_ROUNDS = 3
+    saved = {n: getattr(jit_trial, n) for n in names}
+    jit_trial.MIN_STEPS_LEFT, jit_trial.TRIAL_BUDGET = 0, math.inf
+    jit_trial.EARLY_RATIO = jit_trial.FAR_APART = jit_trial.MIN_GAIN = math.inf
+    jit_trial.MIN_ROUNDS = jit_trial.MAX_ROUNDS = 3
     try:
         monitor = xla_keras.XlaMonitor(log_dir=log_dir, jit="fastest", verbose=0)
         model.fit(np.tile(x, (20, 1)), np.tile(y, (20, 1)), batch_size=32, epochs=1, callbacks=[monitor], verbose=0)
     finally:
         for n in names:
-            setattr(fastest, n, saved[n])
+            setattr(jit_trial, n, saved[n])
 
 
 @pytest.fixture(scope="module")

@@ -236,7 +236,7 @@ def test_the_status_says_a_withheld_steady_step_and_an_old_jax_reports_dispatch_
     del old["step_timing"]
     s = views.run_view("fit1", old)["status"]
     assert s["steady_basis"] == "dispatch" and "a dispatch time, not a step time" in s["steady_words"]["train"]
-    assert views.summary("fit1", old)["steady_basis"] == "dispatch"
+    assert views.summary_row("fit1", old)["steady_basis"] == "dispatch"
 
 
 def test_records_past_max_records_are_counted_and_said():
@@ -329,9 +329,10 @@ def test_the_jit_decision_card_shows_both_modes_and_the_evidence():
     assert view["trial_compile_seconds"] == 0.4 and view["predicted_saving_seconds"] == 9.5
     assert view["ratio"]["rounds"] == 3 and view["why"].startswith("jit='fastest'")
     assert views.run_view("fit1", full_report())["jit_decision"] is None  # other modes: no card
-    measuring = views.jit_decision({"jit_decision": decision_dict(mode=None, basis="measuring")})
+    measuring = views.jit_decision_card({"jit_decision": decision_dict(mode=None, basis="measuring")})
     assert measuring["mode"] is None and not any(r["kept"] for r in measuring["rows"])
-    revised = views.jit_decision({"jit_decision": decision_dict(mode="off", basis="compiles", revised_at_step=140)})
+    revised_decision = decision_dict(mode="off", basis="compiles", revised_at_step=140)
+    revised = views.jit_decision_card({"jit_decision": revised_decision})
     assert revised["revised_at_step"] == 140 and view["revised_at_step"] is None
 
 

@@ -100,7 +100,7 @@ def chief_row(trial: Trial, switch: Optional[bool], step: int) -> List[float]:
 
 
 @dataclass(frozen=True)
-class Verdict:
+class ChiefRow:
     """The chief's row, read."""
 
     switch: Optional[bool]  # the mode its check switched to at this step, or None
@@ -110,7 +110,7 @@ class Verdict:
     next_at: float  # the next agreed step; NEVER: no more
 
     @classmethod
-    def of(cls, row: Sequence[float]) -> "Verdict":
+    def of(cls, row: Sequence[float]) -> "ChiefRow":
         switch, decided, on, basis, next_at = row[:5]
         return cls(
             switch=None if switch < 0 else bool(switch),
@@ -128,7 +128,7 @@ def agreed_check(run: FastestRun, step: int, chief: bool, gather: Gather) -> Opt
     switch = run.check(step) if chief and step >= trial.next_check else None
     row = chief_row(trial, switch, step)
     rows = gather(row)
-    lead = Verdict.of(rows[0] if rows else row)
+    lead = ChiefRow.of(rows[0] if rows else row)
     run.agree_at = lead.next_at
     if chief:
         return switch

@@ -185,7 +185,7 @@ def _with_sizes(template: InputSignature, sizes: dict) -> InputSignature:
     return tuple(leaf(item) for item in template)
 
 
-def zero_batch(template: Any, signature: InputSignature, zeros: Callable[[Any, Tuple[int, ...]], Any]) -> Any:
+def zeros_for(template: Any, signature: InputSignature, zeros: Callable[[Any, Tuple[int, ...]], Any]) -> Any:
     """A batch like ``template`` (its structure) whose tensors are ``zeros(leaf, shape)`` at ``signature``'s
     shapes; a leaf the signature does not hold (a Python scalar) stays as it is."""
     shapes = {leaf.path: tuple(int(d or 0) for d in leaf.shape) for leaf in signature}

@@ -110,7 +110,7 @@ def compile_each(
     return max(measured) if measured else None
 
 
-def summary(
+def trial_facts(
     samples: Dict[bool, Deque[float]],
     blocks: Sequence[Block],
     first_call: Dict[bool, Optional[float]],
@@ -409,7 +409,7 @@ class Trial:
     def _decide(
         self, on: bool, step: int, outlook: Outlook, basis: str, why: str, saving: Optional[float] = None
     ) -> Optional[bool]:
-        facts = summary(self.samples, self.blocks, self.first_call, self.steps_measured)
+        facts = trial_facts(self.samples, self.blocks, self.first_call, self.steps_measured)
         self.decision = Decision(
             mode=mode_word(on),
             basis=basis,
@@ -512,7 +512,7 @@ def trial_view(trial: Trial) -> dict:
         return trial.decision.to_dict()
     rounds = trial.rounds()
     return measuring_view(
-        summary(trial.samples, trial.blocks, trial.first_call, trial.steps_measured),
+        trial_facts(trial.samples, trial.blocks, trial.first_call, trial.steps_measured),
         now_on=trial.on,
         default_on=trial.default_on,
         trial_compile_seconds=sum(trial.compile_seconds),

@@ -3,7 +3,7 @@
 ``diff_reports(baseline, run)`` compares two reports phase by phase: compiles, compile seconds, the
 steady step (with the steps it rests on), the signatures compiled in one and not the other, storms,
 and the ``jit="fastest"`` decision. ``crossed(diff, bounds)`` says, in one line, which bound a run
-crosses. ``render(diff, format)`` writes it as text, markdown (a pull-request comment) or JSON (with
+crosses. ``render_diff(diff, format)`` writes it as text, markdown (a pull-request comment) or JSON (with
 ``DIFF_SCHEMA_VERSION``). ``xla-keras diff`` is the command line over these.
 
 A figure of the comparison is a row of ``FIGURES``: a name and how to read it off a report's phase.
@@ -234,7 +234,7 @@ def _verdict(diff: ReportDiff) -> str:
     return f"bounds crossed: {diff.crossed}" if diff.crossed else "within bounds"
 
 
-def render(diff: ReportDiff, fmt: str = "text", names: Tuple[str, str] = ("baseline", "run")) -> str:
+def render_diff(diff: ReportDiff, fmt: str = "text", names: Tuple[str, str] = ("baseline", "run")) -> str:
     """The diff as ``fmt``: one of ``FORMATS``."""
     if fmt not in FORMATS:
         raise ValueError(f"format must be one of {', '.join(FORMATS)}; got {fmt!r}")

@@ -168,7 +168,7 @@ def analyse(
 
     Returns (varying, advice text without the header line, fix)."""
     partial = partial_batch_signatures(history)
-    remainder = remainder_of(phase, history, partial)
+    remainder = last_batch_remainder(phase, history, partial)
     sigs = [(sig, history.batches.get(fp, 1)) for fp, sig in history.signatures.items() if fp not in partial]
     axes = varying_axes(sigs)
     batch_axes = [a for a in axes if a.axis == 0]
@@ -552,7 +552,7 @@ def recompile_seconds(stats: PhaseStats) -> Optional[float]:
     return stats.compile_seconds() / stats.compile_count if stats.compile_count else None
 
 
-def remainder_of(phase: str, history: ShapeHistory, partial: Dict[int, Tuple[int, int]]) -> Optional[Remainder]:
+def last_batch_remainder(phase: str, history: ShapeHistory, partial: Dict[int, Tuple[int, int]]) -> Optional[Remainder]:
     if not partial:
         return None
     rows, full = next(iter(partial.values()))

@@ -184,7 +184,7 @@ class XlaPlugin(base_plugin.TBPlugin):
         for run, info in self._runs(ctx, experiment).items():
             try:
                 loaded = self._report(ctx, experiment, info)
-                rows.append(dict(views.summary(run, loaded.report), message=None, written=loaded.written))
+                rows.append(dict(views.summary_row(run, loaded.report), message=None, written=loaded.written))
             except MALFORMED as error:
                 rows.append({"run": run, "message": _malformed(error)})
         return {"runs": rows, "profile_tab": _profile_tab_installed(), "profile_install": _profile_install_line()}

@@ -287,7 +287,7 @@ def budget_advice(report: Dict[str, Any]) -> List[Dict[str, Any]]:
     ]
 
 
-def jit_decision(report: Dict[str, Any]) -> Optional[Dict[str, Any]]:
+def jit_decision_card(report: Dict[str, Any]) -> Optional[Dict[str, Any]]:
     """jit='fastest': the mode kept and why, and a row per mode (median, spread, steps measured)."""
     decision = report.get("jit_decision")
     if not isinstance(decision, dict):
@@ -335,7 +335,7 @@ def traces(report: Dict[str, Any], run: str) -> List[Dict[str, Any]]:
     return out
 
 
-def summary(run: str, report: Dict[str, Any]) -> Dict[str, Any]:
+def summary_row(run: str, report: Dict[str, Any]) -> Dict[str, Any]:
     """One row of the compare view (several runs side by side, e.g. compare()'s three modes)."""
     s = status(report)
     return {
@@ -457,7 +457,7 @@ def run_view(
         "ledger": ledger(report.get("compilations") or []),
         "storms": storms(report),
         "advice": budget_advice(report),
-        "jit_decision": jit_decision(report),
+        "jit_decision": jit_decision_card(report),
         "traces": traces(report, run),
         "notes": list(report.get("notes") or []),
         "messages": messages,

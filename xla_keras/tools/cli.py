@@ -122,7 +122,7 @@ def _max_compiles(text: str):
 
 def cmd_diff(args: List[str], out=sys.stdout) -> int:
     """``xla-keras diff``: 0 when every bound holds, 1 with a one-line reason, 2 for bad input."""
-    from xla_keras.report.diff import FORMATS, Bounds, check, diff_reports, render
+    from xla_keras.report.diff import FORMATS, Bounds, check, diff_reports, render_diff
 
     parser = argparse.ArgumentParser(prog="xla-keras diff", description="two runs' compiles side by side")
     parser.add_argument("baseline", help="a log directory or an xla_report.json")
@@ -143,7 +143,7 @@ def cmd_diff(args: List[str], out=sys.stdout) -> int:
         return 2
     diff = diff_reports(baseline, run)
     crossed = check(diff, bounds)
-    out.write(render(diff, options.format, (options.baseline, options.run)) + "\n")
+    out.write(render_diff(diff, options.format, (options.baseline, options.run)) + "\n")
     if crossed:
         print(f"xla-keras diff: {crossed}", file=sys.stderr)
     return 1 if crossed else 0
@@ -167,7 +167,7 @@ def cmd_explain(args: List[str], out=sys.stdout) -> int:
     if len(args) != 1:
         print("usage: xla-keras explain LOGFILE|-", file=sys.stderr)
         return 2
-    from xla_keras.tools.explain import explain, render
+    from xla_keras.tools.explain import explain, render_findings
 
     source = args[0]
     if source == "-":
@@ -179,7 +179,7 @@ def cmd_explain(args: List[str], out=sys.stdout) -> int:
         except OSError as e:
             print(f"xla-keras explain: cannot read {source!r}: {e.strerror}", file=sys.stderr)
             return 2
-    out.write(render(findings, None if source == "-" else source) + "\n")
+    out.write(render_findings(findings, None if source == "-" else source) + "\n")
     return 0
 
 

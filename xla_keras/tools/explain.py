@@ -120,7 +120,7 @@ PATTERNS = [
 
 
 @dataclass
-class Finding:
+class LogFinding:
     pattern: Pattern
     count: int = 0
     first_line: int = 0
@@ -129,7 +129,7 @@ class Finding:
     graphs: List[GraphCoverage] = field(default_factory=list)  # "clustering": each graph's coverage
 
 
-def explain(lines: Iterable[str]) -> List[Finding]:
+def explain(lines: Iterable[str]) -> List[LogFinding]:
     """Every known TensorFlow/XLA line in a log, grouped by kind, in order of first appearance."""
     found: dict = {}
     clustering: List[str] = []  # auto-clustering's summary lines, read as a whole at the end
@@ -142,7 +142,7 @@ def explain(lines: Iterable[str]) -> List[Finding]:
                 continue
             finding = found.get(pattern.key)
             if finding is None:
-                finding = found[pattern.key] = Finding(pattern, first_line=number)
+                finding = found[pattern.key] = LogFinding(pattern, first_line=number)
             finding.count += 1
             if len(finding.examples) < 2:
                 finding.examples.append(line.strip()[:200])
@@ -154,7 +154,7 @@ def explain(lines: Iterable[str]) -> List[Finding]:
     return sorted(found.values(), key=lambda f: f.first_line)
 
 
-def render(findings: List[Finding], source: Optional[str] = None) -> str:
+def render_findings(findings: List[LogFinding], source: Optional[str] = None) -> str:
     if not findings:
         return (
             f"No TensorFlow/XLA lines found{' in ' + source if source else ''}. TensorFlow hides most of them "

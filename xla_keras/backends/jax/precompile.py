@@ -19,7 +19,7 @@ from typing import Any, List, Optional, Sequence, Tuple
 
 from xla_keras.backends.jax import _internals
 from xla_keras.backends.jax.probe import RECORDER
-from xla_keras.core.precompile import zero_batch as batch_of_zeros
+from xla_keras.core.precompile import zeros_for
 from xla_keras.core.signatures import InputSignature
 from xla_keras.core.types import Precompiled
 
@@ -46,7 +46,7 @@ def zero_batch(template: Any, signature: InputSignature) -> Any:
             return jax.device_put(value)
         return value
 
-    return batch_of_zeros(template, signature, zeros)
+    return zeros_for(template, signature, zeros)
 
 
 def compile_ahead(

@@ -18,7 +18,7 @@ import time
 from typing import Any, List, Optional, Sequence, Tuple
 
 from xla_keras.backends.tensorflow import _internals
-from xla_keras.core.precompile import zero_batch as batch_of_zeros
+from xla_keras.core.precompile import zeros_for
 from xla_keras.core.signatures import InputSignature
 from xla_keras.core.types import CallPlan, CompileObservation, Precompiled
 
@@ -46,7 +46,7 @@ def zero_batch(template: Any, signature: InputSignature) -> Any:
     def zeros(leaf: Any, shape: Tuple[int, ...]) -> Any:
         return tf.zeros(shape, dtype=leaf.dtype) if isinstance(leaf, tf.Tensor) else np.zeros(shape, dtype=leaf.dtype)
 
-    return batch_of_zeros(template, signature, zeros)
+    return zeros_for(template, signature, zeros)
 
 
 def step_variables(model: Any) -> list:
