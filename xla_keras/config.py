@@ -20,7 +20,7 @@ from xla_keras.core.precompile import (
     validate_threads,
 )
 from xla_keras.core.program_cost import COST_CHOICES
-from xla_keras.jit.modes import MODES, validate_mode
+from xla_keras.jit.modes import MODES, JitMode, validate_mode
 from xla_keras.jit.unsupported import ON_UNSUPPORTED
 from xla_keras.storms.detection import ON_STORM
 
@@ -73,7 +73,7 @@ class MonitorConfig:
     """
 
     log_dir: Optional[str] = "logs/xla"
-    jit: str = "keep"
+    jit: JitMode = "keep"
     storm_threshold: int = 8
     storm_window: int = 200
     on_storm: str = "warn"

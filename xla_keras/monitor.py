@@ -217,7 +217,7 @@ class XlaMonitor(keras.callbacks.Callback):
         super().__init__()
         self.config = MonitorConfig(
             log_dir=log_dir,
-            jit=jit,
+            jit=jit,  # type: ignore[arg-type]  # validated there
             storm_threshold=storm_threshold,
             storm_window=storm_window,
             on_storm=on_storm,

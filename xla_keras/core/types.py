@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Any, Callable, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, Callable, List, NamedTuple, NoReturn, Optional, Sequence, Tuple
 
 from xla_keras.core.messages import wrapped
 from xla_keras.core.signatures import InputSignature
@@ -117,6 +117,12 @@ class CallPlan(NamedTuple):
     @property
     def new_indices(self) -> Tuple[int, ...]:
         return tuple(i for i, _, _ in self.new)
+
+
+def assert_never(value: NoReturn) -> NoReturn:
+    """The end of an exhaustive ``match`` (a ``Fix``'s kinds, the jit modes): mypy fails where a case has
+    no branch."""
+    raise AssertionError(f"a case with no branch here: {value!r}")
 
 
 class Notes:

@@ -7,22 +7,26 @@ the report's ``jit_active`` / ``jit_reason`` start from it.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Literal, Optional, Sequence, Tuple, cast, get_args
 
-MODES = ("keep", "on", "off", "autoclustering", "fastest")
+# The jit modes: each backend's ``JitController.apply`` dispatches on them with an exhaustive ``match``
+# ending in ``assert_never``, so mypy fails where a new mode has no branch.
+JitMode = Literal["keep", "on", "off", "autoclustering", "fastest"]
+MODES: Tuple[JitMode, ...] = get_args(JitMode)
 
 
-def validate_mode(mode: Any, modes=MODES) -> str:
+def validate_mode(mode: Any, modes: Sequence[str] = MODES) -> JitMode:
+    """``mode`` if it is one of ``modes`` (a backend's may be fewer), else a ValueError naming them."""
     if not isinstance(mode, str) or mode not in modes:
         raise ValueError(f"jit must be one of {', '.join(repr(m) for m in modes)}; got {mode!r}")
-    return mode
+    return cast(JitMode, mode)
 
 
 @dataclass
 class JitState:
     """What the monitor asked for, what runs, and why, in words."""
 
-    requested: str
+    requested: JitMode
     active: Optional[bool] = None
     reason: str = ""
     autoclustering: bool = False  # clusters may compile (verified by the probe)
@@ -39,7 +43,7 @@ class JitState:
 
 
 def fallback_or_eager(
-    mode: str, fallback_reason: Optional[str], run_eagerly: bool, refusal: Optional[str], after_fallback: str = ""
+    mode: JitMode, fallback_reason: Optional[str], run_eagerly: bool, refusal: Optional[str], after_fallback: str = ""
 ) -> Optional[JitState]:
     """The read-back when nothing compiles whatever the step function is: a storm fallback switched
     XLA off for this fit, or the model runs eagerly. None otherwise (read the function)."""

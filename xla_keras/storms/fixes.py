@@ -13,9 +13,10 @@ import dataclasses
 import pprint
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar, Dict, Iterator, List, NamedTuple, NoReturn, Optional, Tuple, Union
+from typing import Any, ClassVar, Dict, Iterator, List, NamedTuple, Optional, Tuple, Union
 
 from xla_keras.core.plain_data import OMIT_NONE, known_fields, record_dict
+from xla_keras.core.types import assert_never
 
 PAD_TO_LENGTHS = "pad_to_lengths"
 FIXED_BATCH_SIZE = "fixed_batch_size"
@@ -261,11 +262,6 @@ def fix_from_dict(data: Any) -> Fix:
         if isinstance(fields.get(nested), Mapping):
             fields[nested] = fix_from_dict(fields[nested])
     return cls(**fields)
-
-
-def assert_never(value: NoReturn) -> NoReturn:
-    """The end of an exhaustive ``match`` on a ``Fix``: mypy fails where a kind has no branch."""
-    raise AssertionError(f"a fix kind with no branch here: {value!r}")
 
 
 def fix_value(fix: Fix) -> str:

@@ -16,8 +16,10 @@ import traceback
 from typing import Any, List, Optional
 
 from xla_keras.backends.jax import _internals
+from xla_keras.core.types import assert_never
 from xla_keras.errors import XlaKerasWarning
 from xla_keras.jit.modes import (
+    JitMode,
     JitState,
     Refusing,
     SavedModelJit,
@@ -48,7 +50,7 @@ OP_BY_OP = (
 _opt_in: dict = {"cache_dir": None}
 
 
-def validate_jax_mode(mode: Any) -> str:
+def validate_jax_mode(mode: Any) -> JitMode:
     if mode == "autoclustering":
         raise ValueError(AUTOCLUSTERING_REFUSED)
     return validate_mode(mode, MODES)
@@ -97,7 +99,7 @@ class JitController:
     """Applies a jit mode to a model; restores the model's own setting after a fallback."""
 
     def __init__(self, mode: str):
-        self.mode = validate_jax_mode(mode)
+        self.mode: JitMode = validate_jax_mode(mode)
         self._model_jit = SavedModelJit(_internals.raw_model_jit, _internals.set_raw_model_jit)
         self.refusal: Optional[str] = None
         self.refusing_layers: List[str] = []  # the supports_jit=False layers, when they are the refusal's cause
@@ -111,27 +113,32 @@ class JitController:
         self.refusing_layers = []
         self.keep_refusal = None
         self.fallback_reason = None
-        if self.mode == "keep":
-            layers = [] if model.run_eagerly else self._refusing(model)
-            if layers:  # Keras resolved the model's jit_compile to False for them, whatever it was given
-                self.refusing_layers = [name for name, _ in layers]
-                self.keep_refusal = keep_refused(layers)
-            return False
-        if model.run_eagerly:
-            self.refusal = eager_refusal(self.mode)
-            return False
-        if self.mode == "fastest":
-            blockers = self._refusing(model)
-            self.refusing_layers = [name for name, _ in blockers]
-            self.refusal = fastest_blocked(blockers)
-            if not self.refusal:
-                self._model_jit.apply(model, self.start_on if self.start_on is not None else _internals.auto_jit(model))
-            return False
-        if not self._model_jit.apply(model, self.mode == "on"):
-            blockers = self._refusing(model)
-            self.refusing_layers = [name for name, _ in blockers]
-            why = refusing_words(blockers) if blockers else "model_supports_jit said no"
-            self.refusal = f"Keras refused jit_compile=True ({why}); the model runs without XLA"
+        mode = self.mode
+        match mode:
+            case "keep":
+                layers = [] if model.run_eagerly else self._refusing(model)
+                if layers:  # Keras resolved the model's jit_compile to False for them, whatever it was given
+                    self.refusing_layers = [name for name, _ in layers]
+                    self.keep_refusal = keep_refused(layers)
+            case "fastest" | "on" | "off" if model.run_eagerly:
+                self.refusal = eager_refusal(mode)
+            case "fastest":
+                blockers = self._refusing(model)
+                self.refusing_layers = [name for name, _ in blockers]
+                self.refusal = fastest_blocked(blockers)
+                if not self.refusal:
+                    on = self.start_on if self.start_on is not None else _internals.auto_jit(model)
+                    self._model_jit.apply(model, on)
+            case "on" | "off":
+                if not self._model_jit.apply(model, mode == "on"):
+                    blockers = self._refusing(model)
+                    self.refusing_layers = [name for name, _ in blockers]
+                    why = refusing_words(blockers) if blockers else "model_supports_jit said no"
+                    self.refusal = f"Keras refused jit_compile=True ({why}); the model runs without XLA"
+            case "autoclustering":  # refused when the controller is made (validate_jax_mode)
+                raise ValueError(AUTOCLUSTERING_REFUSED)
+            case _:
+                assert_never(mode)
         return False
 
     @staticmethod

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Any, List, Optional
+from typing import Any, List, Literal, Optional
 
 from xla_keras.backends.keras._internals import layer_names
 from xla_keras.backends.tensorflow import _internals
@@ -26,9 +26,11 @@ from xla_keras.backends.tensorflow.flags import (
     set_autoclustering,
 )
 from xla_keras.core.messages import warn
+from xla_keras.core.types import assert_never
 from xla_keras.errors import XlaKerasWarning
 from xla_keras.jit.modes import (
     MODES,
+    JitMode,
     JitState,
     Refusing,
     SavedModelJit,
@@ -157,7 +159,7 @@ class JitController:
     _UNSET = object()
 
     def __init__(self, mode: str):
-        self.mode = validate_mode(mode)
+        self.mode: JitMode = validate_mode(mode)
         self._saved_autoclustering: Any = self._UNSET
         self._model_jit = SavedModelJit(_internals.raw_model_jit, _internals.set_raw_model_jit)
         self.refusal: Optional[str] = None
@@ -202,19 +204,35 @@ class JitController:
         self.refusing_layers = []
         self.keep_refusal = None
         self.fallback_reason = None
-        if self.mode == "keep":
-            layers = [] if model.run_eagerly else self._refusing(model)
-            if layers:  # Keras resolved the model's jit_compile to False for them, whatever it was given
-                self.refusing_layers = [name for name, _ in layers]
-                self.keep_refusal = keep_refused(layers)
-            return False
+        mode = self.mode
+        match mode:
+            case "keep":
+                return self._apply_keep(model)
+            case "fastest":
+                return not self._runs_eagerly(model) and self._apply_fastest(model, _internals.strategy_facts(model))
+            case "on" | "off" | "autoclustering":
+                return not self._runs_eagerly(model) and self._apply_xla(model, mode, _internals.strategy_facts(model))
+            case _:
+                assert_never(mode)
+
+    def _apply_keep(self, model: Any) -> bool:
+        """jit='keep': the model's own jit_compile runs; said when Keras refuses it for the model."""
+        layers = [] if model.run_eagerly else self._refusing(model)
+        if layers:  # Keras resolved the model's jit_compile to False for them, whatever it was given
+            self.refusing_layers = [name for name, _ in layers]
+            self.keep_refusal = keep_refused(layers)
+        return False
+
+    def _runs_eagerly(self, model: Any) -> bool:
+        """A model that runs eagerly compiles nothing whatever the mode: the refusal says so."""
         if model.run_eagerly:
             self.refusal = eager_refusal(self.mode)
-            return False
-        facts = _internals.strategy_facts(model)
-        if self.mode == "fastest":
-            return self._apply_fastest(model, facts)
-        if self.mode == "on" and (facts["replicas"] > 1 or facts["multi_worker"]):
+        return bool(model.run_eagerly)
+
+    def _apply_xla(self, model: Any, mode: Literal["on", "off", "autoclustering"], facts: dict) -> bool:
+        """jit='on' / 'off' / 'autoclustering': the model's jit_compile, and auto-clustering around the step
+        function only for 'autoclustering'."""
+        if mode == "on" and (facts["replicas"] > 1 or facts["multi_worker"]):
             self.refusal = (
                 f"jit='on' refused under {facts['name']} with {facts['replicas']} replicas: "
                 "jit_compile=True crashes fit there (XLA cannot reach variables on another "
@@ -222,7 +240,7 @@ class JitController:
                 "still reads True. Use jit='autoclustering' instead"
             )
             return False
-        if not self._model_jit.apply(model, self.mode == "on"):
+        if not self._model_jit.apply(model, mode == "on"):
             blockers = self._refusing(model)
             self.refusing_layers = [name for name, _ in blockers]
             why = (
@@ -234,7 +252,7 @@ class JitController:
             )
             self.refusal = f"Keras refused jit_compile=True ({why}); the model runs without XLA"
         # "off" and "on" both mean: no auto-clustering around the step function.
-        return self._set_autoclustering(self.mode == "autoclustering")
+        return self._set_autoclustering(mode == "autoclustering")
 
     def _apply_fastest(self, model: Any, facts: dict) -> bool:
         """jit='fastest' starts in Keras's own choice (or the model's kept decision), with no
