@@ -17,7 +17,6 @@ from xla_keras.jit.decision import (
     Decision,
     Outlook,
     Ratio,
-    StormRule,
     expected_compiles,
     expected_new,
     keep_default_reason,
@@ -25,6 +24,7 @@ from xla_keras.jit.decision import (
     spread,
 )
 from xla_keras.jit.trial import BLOCK_STEPS, MAX_ROUNDS, MIN_STEPS_LEFT, Trial
+from xla_keras.storms.detection import StormRule
 
 
 @pytest.mark.parametrize("values", [[1.0], [3.0, 1.0, 2.0], list(range(17)), [0.5, 0.1, 0.9, 0.3, 0.2, 0.7]])

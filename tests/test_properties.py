@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 from xla_keras.core.signatures import Leaf, diff, fingerprint, from_jsonable, signature_of, to_jsonable
 from xla_keras.session.storm_analysis import analyse
 from xla_keras.storms.buckets import best_buckets, best_cost_overhead
-from xla_keras.storms.detection import ShapeHistory, StormDetector, partial_batch_signatures
+from xla_keras.storms.detection import ShapeHistory, StormDetector, StormRule, partial_batch_signatures
 
 
 class T:
@@ -87,7 +87,7 @@ def test_buckets_cover_every_length_and_more_buckets_never_pad_more(lengths, k):
     st.integers(1, 100),
 )
 def test_detector_opens_only_with_threshold_new_signatures_in_the_window(steps, threshold, window):
-    detector = StormDetector(threshold, window)
+    detector = StormDetector(StormRule(threshold, window))
     for i, step in enumerate(steps):
         opened = detector.new_signature("train", step)
         in_window = [s for s in steps[: i + 1] if s > step - window]

@@ -5,6 +5,7 @@ import random
 
 import pytest
 
+from xla_keras.config import MonitorConfig
 from xla_keras.core.signatures import Leaf, fingerprint
 from xla_keras.errors import RecompilationStormError
 from xla_keras.session.storm_analysis import analyse
@@ -13,6 +14,7 @@ from xla_keras.storms.detection import (
     ShapeHistory,
     Storm,
     StormDetector,
+    StormRule,
     partial_batch_note,
     partial_batch_signatures,
     storm_text,
@@ -50,13 +52,13 @@ def history_of(sigs, ends_after=()):
     ],
 )
 def test_storm_opens_exactly_at_the_threshold(threshold, window, new_at, opens_at):
-    d = StormDetector(threshold, window)
+    d = StormDetector(StormRule(threshold, window))
     opened = [s for s in new_at if d.new_signature("train", s) is not None]
     assert opened == ([opens_at] if opens_at else [])
 
 
 def test_one_storm_at_a_time_and_the_next_after_falling_below():
-    d = StormDetector(3, 10)
+    d = StormDetector(StormRule(3, 10))
     results = {s: d.new_signature("train", s) for s in [1, 2, 3, 4, 5]}
     assert results[3] == (3, 1) and results[4] is None and results[5] is None  # same storm
     assert d.new_signature("train", 30) is None  # window emptied: storm closed
@@ -65,18 +67,22 @@ def test_one_storm_at_a_time_and_the_next_after_falling_below():
 
 
 def test_phases_are_independent():
-    d = StormDetector(2, 10)
+    d = StormDetector(StormRule(2, 10))
     assert d.new_signature("train", 1) is None
     assert d.new_signature("test", 1) is None
     assert d.new_signature("test", 2) == (2, 1)
 
 
 @pytest.mark.parametrize(
-    "kwargs", [{"threshold": 1}, {"threshold": True}, {"threshold": 2.5}, {"window": 0}, {"window": "200"}]
+    "kwargs",
+    [{"storm_threshold": 1}, {"storm_threshold": True}, {"storm_threshold": 2.5}, {"storm_window": 0}]
+    + [{"storm_window": "200"}],
 )
-def test_detector_rejects_bad_settings(kwargs):
-    with pytest.raises(ValueError, match="storm_"):
-        StormDetector(**{"threshold": 8, "window": 200, **kwargs})
+def test_the_storm_rule_is_validated_once_by_the_config(kwargs):
+    (name,) = kwargs
+    with pytest.raises(ValueError, match=f"{name} must be an int >= "):
+        MonitorConfig(log_dir=None, **kwargs)
+    assert MonitorConfig(log_dir=None).storm_rule == StormRule(8, 200)
 
 
 # ------------------------------------------------------------------ history

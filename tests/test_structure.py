@@ -325,7 +325,7 @@ LAYERS = {
 # way. A new edge is a decision: add it here, in its layer's order.
 ALLOWED_EDGES = {
     "core": {"errors", "xla_keras"},
-    "jit": {"core"},
+    "jit": {"core", "storms"},
     "storms": {"core"},
     "data": {"core", "storms"},
     "report": {"core", "jit", "storms", "xla_keras"},

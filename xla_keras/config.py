@@ -22,7 +22,7 @@ from xla_keras.core.precompile import (
 from xla_keras.core.program_cost import COST_CHOICES
 from xla_keras.jit.modes import MODES, JitMode, validate_mode
 from xla_keras.jit.unsupported import ON_UNSUPPORTED
-from xla_keras.storms.detection import ON_STORM
+from xla_keras.storms.detection import ON_STORM, STORM_THRESHOLD, STORM_WINDOW, StormRule
 
 UPDATE_FREQS = ("epoch", "batch")
 VERBOSITY = (0, 1, 2)
@@ -74,8 +74,8 @@ class MonitorConfig:
 
     log_dir: Optional[str] = "logs/xla"
     jit: JitMode = "keep"
-    storm_threshold: int = 8
-    storm_window: int = 200
+    storm_threshold: int = STORM_THRESHOLD
+    storm_window: int = STORM_WINDOW
     on_storm: str = "warn"
     profile: Union[str, None, Tuple[int, int]] = "auto"
     update_freq: Union[str, int] = "epoch"
@@ -123,6 +123,11 @@ class MonitorConfig:
         fix("precompile", validate_precompile(self.precompile))
         fix("precompile_threads", validate_threads(integer(self.precompile_threads) or self.precompile_threads))
         fix("on_new_signature", validate_on_new_signature(self.on_new_signature))
+
+    @property
+    def storm_rule(self) -> StormRule:
+        """``storm_threshold`` new signatures within ``storm_window`` steps: what opens a storm."""
+        return StormRule(self.storm_threshold, self.storm_window)
 
     @property
     def steps_per_scalar(self) -> Optional[int]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import weakref
 from typing import Any, Optional
 
-from xla_keras.jit.decision import Decision, Outlook, StormRule, expected_compiles
+from xla_keras.jit.decision import Decision, Outlook, expected_compiles
 from xla_keras.jit.trial import Trial
 
 # Decisions the trial measured (both modes ran): what a later fit of the model reuses. A default kept
@@ -107,7 +107,7 @@ class FastestRun:
         self.start_step = start_step
         self.fresh = fresh  # the fit's first call traces (and compiles): it measures the one-time cost
         config = session.config
-        self.storm = StormRule(config.storm_threshold, config.storm_window)
+        self.storm = config.storm_rule
         self.trial = Trial(default_on, start_step, one_time_factor, known_first_call, self.storm)
         self.xla_tokens: dict = {}  # phase -> the XLA step function's token (its compiled signatures)
         self._mark: Optional[tuple] = None  # (step, monitored wall seconds) when block 0 starts measuring

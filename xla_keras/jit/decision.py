@@ -21,6 +21,7 @@ from typing import Deque, Dict, Iterable, Mapping, NamedTuple, Optional, Sequenc
 
 from xla_keras.core.plain_data import known_fields
 from xla_keras.core.timing import ms_text
+from xla_keras.storms.detection import StormRule
 
 MAX_SAMPLES = 2048  # per mode: bounded memory on the step path
 
@@ -330,14 +331,6 @@ class Outlook:
     length_known_later: bool = False  # the steps per epoch will be known when the first epoch ends
     wall_step_seconds: Optional[float] = None  # the fit's wall time per step so far (Keras's loop included)
     xla_compiles_soon: float = 0.0  # XLA train compiles expected over the next storm window (or the steps left)
-
-
-@dataclass(frozen=True)
-class StormRule:
-    """The monitor's storm rule: ``threshold`` new shapes compiled within ``window`` steps."""
-
-    threshold: int = 8
-    window: int = 200
 
 
 # The trial's gate: whether trying the other mode is worth it at all, and what XLA's compiles ahead cost.

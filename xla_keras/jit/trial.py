@@ -48,7 +48,6 @@ from xla_keras.jit.decision import (
     Outlook,
     Ratio,
     Spread,
-    StormRule,
     Watch,
     keep_default_reason,
     measuring_view,
@@ -60,6 +59,7 @@ from xla_keras.jit.decision import (
     step_seconds,
     time_left,
 )
+from xla_keras.storms.detection import StormRule
 
 # The trial's evidence: blocks of steady steps per mode, paired into rounds.
 

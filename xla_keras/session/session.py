@@ -93,7 +93,7 @@ class Session:
         self.phases: Dict[str, PhaseStats] = {p: PhaseStats(config.max_records) for p in PHASES}
         self.calls: Dict[str, CallScratch] = {p: CallScratch() for p in PHASES}
         self.ledger = CompileLedger(probes_per_signature=AUTOCLUSTER_PROBES)
-        self.detector = StormDetector(config.storm_threshold, config.storm_window)
+        self.detector = StormDetector(config.storm_rule)
         self.storms: List[Storm] = []
         self.notes = Notes()
         self.own = OwnTime()

@@ -14,9 +14,22 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from xla_keras.core.messages import WIDTH, shaped, within
-from xla_keras.core.plain_data import integer, known_fields, record_dict
+from xla_keras.core.plain_data import known_fields, record_dict
 from xla_keras.core.signatures import InputSignature, diff, fingerprint
 from xla_keras.storms.fixes import Fix, UnknownFix, cause_clause, fix_from_dict, fix_line, so_far, values_words
+
+# XlaMonitor's storm_threshold and storm_window by default (MonitorConfig's fields; validated there).
+STORM_THRESHOLD = 8
+STORM_WINDOW = 200
+
+
+@dataclass(frozen=True)
+class StormRule:
+    """The monitor's storm rule: ``threshold`` new shapes compiled within ``window`` steps."""
+
+    threshold: int = STORM_THRESHOLD
+    window: int = STORM_WINDOW
+
 
 ON_STORM = ("warn", "raise", "fallback")
 # Beyond this many distinct signatures per phase the history keeps counting
@@ -124,14 +137,9 @@ class StormDetector:
     step numbers per phase.
     """
 
-    def __init__(self, threshold: int = 8, window: int = 200):
-        checked_threshold, checked_window = integer(threshold), integer(window)
-        if checked_threshold is None or checked_threshold < 2:
-            raise ValueError(f"storm_threshold must be an int >= 2; got {threshold!r}")
-        if checked_window is None or checked_window < 1:
-            raise ValueError(f"storm_window must be an int >= 1; got {window!r}")
-        self.threshold = checked_threshold
-        self.window = checked_window
+    def __init__(self, rule: StormRule):
+        self.threshold = rule.threshold  # validated by MonitorConfig
+        self.window = rule.window
         self._recent: Dict[str, deque] = {}
         self._open: Dict[str, bool] = {}
 

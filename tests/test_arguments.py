@@ -1,10 +1,13 @@
-"""The jit modes, typed once: ``JitMode`` (a Literal) is what the arguments validate against, and each
+"""The arguments, typed and defaulted once. XlaMonitor's defaults are MonitorConfig's, which validates
+each argument once. The jit modes: ``JitMode`` (a Literal) is what the arguments validate against, and each
 backend's ``JitController.apply`` dispatches on it with an exhaustive ``match``: a mode added to the
 Literal makes mypy fail at each backend's ``assert_never`` and nowhere else, so the change is the Literal,
 the two backends' branches and the docs."""
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
 import pathlib
 import shutil
 import subprocess
@@ -48,3 +51,12 @@ def test_mypy_fails_at_each_backends_dispatch_when_a_mode_is_added(tmp_path):
     where = sorted({line.split(":")[0] for line in errors})
     assert where == ["xla_keras/backends/jax/jit.py", "xla_keras/backends/tensorflow/jit.py"], errors
     assert all("assert_never" in line for line in errors), errors
+
+
+def test_every_monitor_argument_is_a_config_field_with_the_same_default():
+    import xla_keras
+
+    monitor = inspect.signature(xla_keras.XlaMonitor).parameters
+    fields = {f.name: f.default for f in dataclasses.fields(MonitorConfig)}
+    assert list(monitor) == list(fields)
+    assert {name: p.default for name, p in monitor.items()} == fields
