@@ -104,7 +104,12 @@ def test_diff_holds_a_storm_run_to_a_steady_baseline(steady_logdir, storm_logdir
 def test_event_files_hold_every_xla_tag(storm_logdir):
     log_dir, report = storm_logdir
     train = _accumulator(os.path.join(log_dir, "train"))
-    assert set(train.Tags()["scalars"]) == XLA_SCALARS
+    scalars = set(train.Tags()["scalars"])
+    # The FLOP/s scalar where the card had time for the storm's programs (test_scalar_values_match_the_report):
+    # written at the fit's end when the report gives the rate; no MFU on a CPU.
+    assert XLA_SCALARS <= scalars <= XLA_SCALARS | {"xla/flops_per_second"}
+    if report.costs["train"]["flops_per_second"] is not None:
+        assert "xla/flops_per_second" in scalars
     assert {TAG_REPORT, "custom_scalars__config__"} <= set(train.Tags()["tensors"])
     validation = _accumulator(os.path.join(log_dir, "validation"))
     assert {"xla/compilations", "xla/compile_time_ms", "xla/steady_step_time_ms"} <= set(validation.Tags()["scalars"])

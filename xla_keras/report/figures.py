@@ -338,6 +338,3 @@ def cost_words(report: XlaReport) -> Optional[str]:
             words += f" (rates withheld: {rates.get('rates_withheld') or 'no steady step'})"
         parts.append(words)
     return "; ".join(parts) or None
-
-
-# Durations as the report and the jit='fastest' trial write them.

@@ -67,7 +67,9 @@ SYNC_SECONDS = 1.0
 # signature under jit_compile=True are probed while the probes' time stays within this share of the monitored
 # time plus the allowance; past it their compile is known by the new shape and timed from the step (its time
 # minus the steady step, ``estimated_because="probe_budget"``). Auto-clustering's and values' probes, which
-# are the only way to see those compiles, always run.
+# are the only way to see those compiles, always run; so does every probe with a persistent compilation cache
+# (a new shape may be a load there, which only a probe tells from a compile: ``probe_budget`` is off, and the
+# probes' time is not capped, each ~5% of the compile it times).
 PROBE_SHARE = 0.01
 PROBE_ALLOWANCE_SECONDS = 0.1
 
@@ -85,7 +87,8 @@ class Session:
         """``between_drains``: steps are dispatched asynchronously (JAX), so step times come from the
         intervals between the device's drains (core/timing.py), not from each call's time. ``probe_budget``:
         a probe costs time (TensorFlow's profiler session; JAX reads its compile events at no cost), so
-        new signatures are probed within ``PROBE_SHARE``."""
+        new signatures are probed within ``PROBE_SHARE`` (the callback turns it off where a persistent cache
+        is effective: callback/step_functions.py)."""
         self.config = config
         self.between_drains = between_drains
         self.probe_budget = probe_budget

@@ -1,10 +1,11 @@
 """Storm advice: the cause read off the shapes seen, the fix computed from them, and what it
 saves, measured on real lengths where the batches allow it.
 
-Pure (no TensorFlow). The fix is a typed record (``fixes.Fix``) that ``xla_keras.data.apply_fix``
+Pure (no TensorFlow). The fix is a typed record (``storms.fixes.Fix``) that ``xla_keras.data.apply_fix``
 applies (``fix.code`` is the same call as one line). Padding is counted in elements over every axis a
-fix pads. Real-length figures and the bucketing alternative: ``lengths``; images, whose zero-padding
-changes the outputs: ``images``; the partial last batch: ``fixes``; the compile budget: ``budget``;
+fix pads. Real-length figures and the bucketing alternative: ``storms.lengths``; images, whose
+zero-padding changes the outputs: ``storms.images``; the partial last batch: ``storms.fixes``; the compile
+budget: ``storms.budget``;
 what the session asks (``StormAnalysis``, with the facts of the call handed in: ``CallFacts``) and
 batches already fixed (``already_fixed``): below.
 """

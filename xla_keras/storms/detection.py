@@ -4,7 +4,7 @@ Pure (no TensorFlow). A storm is ``threshold`` signatures new to the running
 function within ``window`` steps of one phase: each one is an XLA compile of
 hundreds of ms against ~1 ms steady steps. The cause is read off the shapes
 actually seen (``varying_axes``, partial last batches); the advice and the fix
-computed from them live in ``advice.py``.
+computed from them live in ``session/storm_analysis.py``.
 """
 
 from __future__ import annotations
