@@ -69,7 +69,7 @@ class Containment:
             "".join(traceback.format_exception(type(error), error, error.__traceback__)),
         )
         self.steps.disarm()  # the wrappers stop asking the lane; the calls it took are counted
-        self.steps.abandon_probe(state.active_probe)
+        self.steps.abandon_probe(self.steps.active_probe)
         current.traces.stop_quietly()  # a window left open would hold the profiler for the whole process
         if state.fastest is not None and not state.dist.multi_worker:
             run, state.fastest = state.fastest, None
@@ -97,7 +97,7 @@ class Containment:
         if state.enabled and state.in_call:
             self.callback_failed()
         self.steps.disarm()
-        self.steps.abandon_probe(state.active_probe)
+        self.steps.abandon_probe(self.steps.active_probe)
         state.current.traces.stop()
         state.current.traces.save_pending()
         if state.in_fit:

@@ -38,6 +38,8 @@ class Lifecycle:
         self.steps = steps
         self._foreign: "weakref.WeakSet" = weakref.WeakSet()  # models refused (warned once each)
         self._said_status: Optional[str] = None  # the jit line printed last
+        self._list_guarded = False  # the running call's CallbackList is guarded (guards.guard_callback_list)
+        self._summary_due: Optional[str] = None  # said once the call's whole end hook ran (after Keras's bar)
 
     # ------------------------------------------------------------ set-up
 
@@ -103,7 +105,7 @@ class Lifecycle:
         # Read before this call writes its own report there: the shapes a script run again compiles first.
         state.precompile_previous = previous_signatures(state.sink.log_dir) if precompile == "auto" else None
         callback_list = backend.running_callback_list(state.model)
-        state.list_guarded, state.summary_due = callback_list is not None, None
+        self._list_guarded, self._summary_due = callback_list is not None, None
         begin_hooks = backend.batch_begin_hooks_in_use(callback_list) if callback_list is not None else ()
         guard_callback_list(state.observer, callback_list, backend.end_of_data(), begin_hooks)
         session.wall.begin()
@@ -300,14 +302,14 @@ class Lifecycle:
         state.sink.close()
         if state.speaks():  # 12 lines at most; print(monitor.report) says more
             summary = state.report().summary()
-            if state.list_guarded:  # said after every callback's end hook: after Keras's progress bar
-                state.summary_due = summary
+            if self._list_guarded:  # said after every callback's end hook: after Keras's progress bar
+                self._summary_due = summary
             else:
                 print(summary)
 
     def say_summary(self) -> None:
         """The running call's whole end hook ran (every callback's): the summary, if one is due."""
-        summary, self.state.summary_due = self.state.summary_due, None
+        summary, self._summary_due = self._summary_due, None
         if summary:
             print(summary)
 

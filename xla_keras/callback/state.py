@@ -26,7 +26,10 @@ class Monitor(StepObserver, Guarded, Protocol):
 
 
 class CallState:
-    """Shared by the monitor's parts; the monitor (``observer``) is what the step wrappers call."""
+    """Shared by the monitor's parts; the monitor (``observer``) is what the step wrappers call.
+
+    A flag one part alone reads and writes lives in that part (the step path's running probe, the
+    lifecycle's due summary); those here are read by several, and each comment names who writes it."""
 
     def __init__(self, config: MonitorConfig, backend: Backend, book: ReportBook, observer: Monitor):
         self.config = config
@@ -35,18 +38,16 @@ class CallState:
         self.observer = observer
         self.ends_in_wrapper = bool(backend.ends_calls_in_wrapper)
         self.dist = Distribution()
-        self.enabled = True  # False once disabled (an internal error) or refused: the hooks do nothing
-        self.observing = True  # False after an internal error under multi-worker (see Containment.disable)
-        self.refused: Optional[str] = None  # why this monitor cannot observe here (Keras version, model kind)
-        self.skipping = False  # this call's model is refused: its hooks do nothing
-        self.in_fit = False
-        self.in_cleanup = False  # ending calls after an ended or failed one: storms are reported, not acted on
-        self.fastest: Optional[FastestRun] = None  # jit='fastest': the running fit's trial
-        self.active_probe: Optional[Any] = None  # the probe handle of the call running now
-        self.list_guarded = False  # the running call's CallbackList is guarded (guards.guard_callback_list)
-        self.summary_due: Optional[str] = None  # said once the call's whole end hook ran (after Keras's bar)
-        self.precompile_due: Set[str] = set()  # the phases this call still precompiles (callback/precompile.py)
-        self.precompile_previous: Optional[dict] = None  # precompile='auto': the log dir's last report, per phase
+        self.enabled = True  # False once disabled (Containment) or refused (Lifecycle): the hooks do nothing
+        self.observing = True  # False after an internal error under multi-worker (Containment.disable)
+        self.refused: Optional[str] = None  # why this monitor cannot observe here (Lifecycle.refuse)
+        self.skipping = False  # this call's model is refused: its hooks do nothing (Lifecycle)
+        self.in_fit = False  # a fit is running (Lifecycle)
+        self.in_cleanup = False  # ending calls after an ended or failed one (cleaning): storms reported only
+        self.fastest: Optional[FastestRun] = None  # jit='fastest': its trial (FastestDriver; Containment clears)
+        self.precompile_due: Set[str] = set()  # phases still to precompile (set by Lifecycle, spent by Precompiler)
+        # precompile='auto': the log dir's last report, per phase, read by Lifecycle before the call writes its own
+        self.precompile_previous: Optional[dict] = None
 
     def speaks(self) -> bool:
         """Whether the monitor prints what it decided (the jit line, the end-of-fit summary): only when

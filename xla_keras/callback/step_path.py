@@ -56,6 +56,7 @@ class StepPath:
         self._sync: Dict[str, bool] = dict.fromkeys(PHASES, False)
         self._compiled: Dict[str, bool] = dict.fromkeys(PHASES, False)  # the phase's last observed call compiled
         self._compiles_outside = 0  # the probe's count at the last drain
+        self.active_probe: Optional[Any] = None  # the probe handle of the call running now
 
     def due(self, phase: str, now: float) -> bool:
         """The next call of ``phase`` begins at ``now``: the previous one ends there (start to start).
@@ -177,8 +178,8 @@ class StepPath:
                 if state.fastest is None and not self._sync[phase]:  # jit='fastest' checks at steps of its own
                     deadline = sink.due_at() if sync_at is None else min(sink.due_at(), sync_at)  # the next sync
                     session.repeats.arm_lane(self.lanes[phase], phase, batches[0], quiet - 1, deadline)
-                state.active_probe = probe.start(self._plans[phase], jit)  # a compile there is seen
-                return state.active_probe
+                self.active_probe = probe.start(self._plans[phase], jit)  # a compile there is seen
+                return self.active_probe
             scalars = session.drain(phase, end=now)  # the repeats before this call end where it starts
             if scalars:
                 sink.scalars(scalars)
@@ -215,12 +216,12 @@ class StepPath:
         if not (plan.probe or free_probe) or current.probe is None:
             return None
         began = session.clock()
-        state.active_probe = current.probe.start(plan, jit)
+        self.active_probe = current.probe.start(plan, jit)
         session.own_work("probes", session.clock() - began)
-        if state.active_probe is None and plan.new:  # rare: a new signature the probe cannot time
+        if self.active_probe is None and plan.new:  # rare: a new signature the probe cannot time
             facts = current.probe.facts
             session.call_unprobed(phase, "profiler_busy" if facts.busy else "probes_off" if facts.off else "unprobed")
-        return state.active_probe
+        return self.active_probe
 
     def _note_per_device(self, phase: str, batch: Any, signature: Any) -> None:
         state = self.state
@@ -250,7 +251,7 @@ class StepPath:
             observation = probe.stop(handle, self._plans[phase], current.jit_state)
             current.session.own_work("probes", current.session.clock() - began)
         finally:
-            state.active_probe = None
+            self.active_probe = None
         compiled = observation is not None and bool(observation.modules)
         if compiled and state.ends_in_wrapper:
             # The next interval starts after this call: the wrapper waits for the device once. Not when the call
@@ -311,11 +312,12 @@ class StepPath:
         return run.trial.sample_due(self.state.session.phases["train"], now)
 
     def abandon_probe(self, handle: Optional[Any]) -> None:
+        """Stop ``handle`` (a call's probe) without reading it; ``None``: nothing to stop."""
         state = self.state
         if handle is not None and state.probe is not None:
             state.probe.abandon(handle)
-        if handle is state.active_probe:
-            state.active_probe = None
+        if handle is self.active_probe:
+            self.active_probe = None
 
     def end_call(self, phase: str, now: Optional[float] = None, timed: bool = True) -> None:
         state = self.state

@@ -82,11 +82,24 @@ def render(report: XlaReport, full: bool = False) -> str:
     and advice as its headline and its fix, each note in at most 2 lines. ``full=True``
     (``report.details()``, ``xla-keras report --full``) keeps every advice and note whole."""
     phases = [p for p in PHASES if report.steps.get(p)]
-    by_phase: Dict[str, float] = {}
-    sources = set()
-    for c in report.compilations:
-        by_phase[c.phase] = by_phase.get(c.phase, 0.0) + c.seconds
-        sources.add(c.source)
+    lines = _head_lines(report) + _compile_lines(report, phases) + _coverage_lines(report.coverage, full)
+    lines += _time_lines(report, phases) + _storm_and_advice_lines(report, full) + _fallback_lines(report)
+    lines += _ledger_lines(report)
+    trimmed = not full and bool(report.storms or report.advice)  # each shown as its headline and fix
+    for note in report.notes:
+        said = _wrap(f"  note: {note}")
+        trimmed = trimmed or (not full and len(said) > 2)
+        lines.extend(said if full or len(said) <= 2 else [said[0], said[1][: WIDTH - 2] + " …"])
+    if trimmed:
+        where = f", xla-keras report --full {report.log_dir}" if report.log_dir else ""
+        lines.append(f"  details         : report.details(){where}")
+    if report.log_dir:
+        lines.append(f"  logs            : tensorboard --logdir {report.log_dir}")
+    return "\n".join(wrapped for line in lines for wrapped in _wrap(line))
+
+
+def _head_lines(report: XlaReport) -> List[str]:
+    """The title, the jit request and whether XLA ran, why, what it left out, the jit fix."""
     lines = ["XLA report (xla_keras)"]
     lines.append(f"  jit requested   : {report.jit_mode}    XLA active: {_active_word(report.jit_active)}")
     if report.jit_reason:
@@ -94,6 +107,17 @@ def render(report: XlaReport, full: bool = False) -> str:
     if report.unsupported_ops:
         lines.append(f"  not compiled    : {unsupported_words(report.unsupported_ops)}")
     lines += _jit_fix_lines(report.jit_fix)
+    return lines
+
+
+def _compile_lines(report: XlaReport, phases: List[str]) -> List[str]:
+    """The compiles per phase (their time, how measured) and what was precompiled."""
+    by_phase: Dict[str, float] = {}
+    sources = set()
+    for c in report.compilations:
+        by_phase[c.phase] = by_phase.get(c.phase, 0.0) + c.seconds
+        sources.add(c.source)
+    lines = []
     compiles = (
         ", ".join(
             f"{p} {report.compilation_count.get(p, 0)}" + (f" ({ms_text(by_phase[p])})" if p in by_phase else "")
@@ -106,7 +130,13 @@ def render(report: XlaReport, full: bool = False) -> str:
     precompiled = precompile_words(report)
     if precompiled:
         lines.append(f"  precompiled     : {precompiled}")
-    lines += _coverage_lines(report.coverage, full)
+    return lines
+
+
+def _time_lines(report: XlaReport, phases: List[str]) -> List[str]:
+    """Signatures, compile time, steady steps, the cache, the other programs, cost, break-even, slow steps,
+    waits and the monitor's own work."""
+    lines = []
     lines.append(
         "  signatures      : " + (", ".join(f"{p} {report.distinct_signatures.get(p, 0)}" for p in phases) or "none")
     )
@@ -146,7 +176,12 @@ def render(report: XlaReport, full: bool = False) -> str:
     own = own_words(report)
     if own:
         lines.append(f"  monitor work    : {own}")
-    trimmed = False
+    return lines
+
+
+def _storm_and_advice_lines(report: XlaReport, full: bool) -> List[str]:
+    """Each storm and advice: whole (``full``), else its headline and its fix."""
+    lines = []
     for i, storm in enumerate(report.storms):
         head = f"  STORM ({storm.phase}, step {storm.step}, {storm.action}): "
         if full:
@@ -159,7 +194,6 @@ def render(report: XlaReport, full: bool = False) -> str:
                 lines.append(f"      {values}")
             if storm.fix_at_storm is not None:
                 lines.append(f"      {recomputed_words(storm.fix_at_storm, storm.fix)}")
-            trimmed = True
     for i, item in enumerate(report.advice):
         if full:
             lines.append(f"  ADVICE ({item.phase}, {item.call}): {item.advice}")
@@ -176,7 +210,12 @@ def render(report: XlaReport, full: bool = False) -> str:
                 f"{cause_clause(item.varying, item.fix)}"
             )
             lines.append(f"      fix: {fix_line(item.fix, f'report.advice[{i}].fix')}")
-            trimmed = True
+    return lines
+
+
+def _fallback_lines(report: XlaReport) -> List[str]:
+    """The jit='fastest' decision, and a fallback with its measured cost."""
+    lines = []
     for line in decision_lines(report.jit_decision):
         lines.append(f"  fastest         : {line}")
     if report.fallback and not report.unsupported_ops:  # else "why" says it
@@ -187,6 +226,12 @@ def render(report: XlaReport, full: bool = False) -> str:
         op_by_op = op_by_op_words(report)
         if op_by_op:
             lines.append(f"  op by op        : {op_by_op}")
+    return lines
+
+
+def _ledger_lines(report: XlaReport) -> List[str]:
+    """The compiles' ledger (its first 8 rows) and the profiler traces."""
+    lines = []
     if report.compilations:
         lines.append("  compiled for    :")
         rows = ledger_rows([c.to_dict() for c in report.compilations])
@@ -209,16 +254,7 @@ def render(report: XlaReport, full: bool = False) -> str:
             f"  profiler traces : {len(report.traces)} for the Profile tab "
             f"({', '.join(t.split(':')[0] for t in report.traces)})"
         )
-    for note in report.notes:
-        said = _wrap(f"  note: {note}")
-        trimmed = trimmed or (not full and len(said) > 2)
-        lines.extend(said if full or len(said) <= 2 else [said[0], said[1][: WIDTH - 2] + " …"])
-    if trimmed:
-        where = f", xla-keras report --full {report.log_dir}" if report.log_dir else ""
-        lines.append(f"  details         : report.details(){where}")
-    if report.log_dir:
-        lines.append(f"  logs            : tensorboard --logdir {report.log_dir}")
-    return "\n".join(wrapped for line in lines for wrapped in _wrap(line))
+    return lines
 
 
 _LABEL = re.compile(r"^  [a-z][a-z -]{15}: ")  # "  compile time    : ...": continued under the value

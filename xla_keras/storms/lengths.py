@@ -326,6 +326,27 @@ def real_length_figures(
         if phase == "predict":
             text += " (Bucketing by length is not offered for predict: it would reorder the outputs.)"
         return fields, text
+    bucket_fields, bucket_text = _bucketing(
+        measured, lengths, threshold, batch_size, phase, data, targets, pad_compiles, costs
+    )
+    fields.update(bucket_fields)
+    return fields, text + bucket_text
+
+
+def _bucketing(
+    measured: RealLengths,
+    lengths: Sequence[int],
+    threshold: int,
+    batch_size: Optional[int],
+    phase: str,
+    data: str,
+    targets: Sequence[Dict[str, Any]],
+    pad_compiles: int,
+    costs: Optional[Costs],
+) -> Tuple[Dict[str, Any], str]:
+    """The bucketing alternative on the real length distribution (fewest buckets within the padding
+    target, below the storm threshold), its fields and its words against padding to ``lengths``."""
+    real, rows, histogram = measured.real_tokens(), measured.rows(), measured.histogram()
     k, bounds, overhead = 1, *best_buckets(histogram, 1)
     while overhead > TARGET_PADDING_OVERHEAD and k + 1 < threshold:
         more, more_overhead = best_buckets(histogram, k + 1)
@@ -361,7 +382,7 @@ def real_length_figures(
     ratio = pad_per_row / bucket_per_row if bucket_per_row else 0.0
     saving = 1 - 1 / ratio if ratio else 0.0
     better = "bucket_by_length" if saving >= BETTER_BY else "pad_to_lengths"
-    fields.update({"bucket_by_length": bucket, "compute_ratio": round(ratio, 4), "better_fix": better})
+    fields = {"bucket_by_length": bucket, "compute_ratio": round(ratio, 4), "better_fix": better}
     if remainder == "drop":
         of = (
             f"of {round(per_epoch)} per epoch"
@@ -374,7 +395,7 @@ def real_length_figures(
             f"; each bucket's last batch is padded: about {round(epoch.padded_rows)} rows per run that "
             "unweighted metrics and the loss tracker count"
         )
-    text += (
+    text = (
         f" Bucketing the examples by real length to {bounds} ({compiles_words(len(bounds))}{rows_words}) adds "
         f"{_pct(bucket_overhead)}."
     )

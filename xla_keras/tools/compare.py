@@ -17,6 +17,7 @@ from typing import Any, Callable, List, Optional, Sequence, Union
 
 from xla_keras.core.plain_data import integer
 from xla_keras.core.timing import MIN_COMPARE_STEPS, break_even_steps, comparable
+from xla_keras.report.model import XlaReport
 
 
 @dataclass
@@ -302,22 +303,7 @@ def compare(
     if unsupported:  # every mode's monitor would step aside: a table would compare nothing
         reason = unsupported.replace(" The fit goes on unmonitored.", "")
         raise RuntimeError(f"xla_keras.compare cannot run here: {reason}")
-    measurable = tuple(m for m in backend.jit_modes if m not in ("keep", "fastest"))  # fastest picks among them
-    choices = ", ".join(map(repr, measurable))
-    if modes is None:
-        modes = ("off", "autoclustering", "on") if backend_name == "tensorflow" else ("off", "on")
-    if isinstance(modes, str):
-        raise ValueError(
-            f"modes must be a sequence of modes drawn from {choices}, e.g. ({modes!r},); got the string {modes!r}"
-        )
-    bad = [m for m in modes if m not in measurable]
-    if bad or not modes:
-        extra = (
-            " (auto-clustering is a TensorFlow feature; Keras runs the JAX backend here)"
-            if "autoclustering" in bad and backend_name == "jax"
-            else ""
-        )
-        raise ValueError(f"modes must be drawn from {choices}; got {list(modes)!r}{extra}")
+    modes = _checked_modes(modes, backend.jit_modes, backend_name)
     count = integer(steps)
     if count is None or count < 3:
         raise ValueError(f"steps must be an int >= 3; got {steps!r}")
@@ -350,28 +336,60 @@ def compare(
         timer = StepTimes()
         monitors[mode] = monitor
         model.fit(_dataset(batches, backend_name), epochs=1, callbacks=[timer, monitor], verbose=0)
-        report = monitor.report
-        compile_steps = {c.step - 1 for c in report.compilations if c.phase == "train"}
-        steady = [t for i, t in enumerate(timer.times) if i and i not in compile_steps]
-        spread = None
-        if len(steady) >= 4:
-            q = statistics.quantiles(steady, n=4)
-            spread = (q[2] - q[0]) * 1e3
-        in_steps = report.other_compilations.get("in_steps") or {}
-        results.append(
-            ModeResult(
-                mode=mode,
-                xla_ran=report.jit_active,
-                reason=report.jit_reason,
-                compiles=report.total_compilations,
-                first_step_seconds=timer.times[0] if timer.times else 0.0,
-                compile_seconds=report.compile_seconds + float(in_steps.get("seconds", 0.0)),
-                steady_step_ms=statistics.median(steady) * 1e3 if steady else None,
-                steady_spread_ms=spread,
-                steady_samples=len(steady),
-                op_level_compiles=int(in_steps.get("count", 0)),
-            )
+        results.append(_mode_result(mode, monitor.report, timer.times))
+    _against_off(results)
+    if log_dir:
+        _write_break_even(log_dir, results, monitors)
+    return CompareTable(steps=len(batches), results=[r for r in results if r.mode in modes or r.mode == "off"])
+
+
+def _checked_modes(modes: Optional[Sequence[str]], jit_modes: Sequence[str], backend_name: str) -> Sequence[str]:
+    """The modes to measure (the backend's default set for ``None``), or a ValueError naming the choices."""
+    measurable = tuple(m for m in jit_modes if m not in ("keep", "fastest"))  # fastest picks among them
+    choices = ", ".join(map(repr, measurable))
+    if modes is None:
+        return ("off", "autoclustering", "on") if backend_name == "tensorflow" else ("off", "on")
+    if isinstance(modes, str):
+        raise ValueError(
+            f"modes must be a sequence of modes drawn from {choices}, e.g. ({modes!r},); got the string {modes!r}"
         )
+    bad = [m for m in modes if m not in measurable]
+    if bad or not modes:
+        extra = (
+            " (auto-clustering is a TensorFlow feature; Keras runs the JAX backend here)"
+            if "autoclustering" in bad and backend_name == "jax"
+            else ""
+        )
+        raise ValueError(f"modes must be drawn from {choices}; got {list(modes)!r}{extra}")
+    return modes
+
+
+def _mode_result(mode: str, report: XlaReport, times: List[float]) -> ModeResult:
+    """One mode's row: its compiles (the report's) and its steady steps (the callback's times, the steps
+    that compiled left out)."""
+    compile_steps = {c.step - 1 for c in report.compilations if c.phase == "train"}
+    steady = [t for i, t in enumerate(times) if i and i not in compile_steps]
+    spread = None
+    if len(steady) >= 4:
+        q = statistics.quantiles(steady, n=4)
+        spread = (q[2] - q[0]) * 1e3
+    in_steps = report.other_compilations.get("in_steps") or {}
+    return ModeResult(
+        mode=mode,
+        xla_ran=report.jit_active,
+        reason=report.jit_reason,
+        compiles=report.total_compilations,
+        first_step_seconds=times[0] if times else 0.0,
+        compile_seconds=report.compile_seconds + float(in_steps.get("seconds", 0.0)),
+        steady_step_ms=statistics.median(steady) * 1e3 if steady else None,
+        steady_spread_ms=spread,
+        steady_samples=len(steady),
+        op_level_compiles=int(in_steps.get("count", 0)),
+    )
+
+
+def _against_off(results: List[ModeResult]) -> None:
+    """Each mode's speed-up over "off" (``results[0]``) and its break-even step, where comparable."""
     baseline = results[0].steady_step_ms
     for r in results:
         if baseline and r.steady_step_ms and comparable(r.steady_samples, results[0].steady_samples):
@@ -385,9 +403,6 @@ def compare(
                     else break_even_steps(extra_seconds, r.steady_step_ms / 1e3, baseline / 1e3)
                 )
                 r.break_even_step = None if even is None or even == float("inf") else even
-    if log_dir:
-        _write_break_even(log_dir, results, monitors)
-    return CompareTable(steps=len(batches), results=[r for r in results if r.mode in modes or r.mode == "off"])
 
 
 def _same(value: Any) -> Any:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from typing import List, Tuple
+from typing import List, Optional, Tuple
 
 from xla_keras.backends.jax import _internals
 from xla_keras.backends.jax.jit import persistent_cache
@@ -38,51 +38,15 @@ def findings(check_flags: bool, tab_installed: bool) -> List[Finding]:
     findings.append(("info", "versions", versions_line(packages)))
     xla_flags = os.environ.get("XLA_FLAGS", "").split()
     findings.append(("info", "XLA_FLAGS", " ".join(xla_flags) or "(not set)"))
-    problem = None
+    problem = _flag_problem() if check_flags and xla_flags else None
     if check_flags and xla_flags:
-        try:
-            proc = subprocess.run(
-                [sys.executable, "-c", _JAX_FLAG_CHECK],
-                capture_output=True,
-                text=True,
-                timeout=300,
-                env=dict(os.environ),
-            )
-            if "XLA_KERAS_FLAGS_OK" not in proc.stdout:
-                lines = [ln for ln in proc.stderr.splitlines() if "nknown flag" in ln] or (
-                    proc.stderr.strip().splitlines() or ["(no output)"]
-                )[-1:]
-                problem = lines[0].split("] ", 1)[-1].strip()[:300]
-        except subprocess.TimeoutExpired:
-            problem = "JAX did not start within 300 s with these flags"
         findings.append(
             ("error", "flags", f"JAX will not compile with these flags: {problem}", "remove or correct the flag")
             if problem
             else ("ok", "flags", "JAX started and compiled with these flags")
         )
     if not problem:
-        import jax
-
-        devices = _internals.devices()
-        kinds = sorted({d.platform for d in devices})
-        findings.append(
-            (
-                "info",
-                "devices",
-                f"{len(devices)} JAX device(s): "
-                + ", ".join(f"{d.platform}:{d.id}" for d in devices)
-                + f" (default backend {jax.default_backend()}, {jax.process_count()} process(es))",
-            )
-        )
-        if kinds == ["cpu"] and len(devices) == 1:
-            findings.append(
-                (
-                    "info",
-                    "devices",
-                    "one CPU device: keras.distribution.DataParallel has nothing to split over",
-                    "XLA_FLAGS=--xla_force_host_platform_device_count=N to try it on CPU",
-                )
-            )
+        findings += _device_findings()
     findings.append(
         (
             "info",
@@ -92,42 +56,86 @@ def findings(check_flags: bool, tab_installed: bool) -> List[Finding]:
             "XlaMonitor(jit='off') to compare with op-by-op execution",
         )
     )
-    cache = persistent_cache() if not problem else None
-    if cache:
-        directory = cache["dir"]
-        files = [os.path.join(directory, f) for f in os.listdir(directory)] if os.path.isdir(directory) else []
-        size = sum(os.path.getsize(f) for f in files if os.path.isfile(f))
-        minimum = cache["min_compile_secs"]
-        findings.append(
-            (
-                "ok",
-                "persistent compilation cache",
-                f"{directory}: {len(files)} file(s), {size / 1e6:.1f} MB; JAX caches compiles "
-                f"that took at least {minimum:g} s",
-                ""
-                if minimum <= 0
-                else "xla_keras.configure(cache_dir=DIR) lowers that to 0, so short CPU compiles are cached too",
-            )
+    findings.append(_cache_finding(persistent_cache() if not problem else None))
+    findings.append(_tab_finding(tab_installed))
+    return findings
+
+
+def _flag_problem() -> Optional[str]:
+    """Why JAX will not compile with this XLA_FLAGS (checked in a subprocess: a bad flag aborts the
+    process that reads it), or None."""
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-c", _JAX_FLAG_CHECK],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env=dict(os.environ),
         )
-    else:
+    except subprocess.TimeoutExpired:
+        return "JAX did not start within 300 s with these flags"
+    if "XLA_KERAS_FLAGS_OK" in proc.stdout:
+        return None
+    lines = [ln for ln in proc.stderr.splitlines() if "nknown flag" in ln] or (
+        proc.stderr.strip().splitlines() or ["(no output)"]
+    )[-1:]
+    return lines[0].split("] ", 1)[-1].strip()[:300]
+
+
+def _device_findings() -> List[Finding]:
+    import jax
+
+    devices = _internals.devices()
+    kinds = sorted({d.platform for d in devices})
+    findings: List[Finding] = [
+        (
+            "info",
+            "devices",
+            f"{len(devices)} JAX device(s): "
+            + ", ".join(f"{d.platform}:{d.id}" for d in devices)
+            + f" (default backend {jax.default_backend()}, {jax.process_count()} process(es))",
+        )
+    ]
+    if kinds == ["cpu"] and len(devices) == 1:
         findings.append(
             (
                 "info",
-                "persistent compilation cache",
-                "not configured: every new process compiles again",
-                "xla_keras.configure(cache_dir=DIR) right after import",
-            )
-        )
-    if tab_installed:
-        findings.append(("ok", "Profile tab", "tensorboard-plugin-profile / xprof is installed"))
-    else:
-        findings.append(
-            (
-                "info",
-                "Profile tab",
-                "no Profile-tab plugin: the monitor still writes "
-                "jax.profiler traces, but TensorBoard will not show them",
-                "pip install xprof",
+                "devices",
+                "one CPU device: keras.distribution.DataParallel has nothing to split over",
+                "XLA_FLAGS=--xla_force_host_platform_device_count=N to try it on CPU",
             )
         )
     return findings
+
+
+def _cache_finding(cache: Optional[dict]) -> Finding:
+    if not cache:
+        return (
+            "info",
+            "persistent compilation cache",
+            "not configured: every new process compiles again",
+            "xla_keras.configure(cache_dir=DIR) right after import",
+        )
+    directory = cache["dir"]
+    files = [os.path.join(directory, f) for f in os.listdir(directory)] if os.path.isdir(directory) else []
+    size = sum(os.path.getsize(f) for f in files if os.path.isfile(f))
+    minimum = cache["min_compile_secs"]
+    return (
+        "ok",
+        "persistent compilation cache",
+        f"{directory}: {len(files)} file(s), {size / 1e6:.1f} MB; JAX caches compiles that took at least {minimum:g} s",
+        ""
+        if minimum <= 0
+        else "xla_keras.configure(cache_dir=DIR) lowers that to 0, so short CPU compiles are cached too",
+    )
+
+
+def _tab_finding(tab_installed: bool) -> Finding:
+    if tab_installed:
+        return ("ok", "Profile tab", "tensorboard-plugin-profile / xprof is installed")
+    return (
+        "info",
+        "Profile tab",
+        "no Profile-tab plugin: the monitor still writes jax.profiler traces, but TensorBoard will not show them",
+        "pip install xprof",
+    )

@@ -58,6 +58,24 @@ def _check_flags_in_subprocess() -> Optional[str]:
 def findings(check_flags: bool, tab_installed: bool, tab_install_line: str) -> List[Finding]:
     """Versions, devices, jit resolution, flags, logging, multi-worker, the Profile tab (installed or not:
     ``tab_install_line`` installs it) and the persistent cache."""
+    # Importing TensorFlow can set TF_CPP_MIN_LOG_LEVEL=1 when it is unset (here, jax imported by it
+    # does), after TensorFlow's C++ logging has started (measured: its info lines still print).
+    # Read the user's value first.
+    tf_was_loaded = "tensorflow" in sys.modules
+    user_level = os.environ.get("TF_CPP_MIN_LOG_LEVEL", "0")
+    found = _package_findings()
+    flag_findings, problem = _flag_findings(check_flags)
+    device_findings, accelerators = _device_findings(problem)
+    found += flag_findings + device_findings + _compile_timing_findings(problem)
+    found += _autoclustering_findings(problem, accelerators)
+    found += _logging_findings(user_level, tf_was_loaded)
+    # Reading Keras imports TensorFlow, which a bad TF_XLA_FLAGS would kill.
+    found += multi_worker_findings(read_keras=not (problem and "TF_XLA_FLAGS" in problem))
+    found += _tab_findings(tab_installed, tab_install_line)
+    return found + _cache_findings(problem)
+
+
+def _package_findings() -> List[Finding]:
     findings: List[Finding] = []
     findings.append(
         (
@@ -66,11 +84,6 @@ def findings(check_flags: bool, tab_installed: bool, tab_install_line: str) -> L
             f"Keras runs the TensorFlow backend (KERAS_BACKEND={os.environ.get('KERAS_BACKEND', '(unset)')})",
         )
     )
-    # Importing TensorFlow can set TF_CPP_MIN_LOG_LEVEL=1 when it is unset (here, jax imported by it
-    # does), after TensorFlow's C++ logging has started (measured: its info lines still print).
-    # Read the user's value first.
-    tf_was_loaded = "tensorflow" in sys.modules
-    user_level = os.environ.get("TF_CPP_MIN_LOG_LEVEL", "0")
     packages = ("tensorflow", "keras", "tensorboard", "protobuf", "tensorboard-plugin-profile", "xprof")
     findings.append(("info", "versions", versions_line(packages)))
     unsupported = keras_unsupported()
@@ -86,6 +99,11 @@ def findings(check_flags: bool, tab_installed: bool, tab_install_line: str) -> L
                 "`import keras` are Keras 3 and are observed",
             )
         )
+    return findings
+
+
+def _flag_findings(check_flags: bool) -> Tuple[List[Finding], Optional[str]]:
+    findings: List[Finding] = []
     tf_flags, xla_flags = XlaFlags.from_env().tokens, os.environ.get("XLA_FLAGS", "").split()
     findings.append(("info", "TF_XLA_FLAGS", " ".join(tf_flags) or "(not set)"))
     findings.append(("info", "XLA_FLAGS", " ".join(xla_flags) or "(not set)"))
@@ -98,7 +116,11 @@ def findings(check_flags: bool, tab_installed: bool, tab_install_line: str) -> L
         )
     elif check_flags and (tf_flags or xla_flags):
         findings.append(("ok", "flags", "TensorFlow started and compiled with these flags"))
+    return findings, problem
 
+
+def _device_findings(problem: Optional[str]) -> Tuple[List[Finding], list]:
+    findings: List[Finding] = []
     accelerators: list = []
     if problem and "TF_XLA_FLAGS" in problem:
         findings.append(("warn", "devices", "not checked: TensorFlow cannot start with this TF_XLA_FLAGS"))
@@ -129,7 +151,11 @@ def findings(check_flags: bool, tab_installed: bool, tab_install_line: str) -> L
                     "XlaMonitor(jit='on') or compile(jit_compile=True)",
                 )
             )
+    return findings, accelerators
 
+
+def _compile_timing_findings(problem: Optional[str]) -> List[Finding]:
+    findings: List[Finding] = []
     if not problem and release(installed_version("tensorflow")) < (2, 18):
         findings.append(
             (
@@ -140,7 +166,11 @@ def findings(check_flags: bool, tab_installed: bool, tab_install_line: str) -> L
                 "that triggered it (source='op_span', within a few % of TensorFlow's own lines)",
             )
         )
+    return findings
 
+
+def _autoclustering_findings(problem: Optional[str], accelerators: list) -> List[Finding]:
+    findings: List[Finding] = []
     auto_value = XlaFlags.from_env().value(AUTO_JIT) or ""
     auto_on = env_auto_jit_on() and not auto_value.startswith("single-gpu")
     cpu_flag = XlaFlags.from_env().enabled(CPU_GLOBAL_JIT) or (
@@ -179,7 +209,11 @@ def findings(check_flags: bool, tab_installed: bool, tab_install_line: str) -> L
             "" if effective else FIX_CPU_AUTOCLUSTERING,
         )
     )
+    return findings
 
+
+def _logging_findings(user_level: str, tf_was_loaded: bool) -> List[Finding]:
+    findings: List[Finding] = []
     vmodule = os.environ.get("TF_CPP_VMODULE", "")
     # In-process after TensorFlow's import, "1" may be TensorFlow's own (harmless) value.
     if user_level not in ("", "0") and not (tf_was_loaded and user_level == "1"):
@@ -213,10 +247,11 @@ def findings(check_flags: bool, tab_installed: bool, tab_install_line: str) -> L
                 "coverage without it)",
             )
         )
+    return findings
 
-    # Reading Keras imports TensorFlow, which a bad TF_XLA_FLAGS would kill.
-    findings.extend(multi_worker_findings(read_keras=not (problem and "TF_XLA_FLAGS" in problem)))
 
+def _tab_findings(tab_installed: bool, tab_install_line: str) -> List[Finding]:
+    findings: List[Finding] = []
     if tab_installed:
         findings.append(("ok", "Profile tab", "tensorboard-plugin-profile is installed"))
     else:
@@ -234,7 +269,11 @@ def findings(check_flags: bool, tab_installed: bool, tab_install_line: str) -> L
                 tab_install_line,
             )
         )
+    return findings
 
+
+def _cache_findings(problem: Optional[str]) -> List[Finding]:
+    findings: List[Finding] = []
     cache = persistent_cache()
     if cache:
         directory = cache["dir"]
