@@ -393,6 +393,37 @@ def test_no_import_cycle_inside_the_callback_even_for_the_type_checker():
     assert not [m for m in callback if "TYPE_CHECKING" in open(MODULES[m], encoding="utf-8").read()]
 
 
+def _writes_into_another_object(tree):
+    """``self.a.b = ...`` (and ``+=``, annotated) in ``tree``: a write into an attribute of another object."""
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
+            for target in node.targets if isinstance(node, ast.Assign) else [node.target]:
+                for part in ast.walk(target):
+                    inner = getattr(part, "value", None)
+                    if isinstance(part, ast.Attribute) and isinstance(inner, ast.Attribute):
+                        if isinstance(inner.value, ast.Name) and inner.value.id == "self":
+                            yield node.lineno, inner.attr, ast.unparse(target)
+
+
+def test_the_parts_are_given_what_they_call_at_construction_and_write_only_their_own_attributes():
+    # The monitor wires nothing after construction (the step path hands storms and compiles up through
+    # the `CallEvents` it was given), and a part writes only itself and the shared `CallState`.
+    parts = [m for m in MODULES if m.startswith("xla_keras.callback.")] + ["xla_keras.monitor"]
+    found = {
+        f"{module}:{line}": text
+        for module in parts
+        for line, owner, text in _writes_into_another_object(_tree(module))
+        if owner != "state"
+    }
+    assert not found, found
+    # The check sees such a write (the wiring the monitor once had).
+    source = "def __init__(self):\n    self._steps.on_storm = self._action.opened\n    self.state.in_fit = True\n"
+    assert list(_writes_into_another_object(ast.parse(source))) == [
+        (2, "_steps", "self._steps.on_storm"),
+        (3, "state", "self.state.in_fit"),
+    ]
+
+
 def test_no_two_modules_define_one_public_name_unless_per_backend():
     # A name means one thing in the package; the backends implement the same role each (`configure`,
     # `StepWrappers`, `findings`, ...), one module per backend.

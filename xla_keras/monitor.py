@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import atexit
 import weakref
-from typing import TYPE_CHECKING, Any, List, Optional
+from typing import TYPE_CHECKING, Any, List, Optional, Sequence
 
 try:
     import keras
@@ -49,7 +49,7 @@ from xla_keras.session.repeats import SteadyLane
 if TYPE_CHECKING:
     from xla_keras.backends.base import CompileProbe
     from xla_keras.callback.traces import TraceWindows
-    from xla_keras.report.model import XlaReport
+    from xla_keras.report.model import Compilation, XlaReport
     from xla_keras.session.session import Session
     from xla_keras.tensorboard.sink import OutputSink
 
@@ -244,12 +244,10 @@ class XlaMonitor(keras.callbacks.Callback):
         state = self._state = CallState(self.config, self.backend, book, self)
         functions = StepFunctions(state)
         self._fastest = FastestDriver(state, functions)
-        self._steps = StepPath(state, self._fastest)
+        self._steps = StepPath(state, self._fastest, self)  # its storms and compiles come back here (below)
         self._lifecycle = Lifecycle(state, functions, self._fastest, self._steps)
-        storm_action = StormAction(state, functions, self._lifecycle)
-        self._steps.on_storm = storm_action.opened  # it sits above the step path
+        self._storm_action = storm_action = StormAction(state, functions, self._lifecycle)
         self._precompiler = Precompiler(state, storm_action.stop)
-        self._steps.on_compiles = self._precompiler.compiled  # it sits above the step path too
         self._unsupported = UnsupportedAction(state, functions, self._lifecycle, self._steps)
         self._agreement = StormAgreement(state, storm_action)  # TensorFlow's workers: storms acted on together
         self._containment = Containment(state, functions, self._steps, self._lifecycle)
@@ -499,6 +497,16 @@ class XlaMonitor(keras.callbacks.Callback):
     def call_unsupported(self, phase: str, handle: Optional[Any], error: BaseException) -> Optional[Any]:
         """XLA could not compile an op of the call's step: the function that runs it again without XLA."""
         return self._unsupported.met(phase, handle, error)
+
+    # ------------------------------------------------------------ what the step path hands up (CallEvents)
+
+    def storm_opened(self, phase: str, step: int, count: int, window_start: int) -> None:
+        """A storm opened: the storm action warns, stops the call or falls back (``on_storm``)."""
+        self._storm_action.opened(phase, step, count, window_start)
+
+    def compiles_seen(self, phase: str, records: Sequence[Compilation]) -> None:
+        """Compiles of a precompiled phase: counted as in the loop, said once, or the call stops."""
+        self._precompiler.compiled(phase, records)
 
     # ------------------------------------------------------------ error containment (guards.py calls these)
 

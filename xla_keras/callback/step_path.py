@@ -13,7 +13,7 @@ steady lane), and at phase boundaries the monitor waits on the phase's last outp
 from __future__ import annotations
 
 import time
-from typing import Any, Callable, Dict, Iterable, Optional, Sequence
+from typing import Any, Dict, Iterable, Optional, Protocol, Sequence
 
 from xla_keras.callback.fastest import FastestDriver
 from xla_keras.callback.state import CallState
@@ -26,27 +26,22 @@ from xla_keras.session.repeats import SteadyLane
 # JAX: the monitor's own work at a call's start longer than this (a trace saved, a flush) spoils the open
 # interval (its device time went on meanwhile, so subtracting it would be wrong); shorter, it is noise.
 OWN_WORK_SPOILS_SECONDS = 0.002
-# (phase, step, count, window_start): what the storm action gets when a storm opens.
-StormHandler = Callable[[str, int, int, int], None]
-# (phase, records): what the precompile gets of a call's compiles.
-CompilesHandler = Callable[[str, Sequence[Compilation]], None]
 
 
-def _unwired(phase: str, step: int, count: int, window_start: int) -> None:
-    raise RuntimeError("xla_keras: the step path has no storm action wired")
+class CallEvents(Protocol):
+    """What the step path hands up: the monitor, given at construction, routes each to the part that
+    acts on it (the storm action, the precompile), which sits above the step path."""
 
+    def storm_opened(self, phase: str, step: int, count: int, window_start: int) -> None: ...
 
-def _no_compiles_handler(phase: str, records: Sequence[Compilation]) -> None:
-    raise RuntimeError("xla_keras: the step path has no precompile wired")
+    def compiles_seen(self, phase: str, records: Sequence[Compilation]) -> None: ...
 
 
 class StepPath:
-    def __init__(self, state: CallState, fastest: FastestDriver):
+    def __init__(self, state: CallState, fastest: FastestDriver, events: CallEvents):
         self.state = state
         self.fastest = fastest
-        # The storm action (callback/storm_action.py) sits above the step path: the monitor wires it here.
-        self.on_storm: StormHandler = _unwired
-        self.on_compiles: CompilesHandler = _no_compiles_handler
+        self.events = events
         self._plans: Dict[str, CallPlan] = {}
         # The plan of a repeat call (session/repeats.py): one per phase, made once.
         self._repeat_plans = {p: CallPlan(p, 0, 1, (), False) for p in PHASES}
@@ -349,8 +344,8 @@ class StepPath:
                 current.cache_account.record(phase, describe(record.signature), i, record.seconds, record.cached)
             state.flush(report=sink.report_due())
             if phase in current.session.precompile:
-                self.on_compiles(phase, outcome.compiles)
+                self.events.compiles_seen(phase, outcome.compiles)
         if outcome.storm is not None:
-            self.on_storm(phase, *outcome.storm)
+            self.events.storm_opened(phase, *outcome.storm)
         if sink.due():
             state.flush()

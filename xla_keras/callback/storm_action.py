@@ -42,6 +42,10 @@ class StormAction:
         self.lifecycle = lifecycle
         self.pending: Optional[PendingStorm] = None
 
+    def fit_began(self) -> None:
+        """A new fit: no storm of an earlier one waits for the workers' agreement."""
+        self.pending = None
+
     def deferred(self) -> bool:
         """Workers that may see different signatures (TensorFlow's, each reading its own shard), with a
         collective to agree by: a storm's raise or fallback waits for their next agreement step."""
@@ -143,7 +147,7 @@ class StormAgreement:
     def fit_began(self) -> None:
         """After the fit's set-up (its distribution known)."""
         self.batches = 0
-        self.action.pending = None
+        self.action.fit_began()
         self.on = self.needed()
 
     def needed(self) -> bool:
