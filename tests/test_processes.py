@@ -121,6 +121,9 @@ class Storms:
     def __init__(self, pending=None):
         self.pending, self.acted = pending, []
 
+    def fit_began(self):
+        self.pending = None
+
     def deferred(self):
         return True
 
