@@ -222,6 +222,13 @@ def groups(tmp_path_factory):
     return group
 
 
+def _slow_steps_seen_stall(fit, name=None):
+    """The train steps the report names slow, each a stall on the test's own clock, all of them counted."""
+    slow = {s["step"] for s in fit.report["slow_steps"]}
+    assert slow <= fit.stalls() and fit.report["slow_step_count"] == len(slow), (name, slow, fit.stalls())
+    return slow
+
+
 def _within(got, true, within):
     assert got is not None and abs(got / true - 1) <= within, f"{got * 1e3:.3f} ms vs {true * 1e3:.3f} ms true"
 
@@ -239,8 +246,7 @@ def test_the_steady_step_is_the_clocks(groups, backend, model, steps, verbose):
     if backend == "jax":
         assert timing["steps"] in (every, (EPOCHS - 1) * steps) and timing["intervals"] >= EPOCHS - 1
     else:  # the median of the steps timed on their own, a stall left out: the latest 1024 of a long fit
-        slow = {s["step"] for s in fit.report["slow_steps"]}
-        assert slow <= fit.stalls() and len(slow) == fit.report["slow_step_count"]  # stalls on the test's clock
+        slow = _slow_steps_seen_stall(fit)
         assert timing["steps"] == min(every - len(slow), WINDOW) and timing["intervals"] == 0
     assert fit.report["steady_step_counts"]["train"] == timing["steps"]
 
@@ -286,8 +292,7 @@ def test_uniform_steps_are_never_slow(groups, backend):
     for name, fit in groups(backend).items():
         if name == "delayed" or fit.spec.get("steps_per_execution", 1) != 1 or fit.spec.get("jit") == "fastest":
             continue  # (jit='fastest' switches the step function: its steps are not one program's)
-        slow = {s["step"] for s in fit.report["slow_steps"]}
-        assert slow <= fit.stalls() and fit.report["slow_step_count"] == len(slow), (name, slow, fit.stalls())
+        _slow_steps_seen_stall(fit, name)
         checked.append(name)
     assert checked, "no fit of one shape and one step per call to check"
 

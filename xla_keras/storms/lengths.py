@@ -327,7 +327,7 @@ def real_length_figures(
             text += " (Bucketing by length is not offered for predict: it would reorder the outputs.)"
         return fields, text
     bucket_fields, bucket_text = _bucketing(
-        measured, lengths, threshold, batch_size, phase, data, targets, pad_compiles, costs
+        measured, histogram, lengths, threshold, batch_size, phase, data, targets, pad_compiles, costs
     )
     fields.update(bucket_fields)
     return fields, text + bucket_text
@@ -335,6 +335,7 @@ def real_length_figures(
 
 def _bucketing(
     measured: RealLengths,
+    histogram: Dict[int, int],
     lengths: Sequence[int],
     threshold: int,
     batch_size: Optional[int],
@@ -346,7 +347,7 @@ def _bucketing(
 ) -> Tuple[Dict[str, Any], str]:
     """The bucketing alternative on the real length distribution (fewest buckets within the padding
     target, below the storm threshold), its fields and its words against padding to ``lengths``."""
-    real, rows, histogram = measured.real_tokens(), measured.rows(), measured.histogram()
+    real, rows = measured.real_tokens(), measured.rows()  # sums; the histogram (np.unique per batch) is the caller's
     k, bounds, overhead = 1, *best_buckets(histogram, 1)
     while overhead > TARGET_PADDING_OVERHEAD and k + 1 < threshold:
         more, more_overhead = best_buckets(histogram, k + 1)
