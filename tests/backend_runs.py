@@ -7,9 +7,9 @@ two processes are two jobs on the session's shared lanes (tests/side_by_side.py)
 
 import json
 import os
-import subprocess
 import sys
 
+import forked
 import pytest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -34,11 +34,9 @@ def backend_jobs(script, root, what, timeout=900):
             TF_CPP_MIN_LOG_LEVEL="2",
         )
         env.pop("TF_XLA_FLAGS", None)
-        proc = subprocess.run(
+        proc = forked.run(
             [sys.executable, os.path.join(HERE, script), str(out), str(dump)],
             env=env,
-            capture_output=True,
-            text=True,
             timeout=timeout,
         )
         assert proc.returncode == 0, f"{backend} {what} failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-6000:]}"

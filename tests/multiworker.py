@@ -12,10 +12,11 @@ on a hang (a collective mismatch leaves workers waiting forever).
 import json
 import os
 import socket
-import subprocess
 import sys
 import threading
 import time
+
+import forked
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPT = os.path.abspath(__file__)
@@ -61,15 +62,7 @@ def run_workers(tmp_root, spec, workers=2, timeout=300, env_extra=None, script=S
                 **(env_extra or {}),
             }
         )
-        procs.append(
-            subprocess.Popen(
-                [sys.executable, script, "--spec", json.dumps(spec)],
-                env=env,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                text=True,
-            )
-        )
+        procs.append(forked.start([sys.executable, script, "--spec", json.dumps(spec)], env=env))
     # Every process's pipes are read at once: a process whose output fills its pipe while no one reads it
     # would block, and its peers with it (in a collective, or JAX's shutdown barrier at exit).
     outputs: list = [None] * len(procs)

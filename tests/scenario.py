@@ -12,9 +12,9 @@ import argparse
 import json
 import os
 import re
-import subprocess
 import sys
 
+import forked
 import numpy as np
 from models import text_model
 
@@ -64,9 +64,7 @@ def run_scenario(tmp_root, scenario, jit, *, env_flags="", extra_args=()):
     env.pop("TF_XLA_FLAGS", None)
     if env_flags:
         env["TF_XLA_FLAGS"] = env_flags
-    proc = subprocess.run(
-        [sys.executable, SCENARIO, scenario, jit, *extra_args], env=env, capture_output=True, text=True, timeout=600
-    )
+    proc = forked.run([sys.executable, SCENARIO, scenario, jit, *extra_args], env=env, timeout=600)
     if proc.returncode != 0:
         raise failed(f"scenario {scenario}/{jit}", proc.stdout, proc.stderr)
     line = [ln for ln in proc.stdout.splitlines() if ln.startswith("XLA_KERAS_REPORT ")][-1]

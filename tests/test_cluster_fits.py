@@ -8,9 +8,9 @@ modules, the initialiser's apart)."""
 import json
 import os
 import re
-import subprocess
 import sys
 
+import forked
 import pytest
 from runs import Runs
 from scenario import ROOT, failed, tf_compile_seconds
@@ -75,11 +75,9 @@ def _jobs(root):
             }
         )
         env.pop("TF_XLA_FLAGS", None)  # the script opts in itself, with xla_keras.configure
-        proc = subprocess.run(
+        proc = forked.run(
             [sys.executable, os.path.join(HERE, "cluster_fits.py"), str(out), str(dump)],
             env=env,
-            capture_output=True,
-            text=True,
             timeout=600,
         )
         if proc.returncode != 0:

@@ -11,9 +11,9 @@ import json
 import math
 import os
 import re
-import subprocess
 import sys
 
+import forked
 import pytest
 from runs import Runs
 from scenario import failed
@@ -33,7 +33,7 @@ def _run(tmp, backend):
     env = dict(os.environ, KERAS_BACKEND=backend, CUDA_VISIBLE_DEVICES="", JAX_PLATFORMS="cpu")
     env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
     env["XLA_FLAGS"] = f"--xla_dump_to={os.path.join(tmp, 'dump_' + backend)}"
-    proc = subprocess.run([sys.executable, SCRIPT, out], env=env, capture_output=True, text=True, timeout=900)
+    proc = forked.run([sys.executable, SCRIPT, out], env=env, timeout=900)
     if proc.returncode != 0:
         raise failed(f"cost scenarios ({backend})", proc.stdout, proc.stderr)
     with open(out) as f:
@@ -44,7 +44,7 @@ def _run_mixed(tmp):
     out = os.path.join(tmp, "cost_mixed.json")
     env = dict(os.environ, KERAS_BACKEND="jax", CUDA_VISIBLE_DEVICES="", JAX_PLATFORMS="cpu")
     env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
-    proc = subprocess.run([sys.executable, SCRIPT, out, "mixed"], env=env, capture_output=True, text=True, timeout=900)
+    proc = forked.run([sys.executable, SCRIPT, out, "mixed"], env=env, timeout=900)
     if proc.returncode != 0:
         raise failed("cost scenarios (mixed)", proc.stdout, proc.stderr)
     with open(out) as f:

@@ -20,6 +20,7 @@ import statistics
 import subprocess
 import sys
 
+import forked
 import pytest
 
 from xla_keras.jit.coverage import (
@@ -197,11 +198,9 @@ def fits(tmp_path_factory):
         CUDA_VISIBLE_DEVICES="",
         PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""),
     )
-    proc = subprocess.run(
+    proc = forked.run(
         [sys.executable, os.path.join(HERE, "coverage_fits.py"), logs],
         env=env,
-        capture_output=True,
-        text=True,
         timeout=900,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]

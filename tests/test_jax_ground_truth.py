@@ -16,9 +16,9 @@ import importlib.util
 import json
 import os
 import re
-import subprocess
 import sys
 
+import forked
 import pytest
 from note_checks import problems
 from runs import Runs
@@ -63,9 +63,7 @@ def _start(tmp, tag, names, flags="", env_extra=None):
         }
     )
     env.update(env_extra or {})
-    proc = subprocess.Popen(
-        [sys.executable, SCRIPT, out, *names], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-    )
+    proc = forked.start([sys.executable, SCRIPT, out, *names], env=env)
     return proc, out
 
 

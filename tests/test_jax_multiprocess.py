@@ -86,7 +86,9 @@ def _runs(root):
         where = root / name
         where.mkdir()
         spec = json.loads(json.dumps(spec).replace("{root}", str(where)))
-        extra = {"XLA_FLAGS": f"--xla_dump_to={where / 'dump0'} {flags}"} if flags else None
+        extra = {"KERAS_BACKEND": "jax"}
+        if flags:
+            extra["XLA_FLAGS"] = f"--xla_dump_to={where / 'dump0'} {flags}"
         return run_workers(str(where), spec, workers=processes, timeout=240, script=SCRIPT, env_extra=extra), where
 
     return {

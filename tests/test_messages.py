@@ -11,10 +11,10 @@ import json
 import os
 import re
 import sched
-import subprocess
 import sys
 import warnings
 
+import forked
 import pytest
 from runs import Runs
 from test_quiet import _warnings
@@ -32,12 +32,11 @@ pytestmark = [pytest.mark.xdist_group("test_messages")]
 def _fits(root):
     def run():
         env = dict(os.environ, CUDA_VISIBLE_DEVICES="", PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+        env.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")  # as the script would: TensorFlow reads it at import
         env.pop("TF_XLA_FLAGS", None)
-        proc = subprocess.run(
+        proc = forked.run(
             [sys.executable, os.path.join(HERE, "message_fits.py"), "all", str(root)],
             env=env,
-            capture_output=True,
-            text=True,
             timeout=600,
         )
         assert proc.returncode == 0, proc.stderr[-3000:]
@@ -209,11 +208,9 @@ def test_a_keras_hub_task_models_storm_warning_points_at_the_users_fit_line(tmp_
     out = tmp_path / "hub.json"
     env = dict(os.environ, KERAS_BACKEND="jax", JAX_PLATFORMS="cpu", CUDA_VISIBLE_DEVICES="")
     env["PYTHONPATH"] = ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")
-    proc = subprocess.run(
+    proc = forked.run(
         [sys.executable, os.path.join(HERE, "message_fits.py"), "keras_hub", str(out)],
         env=env,
-        capture_output=True,
-        text=True,
         timeout=900,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]

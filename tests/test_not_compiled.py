@@ -18,6 +18,7 @@ import subprocess
 import sys
 import textwrap
 
+import forked
 import numpy as np
 import pytest
 
@@ -43,11 +44,9 @@ def fits(request, tmp_path_factory):
         CUDA_VISIBLE_DEVICES="",
         PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""),
     )
-    proc = subprocess.run(
+    proc = forked.run(
         [sys.executable, os.path.join(HERE, "not_compiled_fits.py"), dump, logs, request.param],
         env=env,
-        capture_output=True,
-        text=True,
         timeout=600,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]

@@ -10,10 +10,10 @@ of a compile after the precompile, ``expect_compiles(after_warmup=0)``, validati
 
 import json
 import os
-import subprocess
 import sys
 import warnings
 
+import forked
 import numpy as np
 import pytest
 
@@ -38,9 +38,7 @@ def _run(backend, scenario, dump, work):
         TF_CPP_MIN_LOG_LEVEL="2",
         PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""),
     )
-    proc = subprocess.run(
-        [sys.executable, FITS, str(dump), str(work), scenario], env=env, capture_output=True, text=True, timeout=900
-    )
+    proc = forked.run([sys.executable, FITS, str(dump), str(work), scenario], env=env, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
     fits = [
         json.loads(ln.split(" ", 1)[1]) for ln in proc.stdout.splitlines() if ln.startswith("XLA_KERAS_PRECOMPILE ")

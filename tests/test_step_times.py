@@ -18,9 +18,9 @@ import json
 import os
 import re
 import statistics
-import subprocess
 import sys
 
+import forked
 import pytest
 from scenario import failed
 
@@ -129,11 +129,9 @@ def _run_group(name, tmp_path_factory):
             "PYTHONPATH": ROOT + os.pathsep + env.get("PYTHONPATH", ""),
         }
     )
-    done = subprocess.run(
+    done = forked.run(
         [sys.executable, SCRIPT, str(out), json.dumps(GROUPS[name])],
         env=env,
-        capture_output=True,
-        text=True,
         timeout=900,
     )
     if done.returncode != 0:

@@ -6,7 +6,6 @@ checked here is checked against the run's own xla_report.json."""
 import contextlib
 import json
 import os
-import subprocess
 import sys
 import warnings
 
@@ -16,6 +15,7 @@ import pytest
 tf = pytest.importorskip("tensorflow")
 keras = pytest.importorskip("keras")
 
+import forked
 from models import text_model
 from tensorboard_server import get_json, headless_chromium, running_tensorboard
 from test_tensorboard import _sequences  # noqa: E402  (storm data: padded batches of varying length)
@@ -181,11 +181,9 @@ def _coverage_fit(log_dir):
     env = dict(os.environ, KERAS_BACKEND="tensorflow", CUDA_VISIBLE_DEVICES="", TF_CPP_MIN_LOG_LEVEL="2")
     env["PYTHONPATH"] = os.path.dirname(here) + os.pathsep + env.get("PYTHONPATH", "")
     env.pop("TF_XLA_FLAGS", None)
-    proc = subprocess.run(
+    proc = forked.run(
         [sys.executable, os.path.join(here, "coverage_fits.py"), log_dir, "--once"],
         env=env,
-        capture_output=True,
-        text=True,
         timeout=600,
     )
     assert proc.returncode == 0, proc.stderr[-4000:]

@@ -13,10 +13,10 @@ same batches from the same weights (no step lost, no batch skipped or run twice)
 import json
 import os
 import re
-import subprocess
 import sys
 import sysconfig
 
+import forked
 import numpy as np
 import pytest
 
@@ -54,9 +54,7 @@ def _run(backend, tmp_path_factory):
         TF_CPP_MIN_LOG_LEVEL="2",
         PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""),
     )
-    proc = subprocess.run(
-        [sys.executable, FITS, dump, logs, backend], env=env, capture_output=True, text=True, timeout=900
-    )
+    proc = forked.run([sys.executable, FITS, dump, logs, backend], env=env, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
     line = [ln for ln in proc.stdout.splitlines() if ln.startswith("XLA_KERAS_FITS ")][-1]
     return json.loads(line[len("XLA_KERAS_FITS ") :])

@@ -12,9 +12,9 @@ with the step each came at) on JAX.
 import json
 import os
 import re
-import subprocess
 import sys
 
+import forked
 import numpy as np
 import pytest
 
@@ -40,7 +40,7 @@ def _run(scenario, tmp_path_factory, **env_extra):
     for key in ("TF_CPP_VMODULE", "TF_CPP_MIN_LOG_LEVEL", "TF_CPP_MAX_VLOG_LEVEL"):
         if key not in env_extra:
             env.pop(key, None)  # TensorFlow's own default log level: what a user sees
-    proc = subprocess.run([sys.executable, FITS, dump, scenario], env=env, capture_output=True, text=True, timeout=900)
+    proc = forked.run([sys.executable, FITS, dump, scenario], env=env, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
     line = [ln for ln in proc.stdout.splitlines() if ln.startswith("XLA_KERAS_VALUES ")][-1]
     return json.loads(line[len("XLA_KERAS_VALUES ") :]), proc.stderr
