@@ -11,12 +11,14 @@ Used for the ground-truth scenario scripts, which import the framework first thi
 see a whole interpreter start (import-time log lines, the doctor's reading of what was imported, import
 times): those call ``subprocess`` themselves. Under Keras's JAX backend a script runs as a plain
 subprocess: JAX's import is the cheaper one, and a forked JAX child has been seen to die of SIGSEGV
-(docs/development.md). ``XLA_KERAS_TEST_FORK=off`` runs every script as a plain subprocess, for a
-comparison or when a server is suspected.
+(docs/development.md); so is every script under TensorFlow before 2.18 (``_FORKS``).
+``XLA_KERAS_TEST_FORK=off`` runs every script as a plain subprocess, for a comparison or when a server
+is suspected.
 """
 
 import atexit
 import contextlib
+import importlib.metadata
 import itertools
 import json
 import os
@@ -171,6 +173,18 @@ def _read_text(path: str) -> str:
         return ""
 
 
+def _tensorflow_times_compiles_from_profiler_events() -> bool:
+    """TensorFlow 2.18 and later: the monitor reads compile seconds from the profiler's XLA events. Before,
+    from the compile op's span, whose first one also holds the process's one-time start-up: in a forked
+    child 116 ms over TensorFlow 2.16's own line, where a fresh process's is 2-45 ms (docs/development.md)."""
+    try:
+        major, minor = (int(part) for part in importlib.metadata.version("tensorflow").split(".")[:2])
+    except (importlib.metadata.PackageNotFoundError, ValueError):
+        return False
+    return (major, minor) >= (2, 18)
+
+
+_FORKS = _tensorflow_times_compiles_from_profiler_events()
 _SERVERS: Dict[tuple, _Server] = {}
 _SERVERS_LOCK = threading.Lock()
 
@@ -195,7 +209,7 @@ def start(argv: List[str], *, env: Optional[Dict[str, str]] = None, cwd=None):
     of the fork server for ``env`` (``argv[0]`` is ``sys.executable``): read it with ``communicate``."""
     assert argv[0] == sys.executable and len(argv) > 1 and argv[1] != "-m", argv
     env = dict(os.environ if env is None else env)
-    if os.environ.get("XLA_KERAS_TEST_FORK", "on") == "off" or env.get("KERAS_BACKEND") == "jax":
+    if os.environ.get("XLA_KERAS_TEST_FORK", "on") == "off" or env.get("KERAS_BACKEND") == "jax" or not _FORKS:
         pipe = subprocess.PIPE
         return subprocess.Popen(argv, env=env, cwd=cwd, stdout=pipe, stderr=pipe, text=True)
     return _server(env).start([str(a) for a in argv], env, None if cwd is None else str(cwd))

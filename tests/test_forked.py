@@ -9,7 +9,10 @@ import sys
 import forked
 import pytest
 
-pytestmark = pytest.mark.slow  # each server imports a framework
+pytestmark = [
+    pytest.mark.slow,  # each server imports a framework
+    pytest.mark.skipif(not forked._FORKS, reason="TensorFlow before 2.18: every script runs as a plain subprocess"),
+]
 
 FIT = (
     "import keras, numpy as np\n"
