@@ -136,14 +136,17 @@ class Child:
     def __init__(self, server: _Server, run_id: int, event: threading.Event, argv: List[str], work: str):
         self._server, self._id, self._event, self.args, self._work = server, run_id, event, argv, work
         self.returncode: Optional[int] = None
+        self._read = False  # communicate has returned or raised: the child has ended (or was killed)
 
     @property
     def pid(self) -> Optional[int]:
         return self._server._pid(self._id)
 
     def kill(self) -> None:
+        if self._read:
+            return
         pid = self.pid
-        if pid and self.returncode is None:
+        if pid:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
 
@@ -159,6 +162,7 @@ class Child:
             stdout, stderr = (_read_text(os.path.join(self._work, name)) for name in ("stdout", "stderr"))
         finally:
             shutil.rmtree(self._work, ignore_errors=True)
+            self._read = True
         if not finished:
             raise subprocess.TimeoutExpired(self.args, timeout or 0, stdout, stderr)
         self.returncode = reply["status"]
