@@ -44,7 +44,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
-import venv_cache  # scripts/ is on sys.path: this script's own directory
+import source_tree  # scripts/ is on sys.path: this script's own directory
+import venv_cache
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # The XLA tab's routes too: TensorBoard 2.16-2.20 serve them through the same data provider API.
@@ -227,17 +228,8 @@ def dry_run(python: str, requirements: List[str], report: str, timeout: float = 
 
 def source_copy(work: str) -> str:
     """This repository's files in the tier's own directory: `pip install .` builds in the source
-    tree (build/, *.egg-info), and tiers installing from one tree at once fail on each other's files
-    (`[Errno 17] File exists: 'build/bdist.linux-x86_64/wheel/...'`, CI, 2026-12-02)."""
-    source = os.path.join(work, "source")
-    shutil.copytree(
-        ROOT,
-        source,
-        ignore=shutil.ignore_patterns(
-            ".git", "build", "dist", "*.egg-info", "__pycache__", ".*_cache", ".hypothesis", ".coverage*", "logs"
-        ),
-    )
-    return source
+    tree, and tiers installing from one tree at once failed on each other's files."""
+    return source_tree.copy_of_checkout(os.path.join(work, "source"))
 
 
 def jax_install_check(tier: Tier, python: str, work: str) -> None:

@@ -24,7 +24,8 @@ import zipfile
 from concurrent.futures import ThreadPoolExecutor
 from typing import List
 
-import venv_cache  # scripts/ is on sys.path: this script's own directory
+import source_tree  # scripts/ is on sys.path: this script's own directory
+import venv_cache
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ENV = dict(os.environ, PIP_DISABLE_PIP_VERSION_CHECK="1", PIP_ROOT_USER_ACTION="ignore", CUDA_VISIBLE_DEVICES="")
@@ -174,7 +175,9 @@ def main() -> int:
     work = args.work_dir or tempfile.mkdtemp(prefix="xla_keras_package_")
     dist = os.path.join(work, "dist")
     shutil.rmtree(dist, ignore_errors=True)
-    run([sys.executable, "-m", "build", "--outdir", dist, ROOT])
+    source = os.path.join(work, "source")
+    shutil.rmtree(source, ignore_errors=True)
+    run([sys.executable, "-m", "build", "--outdir", dist, source_tree.copy_of_checkout(source)])
     wheels, sdists = glob.glob(os.path.join(dist, "*.whl")), glob.glob(os.path.join(dist, "*.tar.gz"))
     if len(wheels) != 1 or len(sdists) != 1:
         sys.exit(f"package check: expected one wheel and one sdist in {dist}, found {os.listdir(dist)}")

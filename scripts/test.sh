@@ -12,13 +12,14 @@
 # and 2's tests wait for the timed tests to end: what compares times runs alone.
 # `bash scripts/test.sh --main` runs only 0 and 1 (after the install).
 # `bash scripts/test.sh --quick` runs only the quick tier: the tests that start no fit
-# (`pytest -m "not slow"`, see tests/conftest.py), with no install step: the inner loop.
+# (`pytest -m "not slow"`, see tests/conftest.py), with no install step: the inner loop (hypothesis
+# draws a quarter of its examples there; everywhere else, all of them).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 if [ "${1:-}" = "--quick" ]; then
   shift
-  exec python -m pytest -q -m "not slow" -p no:cacheprovider -n 2 --dist loadgroup "$@"
+  XLA_KERAS_TEST_TIER=quick exec python -m pytest -q -m "not slow" -p no:cacheprovider -n 2 --dist loadgroup "$@"
 fi
 
 start=$(date +%s)

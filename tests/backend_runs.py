@@ -1,8 +1,9 @@
 """One scenario script per Keras backend, each in its own subprocess with XLA's dump, side by side.
 
 Used by test_fix_ground_truth.py and test_fastest_fits.py: XLA_FLAGS must be set before the backend
-is imported, so each backend's scenarios run in a fresh process that writes its results as JSON; the
-two processes are two jobs on the session's shared lanes (tests/side_by_side.py).
+is imported, so each backend's scenarios run in a process of their own (forked from a server that imported
+TensorFlow, or a fresh one under JAX: tests/forked.py) that writes its results as JSON; the two
+processes are two jobs, each run once per session (tests/runs.py).
 """
 
 import json
@@ -19,7 +20,7 @@ BACKENDS = ("tensorflow", "jax")
 
 def backend_jobs(script, root, what, timeout=900):
     """{backend: a job running ``script`` in a fresh process under that Keras backend and returning
-    the JSON it wrote}: for tests/side_by_side.py's lanes. The JAX job skips when JAX is absent."""
+    the JSON it wrote}: for tests/runs.py. The JAX job skips when JAX is absent."""
 
     def run(backend):
         if backend == "jax":

@@ -8,6 +8,9 @@ marked ``timed`` run after it, alone, in a second invocation (``-m timed``). A t
 quick tier skips it) by its own mark or its module's ``pytestmark``; ``scenario`` and ``timed`` mean
 slow too. A test with none of those marks that starts a fit fails (``_no_fit_in_the_quick_tier``): it
 would slow the quick tier.
+
+Hypothesis draws a quarter of its examples in the quick tier (``XLA_KERAS_TEST_TIER=quick``, set by
+``scripts/test.sh --quick``: the inner loop), and all of them everywhere else (the main suite, CI).
 """
 
 import functools
@@ -20,10 +23,15 @@ import warnings
 from typing import List
 
 import pytest
+from hypothesis import settings
 from runs import Runs
 from scenario import run_scenario
 
 from xla_keras.errors import XlaKerasWarning
+
+settings.register_profile("quick", max_examples=25)  # hypothesis's default, 100, a quarter
+if os.environ.get("XLA_KERAS_TEST_TIER") == "quick":
+    settings.load_profile("quick")
 
 # Every subprocess fit the ground-truth tests need, each run once per session, at its first reader.
 RUNS = {

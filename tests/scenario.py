@@ -59,6 +59,7 @@ def run_scenario(tmp_root, scenario, jit, *, env_flags="", extra_args=()):
             "TF_CPP_VMODULE": "device_compiler=1",
             "PYTHONPATH": ROOT + os.pathsep + env.get("PYTHONPATH", ""),
             "CUDA_VISIBLE_DEVICES": "",
+            "KERAS_BACKEND": "tensorflow",  # as the step-time and cluster scripts say it: one fork server
         }
     )
     env.pop("TF_XLA_FLAGS", None)

@@ -1,11 +1,15 @@
 """The benchmarks' --quick modes, so the scripts cannot rot. Figures are not
-asserted here (noisy machines): they live in the README, measured side by side.
-The scripts run on the session's shared lanes (tests/side_by_side.py), once per session."""
+asserted here (noisy machines): they live in docs/benchmarks.md, measured side by side.
+Each script runs once per session (tests/runs.py). Those that fit under TensorFlow in their own process
+run as children of one fork server (tests/forked.py): TensorFlow and Keras imported once for all of
+them; the rest (Keras's JAX backend, the import and cold-start timers, the scripts that start their own
+processes) run as fresh interpreters."""
 
 import os
 import subprocess
 import sys
 
+import forked
 import pytest
 from runs import Runs
 
@@ -52,18 +56,19 @@ EXPECT = {
 }
 
 
-def _quick_jobs(root):
-    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+# The scripts that fit under TensorFlow in their own process, and start no other (forked.run).
+FITS_UNDER_TENSORFLOW = {"memory.py", "overhead.py", "step_path.py", "storm_payoff.py", "tab_backend.py"}
 
+
+def _quick_jobs(root):
     def run(script):
         name, *args = script.split()
-        return subprocess.run(
-            [sys.executable, os.path.join(ROOT, "benchmarks", name), "--quick", *args],
-            capture_output=True,
-            text=True,
-            timeout=600,
-            env=env,
-        )
+        argv = [sys.executable, os.path.join(ROOT, "benchmarks", name), "--quick", *args]
+        env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+        if name not in FITS_UNDER_TENSORFLOW or "jax" in args:
+            return subprocess.run(argv, capture_output=True, text=True, timeout=600, env=env)
+        env.update(KERAS_BACKEND="tensorflow", TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="")
+        return forked.run(argv, env=env, timeout=600)
 
     # The slowest first, so that the lanes finish together.
     order = [

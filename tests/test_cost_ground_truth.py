@@ -30,7 +30,11 @@ BACKENDS = [b for b in ("jax", "tensorflow") if importlib.util.find_spec(b) is n
 
 def _run(tmp, backend):
     out = os.path.join(tmp, f"cost_{backend}.json")
-    env = dict(os.environ, KERAS_BACKEND=backend, CUDA_VISIBLE_DEVICES="", JAX_PLATFORMS="cpu")
+    env = dict(os.environ, KERAS_BACKEND=backend, CUDA_VISIBLE_DEVICES="")
+    if backend == "jax":
+        env["JAX_PLATFORMS"] = "cpu"
+    else:  # TensorFlow's warnings only: the fork server of the other dump-reading scripts (tests/forked.py)
+        env["TF_CPP_MIN_LOG_LEVEL"] = "2"
     env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
     env["XLA_FLAGS"] = f"--xla_dump_to={os.path.join(tmp, 'dump_' + backend)}"
     proc = forked.run([sys.executable, SCRIPT, out], env=env, timeout=900)

@@ -26,9 +26,17 @@ from xla_keras.data.arrays import batches_class
 keras = pytest.importorskip("keras")
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-FAST = settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+def _examples(full):
+    """``full`` examples, scaled as the loaded profile scales hypothesis's default 100 (the quick tier's
+    draws a quarter, tests/conftest.py), and at least 4."""
+    return max(4, full * settings.default.max_examples // 100)
+
+
+FAST = settings(max_examples=_examples(80), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 # tf.data examples build and trace a pipeline each: fewer of them.
-FAST_TF = settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+FAST_TF = settings(max_examples=_examples(12), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 def advised(n, lengths):

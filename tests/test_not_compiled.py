@@ -42,6 +42,7 @@ def fits(request, tmp_path_factory):
         XLA_FLAGS=f"--xla_dump_to={dump}",
         KERAS_BACKEND="tensorflow",
         CUDA_VISIBLE_DEVICES="",
+        TF_CPP_MIN_LOG_LEVEL="2",  # TensorFlow's warnings only, as the other dump-reading scripts
         PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""),
     )
     proc = forked.run(

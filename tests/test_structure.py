@@ -231,6 +231,7 @@ def _import_everything(backend, seed):
     )
 
 
+@pytest.mark.slow  # two interpreters importing TensorFlow and JAX: a third of the quick tier's CPU
 def test_every_module_imports_in_any_order_and_public_names_stay_what_they_are():
     seed = int(os.environ.get("XLA_KERAS_IMPORT_SEED", random.randrange(2**32)))
     backends = ("tensorflow", "jax")
