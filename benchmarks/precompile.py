@@ -5,7 +5,8 @@ Each child fits the same model (Embedding -> Conv1D -> Dropout -> GlobalMaxPooli
 boundaries, padded to each, remainder dropped: 8 batch shapes, each new length compiling in epoch 1 without
 precompile), monitored by ``XlaMonitor(jit="on")``: without precompile, and with the 8 shapes given as
 specs (JAX: on 1 thread and on every core, ``precompile_threads``). Children run interleaved, one of each per
-round, for ``--rounds`` rounds per backend; reported: each way's median whole-fit seconds (from just before
+round, for ``--rounds`` rounds per backend (``--quick``: one round, 4 of the boundaries, one epoch: a smoke
+run); reported: each way's median whole-fit seconds (from just before
 ``fit`` to its end: the precompile is inside), their ratio to the fit without, and per shape the compile
 seconds in the loop (without precompile) against before it (serial, parallel), from the report's records
 (JAX: its compile events; TensorFlow: the profiler).
@@ -25,18 +26,20 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 BOUNDARIES = [16, 32, 48, 64, 80, 96, 112, 128]
+QUICK_BOUNDARIES = BOUNDARIES[1::2]  # 32, 64, 96, 128: every length still falls in one
 BATCH = 16
 
 
-def child(way: str, log_dir: str) -> None:
+def child(way: str, log_dir: str, quick: bool) -> None:
     import keras
     import numpy as np
     import tensorflow as tf
 
     import xla_keras
 
+    boundaries = QUICK_BOUNDARIES if quick else BOUNDARIES
     rng = np.random.default_rng(0)
-    lengths = rng.integers(2, BOUNDARIES[-1], size=384)
+    lengths = rng.integers(2, boundaries[-1], size=384)
     tokens = [rng.integers(1, 64, size=length).astype(np.int32) for length in lengths]
     labels = rng.integers(0, 2, size=len(tokens)).astype(np.float32)
     data = tf.data.Dataset.from_generator(
@@ -44,8 +47,8 @@ def child(way: str, log_dir: str) -> None:
         output_signature=(tf.TensorSpec([None], tf.int32), tf.TensorSpec([], tf.float32)),
     ).bucket_by_sequence_length(
         lambda x, y: tf.shape(x)[0],
-        bucket_boundaries=BOUNDARIES,
-        bucket_batch_sizes=[BATCH] * (len(BOUNDARIES) + 1),
+        bucket_boundaries=boundaries,
+        bucket_batch_sizes=[BATCH] * (len(boundaries) + 1),
         pad_to_bucket_boundary=True,
         drop_remainder=True,
     )
@@ -62,7 +65,7 @@ def child(way: str, log_dir: str) -> None:
     model.compile(optimizer="adam", loss="mse", jit_compile=True)
     specs = [
         (keras.InputSpec(shape=(BATCH, b - 1), dtype="int32"), keras.InputSpec(shape=(BATCH,), dtype="float32"))
-        for b in BOUNDARIES
+        for b in boundaries
     ]
     threads = None if way == "none" else int(way.split(":")[1])
     monitor = xla_keras.XlaMonitor(
@@ -73,7 +76,7 @@ def child(way: str, log_dir: str) -> None:
         verbose=0,
     )
     began = time.perf_counter()
-    model.fit(data, epochs=2, callbacks=[monitor], verbose=0)
+    model.fit(data, epochs=1 if quick else 2, callbacks=[monitor], verbose=0)
     seconds = time.perf_counter() - began
     report = monitor.report
     train = [c for c in report.compilations if c.phase == "train"]
@@ -86,13 +89,17 @@ def child(way: str, log_dir: str) -> None:
     print("XLA_KERAS_PRECOMPILE_BENCH " + json.dumps(facts), flush=True)
 
 
-def run(way: str, backend: str) -> dict:
+def run(way: str, backend: str, quick: bool) -> dict:
     env = dict(os.environ, KERAS_BACKEND=backend, CUDA_VISIBLE_DEVICES="", TF_CPP_MIN_LOG_LEVEL="2")
     env.pop("PYTHONDONTWRITEBYTECODE", None)
     env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
     with tempfile.TemporaryDirectory() as log_dir:
         proc = subprocess.run(
-            [sys.executable, __file__, "--child", way, log_dir], env=env, capture_output=True, text=True, timeout=900
+            [sys.executable, __file__, "--child", way, log_dir, *(["--quick"] if quick else [])],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=900,
         )
     if proc.returncode != 0:
         raise RuntimeError(proc.stderr[-3000:])
@@ -100,14 +107,14 @@ def run(way: str, backend: str) -> dict:
     return json.loads(line.split(" ", 1)[1])
 
 
-def measure(backend: str, rounds: int) -> dict:
+def measure(backend: str, rounds: int, quick: bool) -> dict:
     cores = os.cpu_count() or 1
     parallel = backend == "jax" and cores > 1  # TensorFlow's precompile runs one shape after another
     ways = ["none", "precompile:1"] + ([f"precompile:{cores}"] if parallel else [])
     runs: dict = {way: [] for way in ways}
     for _ in range(rounds):
         for way in ways:
-            runs[way].append(run(way, backend))
+            runs[way].append(run(way, backend, quick))
     median = {way: statistics.median(r["seconds"] for r in runs[way]) for way in ways}
     per_shape = {way: statistics.median(s for r in runs[way] for s in r["compile_seconds"]) for way in ways}
     precompile_wall = {
@@ -128,17 +135,17 @@ def measure(backend: str, rounds: int) -> dict:
 
 def main(argv=None) -> int:
     if argv is None and len(sys.argv) > 1 and sys.argv[1] == "--child":
-        child(sys.argv[2], sys.argv[3])
+        child(sys.argv[2], sys.argv[3], quick=sys.argv[4:] == ["--quick"])
         return 0
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--backend", choices=("tensorflow", "jax", "both"), default="both")
-    parser.add_argument("--quick", action="store_true", help="one round per backend (a smoke run)")
+    parser.add_argument("--quick", action="store_true", help="one round of a smaller fit per backend (a smoke run)")
     args = parser.parse_args(argv)
     rounds = 1 if args.quick else args.rounds
     backends = ("tensorflow", "jax") if args.backend == "both" else (args.backend,)
     for backend in backends:
-        result = measure(backend, rounds)
+        result = measure(backend, rounds, args.quick)
         print(f"backend={backend}: whole fit, precompile included (medians of {rounds} interleaved processes)")
         for way, seconds in result["median_seconds"].items():
             wall = result["precompile_wall_seconds"].get(way)
@@ -150,10 +157,11 @@ def main(argv=None) -> int:
             )
         serial = result["compile_seconds_per_shape"]["precompile:1"]
         if backend == "jax":  # an estimate from the serial figure, not a measurement: one round of compiles
+            shapes = len(QUICK_BOUNDARIES if args.quick else BOUNDARIES)
             for cores in (result["cores"], 16):
-                rounds_needed = -(-len(BOUNDARIES) // cores)
+                rounds_needed = -(-shapes // cores)
                 print(
-                    f"  estimate on {cores} cores: {len(BOUNDARIES)} shapes in {rounds_needed} round(s) of "
+                    f"  estimate on {cores} cores: {shapes} shapes in {rounds_needed} round(s) of "
                     f"{serial:.2f} s = {rounds_needed * serial:.2f} s of precompile (each compile alone on a core)"
                 )
         print("XLA_KERAS_BENCH " + json.dumps(result))
