@@ -177,10 +177,11 @@ def _read_text(path: str) -> str:
         return ""
 
 
-def _tensorflow_times_compiles_from_profiler_events() -> bool:
+def tensorflow_times_compiles_from_profiler_events() -> bool:
     """TensorFlow 2.18 and later: the monitor reads compile seconds from the profiler's XLA events. Before,
     from the compile op's span, whose first one also holds the process's one-time start-up: in a forked
-    child 116 ms over TensorFlow 2.16's own line, where a fresh process's is 2-45 ms (docs/development.md)."""
+    child 116 ms over TensorFlow 2.16's compile line, where a fresh process's is 2-45 ms idle: those
+    scripts keep the fresh process a user's fit starts in (docs/development.md)."""
     try:
         major, minor = (int(part) for part in importlib.metadata.version("tensorflow").split(".")[:2])
     except (importlib.metadata.PackageNotFoundError, ValueError):
@@ -188,7 +189,7 @@ def _tensorflow_times_compiles_from_profiler_events() -> bool:
     return (major, minor) >= (2, 18)
 
 
-_FORKS = _tensorflow_times_compiles_from_profiler_events()
+_FORKS = tensorflow_times_compiles_from_profiler_events()
 _SERVERS: Dict[tuple, _Server] = {}
 _SERVERS_LOCK = threading.Lock()
 

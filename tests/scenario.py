@@ -9,6 +9,7 @@ The last line printed is ``XLA_KERAS_REPORT <json>``.
 """
 
 import argparse
+import datetime
 import json
 import os
 import re
@@ -34,6 +35,34 @@ def tf_compile_seconds(stderr):
     ]
 
 
+# TensorFlow's own log of each XLA launch op (``TF_CPP_VMODULE=xla_ops=1``), timestamped to the microsecond:
+# "2026-12-07 19:59:16.586497: I tensorflow/compiler/jit/kernels/xla_ops.cc:489] XlaLocalLaunchOpBase::Compute
+# ..." when the op starts, "... xla_ops.cc:646] Done" when it ends.
+_TF_LOG_LINE = re.compile(
+    r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+): \w (?:\S*xla_ops\.cc:\d+\] (XlaLocalLaunchOpBase::Compute|Done)\b"
+    r"|\S*device_compiler\.h:\d+\] (Compilation of XLA executable))",
+    re.MULTILINE,
+)
+
+
+def tf_compiling_op_spans(stderr):
+    """The wall seconds of each XLA launch op that compiled, from TensorFlow's own timestamped lines: its
+    start to its end, for the ops whose span holds a "Compilation of XLA executable" line (the ground
+    truth for a probe that times compiles by the op's span: TensorFlow before 2.18)."""
+    spans, start, compiled = [], None, False
+    for stamp, op_line, compile_line in _TF_LOG_LINE.findall(stderr):
+        seconds = datetime.datetime.strptime(stamp, "%Y-%m-%d %H:%M:%S.%f").timestamp()
+        if op_line == "XlaLocalLaunchOpBase::Compute":
+            start, compiled = seconds, False
+        elif compile_line:
+            compiled = start is not None
+        elif start is not None:
+            if compiled:
+                spans.append(seconds - start)
+            start = None
+    return spans
+
+
 class ScenarioRun:
     """One subprocess fit: the monitor's report and XLA's own ground truth."""
 
@@ -49,6 +78,13 @@ def failed(what, stdout, stderr):
     return AssertionError(f"{what} failed:\n{stdout[-3000:]}\n{stderr[-6000:]}")
 
 
+# Where the monitor times a compile by its op's span (TensorFlow before 2.18), TensorFlow's own lines for
+# each XLA launch op are that span's ground truth; elsewhere they would only lengthen the log.
+_TF_VMODULE = (
+    "device_compiler=1" if forked.tensorflow_times_compiles_from_profiler_events() else "device_compiler=1,xla_ops=1"
+)
+
+
 def run_scenario(tmp_root, scenario, jit, *, env_flags="", extra_args=()):
     dump = os.path.join(tmp_root, "dump")
     env = dict(os.environ)
@@ -56,7 +92,7 @@ def run_scenario(tmp_root, scenario, jit, *, env_flags="", extra_args=()):
         {
             "XLA_FLAGS": f"--xla_dump_to={dump}",
             "TF_CPP_MIN_LOG_LEVEL": "0",
-            "TF_CPP_VMODULE": "device_compiler=1",
+            "TF_CPP_VMODULE": _TF_VMODULE,
             "PYTHONPATH": ROOT + os.pathsep + env.get("PYTHONPATH", ""),
             "CUDA_VISIBLE_DEVICES": "",
             "KERAS_BACKEND": "tensorflow",  # as the step-time and cluster scripts say it: one fork server
