@@ -14,7 +14,6 @@ import forked
 import pytest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
 BACKENDS = ("tensorflow", "jax")
 
 
@@ -26,18 +25,9 @@ def backend_jobs(script, root, what, timeout=900):
         if backend == "jax":
             pytest.importorskip("jax")
         out, dump = root / f"{backend}.json", root / f"dump-{backend}"
-        env = dict(
-            os.environ,
-            KERAS_BACKEND=backend,
-            XLA_FLAGS=f"--xla_dump_to={dump}",
-            CUDA_VISIBLE_DEVICES="",
-            PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""),
-            TF_CPP_MIN_LOG_LEVEL="2",
-        )
-        env.pop("TF_XLA_FLAGS", None)
         proc = forked.run(
             [sys.executable, os.path.join(HERE, script), str(out), str(dump)],
-            env=env,
+            env=forked.script_env(backend, dump=str(dump)),
             timeout=timeout,
         )
         assert proc.returncode == 0, f"{backend} {what} failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-6000:]}"

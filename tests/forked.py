@@ -32,6 +32,7 @@ import time
 from typing import Dict, List, Optional
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
 SERVER = os.path.join(HERE, "fork_server.py")
 READ_AT_FIRST_COMPILE = ("XLA_FLAGS", "TF_XLA_FLAGS")  # checked: tests/test_forked.py
 # Per run, not per server: pytest's name of the running test; a multi-worker cluster's address and task
@@ -54,10 +55,12 @@ class _Server:
         self._events: Dict[int, threading.Event] = {}
         self._ready = threading.Event()
         self._alive = True
-        threading.Thread(target=self._read, daemon=True, name="fork-server-replies").start()
+        self._reader = threading.Thread(target=self._read, daemon=True, name="fork-server-replies")
+        self._reader.start()
         if not self._ready.wait(START_SECONDS) or not self._alive:
+            errors = self._server_errors()
             self.close()
-            raise RuntimeError(f"the fork server did not start:\n{self._server_errors()}")
+            raise RuntimeError(f"the fork server did not start:\n{errors}")
 
     def _server_errors(self) -> str:
         with open(self._errors.name) as f:
@@ -127,6 +130,10 @@ class _Server:
             self._proc.wait(60)
         except subprocess.TimeoutExpired:
             self._proc.kill()
+        self._reader.join(5)  # the server's end closes its replies: the reader has read to the end
+        if self._proc.stdout and not self._reader.is_alive():
+            self._proc.stdout.close()
+        self._errors.close()
         os.unlink(self._errors.name)
 
 
@@ -192,6 +199,19 @@ def tensorflow_times_compiles_from_profiler_events() -> bool:
 _FORKS = tensorflow_times_compiles_from_profiler_events()
 _SERVERS: Dict[tuple, _Server] = {}
 _SERVERS_LOCK = threading.Lock()
+
+
+def script_env(backend: str, *, dump: Optional[str] = None, **extra: str) -> Dict[str, str]:
+    """The environment a ground-truth script runs in: this one, with Keras's ``backend``, no GPU, the
+    checkout importable, TensorFlow's log at warnings (the scripts that read only XLA's dump share a
+    server there), no ``TF_XLA_FLAGS`` from the shell, XLA's dump in ``dump`` when given; then ``extra``."""
+    env = dict(os.environ, KERAS_BACKEND=backend, CUDA_VISIBLE_DEVICES="", TF_CPP_MIN_LOG_LEVEL="2")
+    env["PYTHONPATH"] = ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")
+    env.pop("TF_XLA_FLAGS", None)
+    if dump is not None:
+        env["XLA_FLAGS"] = f"--xla_dump_to={dump}"
+    env.update(extra)
+    return env
 
 
 def _server(env: Dict[str, str]) -> _Server:

@@ -64,11 +64,10 @@ def _quick_jobs(root):
     def run(script):
         name, *args = script.split()
         argv = [sys.executable, os.path.join(ROOT, "benchmarks", name), "--quick", *args]
-        env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
         if name not in FITS_UNDER_TENSORFLOW or "jax" in args:
+            env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
             return subprocess.run(argv, capture_output=True, text=True, timeout=600, env=env)
-        env.update(KERAS_BACKEND="tensorflow", TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="")
-        return forked.run(argv, env=env, timeout=600)
+        return forked.run(argv, env=forked.script_env("tensorflow"), timeout=600)
 
     # The slowest first, so that the lanes finish together.
     order = [

@@ -37,14 +37,7 @@ def fits(request, tmp_path_factory):
     pytest.importorskip("tensorflow")
     dump = str(tmp_path_factory.mktemp(f"dump_{request.param}"))
     logs = str(tmp_path_factory.mktemp(f"logs_{request.param}"))
-    env = dict(
-        os.environ,
-        XLA_FLAGS=f"--xla_dump_to={dump}",
-        KERAS_BACKEND="tensorflow",
-        CUDA_VISIBLE_DEVICES="",
-        TF_CPP_MIN_LOG_LEVEL="2",  # TensorFlow's warnings only, as the other dump-reading scripts
-        PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""),
-    )
+    env = forked.script_env("tensorflow", dump=dump)
     proc = forked.run(
         [sys.executable, os.path.join(HERE, "not_compiled_fits.py"), dump, logs, request.param],
         env=env,

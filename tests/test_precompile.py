@@ -20,7 +20,6 @@ import pytest
 pytestmark = [pytest.mark.slow]
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
 FITS = os.path.join(HERE, "precompile_fits.py")
 BACKENDS = [
     pytest.param("tensorflow", marks=pytest.mark.xdist_group("test_precompile_tensorflow")),
@@ -30,14 +29,7 @@ BACKENDS = [
 
 def _run(backend, scenario, dump, work):
     pytest.importorskip(backend)
-    env = dict(
-        os.environ,
-        XLA_FLAGS=f"--xla_dump_to={dump}",
-        KERAS_BACKEND=backend,
-        CUDA_VISIBLE_DEVICES="",
-        TF_CPP_MIN_LOG_LEVEL="2",
-        PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""),
-    )
+    env = forked.script_env(backend, dump=str(dump))
     proc = forked.run([sys.executable, FITS, str(dump), str(work), scenario], env=env, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
     fits = [

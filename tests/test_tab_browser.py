@@ -178,12 +178,9 @@ def _coverage_fit(log_dir):
     """jit='autoclustering' with the early CPU opt-in (a fresh process: TensorFlow reads the flag when it
     creates its devices): the report's coverage of the train step."""
     here = os.path.dirname(os.path.abspath(__file__))
-    env = dict(os.environ, KERAS_BACKEND="tensorflow", CUDA_VISIBLE_DEVICES="", TF_CPP_MIN_LOG_LEVEL="2")
-    env["PYTHONPATH"] = os.path.dirname(here) + os.pathsep + env.get("PYTHONPATH", "")
-    env.pop("TF_XLA_FLAGS", None)
     proc = forked.run(
         [sys.executable, os.path.join(here, "coverage_fits.py"), log_dir, "--once"],
-        env=env,
+        env=forked.script_env("tensorflow"),
         timeout=600,
     )
     assert proc.returncode == 0, proc.stderr[-4000:]

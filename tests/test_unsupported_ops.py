@@ -35,7 +35,6 @@ from xla_keras.report.schema import parse_report
 pytestmark = pytest.mark.xdist_group("test_unsupported_ops")
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
 FITS = os.path.join(HERE, "unsupported_fits.py")
 STEPS = 2 * 4  # two epochs of 64 examples in batches of 16 (steps_per_execution=2: 2 calls of 2 per epoch)
 
@@ -46,14 +45,7 @@ TF_OPS = re.compile(r"(\w+) \(No registered '\w+' OpKernel for (\w+) devices com
 def _run(backend, tmp_path_factory):
     dump = str(tmp_path_factory.mktemp(f"dump_{backend}"))
     logs = str(tmp_path_factory.mktemp(f"logs_{backend}"))
-    env = dict(
-        os.environ,
-        XLA_FLAGS=f"--xla_dump_to={dump}",
-        KERAS_BACKEND=backend,
-        CUDA_VISIBLE_DEVICES="",
-        TF_CPP_MIN_LOG_LEVEL="2",
-        PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""),
-    )
+    env = forked.script_env(backend, dump=dump)
     proc = forked.run([sys.executable, FITS, dump, logs, backend], env=env, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
     line = [ln for ln in proc.stdout.splitlines() if ln.startswith("XLA_KERAS_FITS ")][-1]
