@@ -22,7 +22,6 @@ pytestmark = [pytest.mark.scenario, pytest.mark.xdist_group("test_cost_ground_tr
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPT = os.path.join(HERE, "cost_scenarios.py")
-ROOT = os.path.dirname(HERE)
 MODELS = ("dense", "conv")
 PHASES = ("train", "test")
 BACKENDS = [b for b in ("jax", "tensorflow") if importlib.util.find_spec(b) is not None]
@@ -30,13 +29,8 @@ BACKENDS = [b for b in ("jax", "tensorflow") if importlib.util.find_spec(b) is n
 
 def _run(tmp, backend):
     out = os.path.join(tmp, f"cost_{backend}.json")
-    env = dict(os.environ, KERAS_BACKEND=backend, CUDA_VISIBLE_DEVICES="")
-    if backend == "jax":
-        env["JAX_PLATFORMS"] = "cpu"
-    else:  # TensorFlow's warnings only: the fork server of the other dump-reading scripts (tests/forked.py)
-        env["TF_CPP_MIN_LOG_LEVEL"] = "2"
-    env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
-    env["XLA_FLAGS"] = f"--xla_dump_to={os.path.join(tmp, 'dump_' + backend)}"
+    dump = os.path.join(tmp, "dump_" + backend)
+    env = forked.script_env(backend, dump=dump, **({"JAX_PLATFORMS": "cpu"} if backend == "jax" else {}))
     proc = forked.run([sys.executable, SCRIPT, out], env=env, timeout=900)
     if proc.returncode != 0:
         raise failed(f"cost scenarios ({backend})", proc.stdout, proc.stderr)
@@ -46,8 +40,7 @@ def _run(tmp, backend):
 
 def _run_mixed(tmp):
     out = os.path.join(tmp, "cost_mixed.json")
-    env = dict(os.environ, KERAS_BACKEND="jax", CUDA_VISIBLE_DEVICES="", JAX_PLATFORMS="cpu")
-    env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
+    env = forked.script_env("jax", JAX_PLATFORMS="cpu")
     proc = forked.run([sys.executable, SCRIPT, out, "mixed"], env=env, timeout=900)
     if proc.returncode != 0:
         raise failed("cost scenarios (mixed)", proc.stdout, proc.stderr)
